@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Sets up rolltape in ./.venv, idempotently. Used by both README commands and by CI.
+#   bash scripts/setup.sh          # runtime only
+#   bash scripts/setup.sh --test   # plus the test tools (pytest, nbclient, playwright, chromium)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    *) echo "setup.sh: unknown option '$arg'; use --test or nothing." >&2; exit 2 ;;
+  esac
+done
+
+# Debian packages: Mesa for headless OpenGL (OSMesa, EGL); chromium for the report tests.
+apt_pkgs=()
+have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }
+have_lib libOSMesa.so || apt_pkgs+=(libosmesa6)
+have_lib libEGL.so.1 || apt_pkgs+=(libegl1)
+have_lib libOpenGL.so.0 || apt_pkgs+=(libopengl0)
+[ -e /usr/lib/x86_64-linux-gnu/dri/swrast_dri.so ] || [ -e /usr/lib/aarch64-linux-gnu/dri/swrast_dri.so ] \
+  || ls /usr/lib/*/dri/*swrast* >/dev/null 2>&1 || apt_pkgs+=(libgl1-mesa-dri)
+if [ "$want_test" = 1 ] && ! command -v chromium >/dev/null; then apt_pkgs+=(chromium); fi
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing Debian packages: ${apt_pkgs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+  else
+    echo "setup: headless rendering needs: sudo apt-get install -y --no-install-recommends ${apt_pkgs[*]}" >&2
+  fi
+fi
+
+py=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# torch first, pinned: its CPU wheel is on disk here, and an unpinned torch pulls a CUDA build.
+.venv/bin/python -c "import torch" 2>/dev/null || "${pip[@]}" install "torch==2.13.0"
+if [ "$want_test" = 1 ]; then
+  "${pip[@]}" install -e ".[test,ray,server]"
+else
+  "${pip[@]}" install -e .
+fi
+echo "setup: ready (.venv)"
