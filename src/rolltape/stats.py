@@ -1,0 +1,517 @@
+"""Statistics for evaluation results: the numbers rolltape reports and how sure it is of them.
+
+Everything here depends on numpy and the standard library only (no scipy), so the
+statistics can be imported in any process, including the light renderer workers.
+
+What is computed, and by which convention:
+
+* :func:`wilson_interval` -- the Wilson score interval for a success rate. Unlike the
+  normal ("Wald") interval it stays inside ``[0, 1]`` and is not degenerate at 0/n or n/n,
+  which are exactly the cases an evaluation of 10 episodes hits most often.
+* :func:`iqm` -- the interquartile mean of rliable (Agarwal et al., 2021), computed like
+  ``scipy.stats.trim_mean(values, 0.25)``: ``k = floor(0.25 * n)`` values are cut from each
+  end of the sorted data and the rest are averaged.
+* :func:`bootstrap_ci` -- a percentile bootstrap, vectorised and deterministic per seed.
+* :func:`summarize` / :class:`Summary` -- one evaluation run. ``std`` is the population
+  standard deviation (``ddof=0``), the ``np.std`` default that Stable-Baselines3's
+  ``evaluate_policy`` and Gymnasium's wrappers report, so numbers line up with theirs.
+* :func:`paired_improvement` -- policy versus baseline evaluated on the same seeds.
+* :func:`aggregate` -- success rates per group of a benchmark suite plus a pooled total.
+
+Every result that leaves this module as a dict is JSON-safe: plain ``int``/``float``/
+``list``/``None``, never numpy scalars, never NaN or infinity (those become ``None``), so
+``json.dumps(result, allow_nan=False)`` always works.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "Summary",
+    "aggregate",
+    "bootstrap_ci",
+    "iqm",
+    "paired_improvement",
+    "summarize",
+    "wilson_interval",
+]
+
+# z for a two-sided 95% interval, to full double precision. NormalDist().inv_cdf(0.975)
+# lands one ulp away (1.9599639845400536); the common level gets the exact constant so
+# the published reference values are reproduced digit for digit.
+_Z_95 = 1.959963984540054
+
+_DEFAULT_CONFIDENCE = 0.95
+_DEFAULT_RESAMPLES = 2000
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _z_for(confidence: float) -> float:
+    """Two-sided standard-normal critical value for ``confidence`` (e.g. 0.95 -> 1.96)."""
+    _check_confidence(confidence)
+    if confidence == 0.95:
+        return _Z_95
+    # The stdlib's inverse CDF (Wichura's AS241) is accurate to ~1e-16; no scipy needed.
+    return NormalDist().inv_cdf(0.5 + confidence / 2.0)
+
+
+def _check_confidence(confidence: float) -> None:
+    # numbers.Real admits numpy floats; bool is excluded because True/False is surely a typo.
+    if isinstance(confidence, bool) or not (
+        isinstance(confidence, numbers.Real) and 0.0 < float(confidence) < 1.0
+    ):
+        raise ValueError(
+            f"confidence must be a number strictly between 0 and 1 (e.g. 0.95), got {confidence!r}."
+        )
+
+
+def _as_finite_1d(values: ArrayLike, what: str) -> np.ndarray:
+    """``values`` as a non-empty 1-D float array of finite numbers, or a clear ValueError.
+
+    NaN or infinite returns mean the environment or the evaluation loop is broken; averaging
+    them would either poison every statistic or silently hide the problem, so refuse.
+    """
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be a sequence of numbers ({exc}).") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional, got an array of shape {arr.shape}.")
+    if arr.size == 0:
+        raise ValueError(f"{what} is empty; at least one value is needed.")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.count_nonzero(~np.isfinite(arr)))
+        raise ValueError(f"{what} contains {bad} NaN or infinite value(s); every value must be finite.")
+    return arr
+
+
+def _json_float(x: Any) -> float | None:
+    """A plain Python float, or None where JSON has no number for it (NaN, +-inf)."""
+    if x is None:
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def _json_pair(pair: tuple[float, float] | None) -> list[float | None] | None:
+    if pair is None:
+        return None
+    return [_json_float(pair[0]), _json_float(pair[1])]
+
+
+def _parse_outcome(value: Any, index: int) -> bool | None:
+    """One success flag: True/False (Python or numpy), 0/1, or None for "not reported".
+
+    0/1 numbers are accepted because several Gymnasium environments (e.g. the robotics
+    suite) report ``info["is_success"]`` as a float 0.0/1.0 rather than a bool.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if value == 1:
+            return True
+        if value == 0:
+            return False
+    raise ValueError(
+        f"success flag at position {index} is {value!r}; each flag must be True, False, 0, 1 or None."
+    )
+
+
+def _count_outcomes(outcomes: Sequence[Any], what: str) -> tuple[int, int, int]:
+    """(successes, known, unknown) for a sequence of success flags."""
+    if isinstance(outcomes, (str, bytes)):
+        raise ValueError(f"{what} must be a sequence of True/False/None, not a string.")
+    successes = known = unknown = 0
+    for i, value in enumerate(outcomes):
+        flag = _parse_outcome(value, i)
+        if flag is None:
+            unknown += 1
+        else:
+            known += 1
+            successes += int(flag)
+    return successes, known, unknown
+
+
+def _trim_mean_rows(values: np.ndarray, axis: int = -1) -> np.ndarray | float:
+    """Interquartile mean along ``axis`` (vectorised form of :func:`iqm`)."""
+    arr = np.sort(np.asarray(values, dtype=float), axis=axis)
+    n = arr.shape[axis]
+    # Same cut as scipy.stats.trim_mean(…, 0.25): int() floors, so n = 5 cuts one from each
+    # end (keeps 3) and n < 4 cuts nothing. rliable computes its IQM exactly this way.
+    k = int(0.25 * n)
+    kept = np.take(arr, np.arange(k, n - k), axis=axis)
+    return np.mean(kept, axis=axis)
+
+
+def _success_fields(
+    successes: int, known: int
+) -> tuple[int | None, float | None, tuple[float, float] | None]:
+    if known == 0:
+        return None, None, None
+    return successes, successes / known, wilson_interval(successes, known)
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion ``successes / n``.
+
+    The bounds are exactly 0.0 when ``successes == 0`` and exactly 1.0 when
+    ``successes == n`` (the formula gives these in exact arithmetic; rounding could
+    otherwise produce -1e-17), and always lie inside ``[0, 1]``.
+
+    >>> lo, hi = wilson_interval(8, 10)
+    >>> round(lo, 4), round(hi, 4)
+    (0.4902, 0.9433)
+    >>> wilson_interval(0, 10)[0]
+    0.0
+    >>> round(wilson_interval(10, 10, confidence=0.99)[0], 4)
+    0.6011
+
+    Raises:
+        ValueError: if ``n`` is 0 (no outcomes, so no rate to bound), if ``successes`` is
+            outside ``0..n``, if either is not an integer, or if ``confidence`` is not in (0, 1).
+    """
+    try:
+        s = operator.index(successes)
+        total = operator.index(n)
+    except TypeError:
+        raise ValueError(
+            f"successes and n must be integers, got successes={successes!r}, n={n!r}."
+        ) from None
+    if total == 0:
+        raise ValueError(
+            "n is 0: a success rate needs at least one episode with a known outcome, "
+            "so there is no interval to compute."
+        )
+    if total < 0 or not 0 <= s <= total:
+        raise ValueError(f"need 0 <= successes <= n and n > 0, got successes={s}, n={total}.")
+    z = _z_for(confidence)
+
+    p = s / total
+    z2 = z * z
+    denom = 1.0 + z2 / total
+    center = (p + z2 / (2.0 * total)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / total + z2 / (4.0 * total * total)) / denom
+    lo = 0.0 if s == 0 else max(0.0, center - half)
+    hi = 1.0 if s == total else min(1.0, center + half)
+    return (lo, hi)
+
+
+# --------------------------------------------------------------------------- point estimates
+
+
+def iqm(values: ArrayLike) -> float:
+    """Interquartile mean: the mean of the middle 50% of the values.
+
+    Convention (rliable's, i.e. ``scipy.stats.trim_mean(values, 0.25)``): sort, drop
+    ``k = floor(0.25 * n)`` values from each end, average the rest. When ``n`` is a multiple
+    of 4 that is exactly the middle half; for other ``n`` slightly more than half is kept
+    (n = 5 keeps 3, n = 10 keeps 6), and for ``n < 4`` nothing is dropped, so the IQM is the
+    plain mean.
+
+    >>> iqm([1, 2, 3, 4, 5, 6, 7, 100])   # drops 1, 2 and 7, 100
+    4.5
+    >>> iqm([0, 10, 20, 30, 1000])        # n=5: drops one from each end
+    20.0
+
+    Raises:
+        ValueError: for empty input or non-finite values.
+    """
+    arr = _as_finite_1d(values, "values")
+    return float(_trim_mean_rows(arr))
+
+
+def bootstrap_ci(
+    values: ArrayLike,
+    statistic: Callable[..., Any],
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval for ``statistic(values)``.
+
+    All resample indices are drawn at once as an ``(n_resamples, n)`` array from
+    ``numpy.random.default_rng(seed)``, so the result is identical for identical inputs and
+    seed. ``statistic`` is first called as ``statistic(resamples, axis=-1)`` (numpy
+    reductions such as ``np.mean`` and ``np.median`` handle the whole array in one call);
+    if it does not take ``axis`` or returns the wrong shape it is applied row by row.
+    :func:`iqm` is recognised and run vectorised. Memory is ``8 * n_resamples * n`` bytes
+    for the indices (32 MB for 2000 resamples of 2000 episodes).
+
+    A single value has no sampling variability to estimate, so it gives ``(s, s)`` with
+    ``s = statistic(values)``.
+
+    >>> bootstrap_ci([5.0], np.mean)
+    (5.0, 5.0)
+    >>> lo, hi = bootstrap_ci([1.0, 2.0, 3.0, 4.0, 5.0], np.mean, seed=1)
+    >>> lo < 3.0 < hi
+    True
+
+    Raises:
+        ValueError: for empty or non-finite values, ``n_resamples < 1``, a confidence
+            outside (0, 1), or a statistic that returns non-finite numbers.
+    """
+    arr = _as_finite_1d(values, "values")
+    _check_confidence(confidence)
+    try:
+        resamples_count = operator.index(n_resamples)
+    except TypeError:
+        raise ValueError(f"n_resamples must be an integer, got {n_resamples!r}.") from None
+    if resamples_count < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {resamples_count}.")
+
+    # Route the public iqm to its vectorised twin: same numbers as summarize() gives, and
+    # one sort of the whole resample matrix instead of 2000 Python calls.
+    vectorised: Callable[..., Any] = _trim_mean_rows if statistic is iqm else statistic
+
+    n = arr.size
+    if n == 1:
+        point = float(np.asarray(vectorised(arr)).reshape(-1)[0])
+        if not math.isfinite(point):
+            raise ValueError(f"statistic returned {point!r} for the single value {arr[0]!r}.")
+        return (point, point)
+
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, n, size=(resamples_count, n))
+    resamples = arr[indices]
+
+    stats: np.ndarray | None = None
+    try:
+        candidate = np.asarray(vectorised(resamples, axis=-1), dtype=float)
+        if candidate.shape == (resamples_count,):
+            stats = candidate
+    except TypeError:
+        # The statistic has no axis keyword (e.g. a lambda over a 1-D array); fall back.
+        stats = None
+    if stats is None:
+        stats = np.array([float(vectorised(row)) for row in resamples], dtype=float)
+
+    if not np.all(np.isfinite(stats)):
+        raise ValueError("statistic returned NaN or infinity on some bootstrap resamples.")
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(stats, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return (float(lo), float(hi))
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics of one evaluation run (one policy, one environment, ``n`` episodes).
+
+    ``std`` is the population standard deviation (``ddof=0``), matching what
+    Stable-Baselines3's ``evaluate_policy`` and Gymnasium report. ``mean_ci`` and
+    ``iqm_ci`` are 95% percentile-bootstrap intervals (2000 resamples, seed 0).
+    The ``success_*`` fields are None when the environment never reported success;
+    otherwise they count only episodes whose outcome is known, and ``success_ci`` is the
+    95% Wilson interval over those.
+    """
+
+    n: int
+    mean: float
+    std: float
+    min: float
+    max: float
+    median: float
+    iqm: float
+    iqm_ci: tuple[float, float]
+    mean_ci: tuple[float, float]
+    success_count: int | None
+    success_rate: float | None
+    success_ci: tuple[float, float] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict: ints, floats, two-element lists, None; never NaN or inf.
+
+        >>> import json
+        >>> json.dumps(summarize([1.0]).to_dict(), allow_nan=False)[:30]
+        '{"n": 1, "mean": 1.0, "std": 0'
+        """
+        return {
+            "n": int(self.n),
+            "mean": _json_float(self.mean),
+            "std": _json_float(self.std),
+            "min": _json_float(self.min),
+            "max": _json_float(self.max),
+            "median": _json_float(self.median),
+            "iqm": _json_float(self.iqm),
+            "iqm_ci": _json_pair(self.iqm_ci),
+            "mean_ci": _json_pair(self.mean_ci),
+            "success_count": None if self.success_count is None else int(self.success_count),
+            "success_rate": _json_float(self.success_rate),
+            "success_ci": _json_pair(self.success_ci),
+        }
+
+
+def summarize(
+    returns: ArrayLike, successes: Sequence[bool | None] | None = None
+) -> Summary:
+    """Summarise the episode returns (and optional success flags) of one evaluation.
+
+    ``successes`` holds one flag per episode: True/False, or None where the environment
+    did not report an outcome. If it is omitted or every flag is None, the success fields
+    are None (an unreported rate is not a 0% rate). If only some are None, the rate and
+    its Wilson interval use the known episodes only.
+
+    >>> s = summarize([1.0, 2.0, 3.0, 4.0], successes=[True, False, None, True])
+    >>> s.mean, s.success_count, s.success_rate
+    (2.5, 2, 0.6666666666666666)
+    >>> summarize([1.0, 2.0]).success_rate is None
+    True
+
+    Raises:
+        ValueError: for empty or non-finite returns, bad success flags, or a ``successes``
+            sequence whose length differs from ``returns``.
+    """
+    arr = _as_finite_1d(returns, "returns")
+    n = int(arr.size)
+
+    success_count: int | None = None
+    success_rate: float | None = None
+    success_ci: tuple[float, float] | None = None
+    if successes is not None:
+        if isinstance(successes, (str, bytes)):
+            raise ValueError("successes must be a sequence of True/False/None, not a string.")
+        flags = list(successes)
+        if len(flags) != n:
+            raise ValueError(
+                f"successes has {len(flags)} entries but returns has {n}; "
+                "give one success flag (or None) per episode."
+            )
+        count, known, _unknown = _count_outcomes(flags, "successes")
+        success_count, success_rate, success_ci = _success_fields(count, known)
+
+    return Summary(
+        n=n,
+        mean=float(np.mean(arr)),
+        std=float(np.std(arr, ddof=0)),  # ddof=0: same convention as SB3 / Gymnasium
+        min=float(np.min(arr)),
+        max=float(np.max(arr)),
+        median=float(np.median(arr)),
+        iqm=float(_trim_mean_rows(arr)),
+        iqm_ci=bootstrap_ci(arr, iqm, _DEFAULT_CONFIDENCE, _DEFAULT_RESAMPLES, seed=0),
+        mean_ci=bootstrap_ci(arr, np.mean, _DEFAULT_CONFIDENCE, _DEFAULT_RESAMPLES, seed=0),
+        success_count=success_count,
+        success_rate=success_rate,
+        success_ci=success_ci,
+    )
+
+
+def paired_improvement(
+    policy_returns: ArrayLike, baseline_returns: ArrayLike, seed: int = 0
+) -> dict[str, Any]:
+    """Improvement of a policy over a baseline evaluated on the same episode seeds.
+
+    Because episode ``i`` of both runs used the same seed, the per-seed differences
+    ``policy[i] - baseline[i]`` cancel the seed-to-seed variation the two runs share;
+    bootstrapping those differences gives a much tighter (and honest) interval than
+    comparing two independent means.
+
+    Returns a JSON-safe dict:
+
+    * ``mean_diff`` -- mean of the per-seed differences (policy minus baseline);
+    * ``diff_ci`` -- 95% percentile-bootstrap interval of that mean, ``[lo, hi]``;
+    * ``policy_mean``, ``baseline_mean``, ``n_pairs``;
+    * ``ratio_of_means`` -- ``policy_mean / baseline_mean`` when that reads as "x times the
+      baseline", i.e. when ``baseline_mean > 0`` and ``policy_mean >= 0``; otherwise None
+      (with a zero or negative baseline the ratio's size and sign carry no meaning).
+
+    >>> d = paired_improvement([3.0, 4.0, 5.0], [1.0, 2.0, 3.0])
+    >>> d["mean_diff"], d["n_pairs"], d["ratio_of_means"]
+    (2.0, 3, 2.0)
+
+    Raises:
+        ValueError: if the two sequences differ in length, are empty, or hold non-finite values.
+    """
+    policy = _as_finite_1d(policy_returns, "policy_returns")
+    baseline = _as_finite_1d(baseline_returns, "baseline_returns")
+    if policy.size != baseline.size:
+        raise ValueError(
+            f"policy_returns has {policy.size} episodes but baseline_returns has {baseline.size}; "
+            "a paired comparison needs both evaluated on the same seeds, one return per seed."
+        )
+    diffs = policy - baseline
+    policy_mean = float(np.mean(policy))
+    baseline_mean = float(np.mean(baseline))
+    ratio = policy_mean / baseline_mean if baseline_mean > 0 and policy_mean >= 0 else None
+    return {
+        "mean_diff": _json_float(np.mean(diffs)),
+        "diff_ci": _json_pair(
+            bootstrap_ci(diffs, np.mean, _DEFAULT_CONFIDENCE, _DEFAULT_RESAMPLES, seed=seed)
+        ),
+        "policy_mean": _json_float(policy_mean),
+        "baseline_mean": _json_float(baseline_mean),
+        "n_pairs": int(policy.size),
+        "ratio_of_means": _json_float(ratio),
+    }
+
+
+def _group_entry(successes: int, known: int, unknown: int) -> dict[str, Any]:
+    count, rate, ci = _success_fields(successes, known)
+    return {
+        "success_count": count,
+        "n": known,
+        "n_unknown": unknown,
+        "success_rate": _json_float(rate),
+        "success_ci": _json_pair(ci),
+    }
+
+
+def aggregate(groups: Mapping[str, Sequence[bool | None]]) -> dict[str, Any]:
+    """Success rates of a benchmark suite: one entry per group plus ``"overall"``.
+
+    Each entry is ``{"success_count", "n", "n_unknown", "success_rate", "success_ci"}``
+    where ``n`` counts episodes with a known outcome, ``n_unknown`` those reported as None,
+    and ``success_ci`` is the 95% Wilson interval. A group with no known outcome has
+    ``success_count``, ``success_rate`` and ``success_ci`` set to None.
+
+    ``"overall"`` pools every known episode of every group (so larger groups weigh more)
+    and adds ``"mean_group_rate"``, the unweighted mean of the group rates that exist, for
+    suites where each task should count equally.
+
+    >>> out = aggregate({"reach": [True, True, False], "push": [False, None]})
+    >>> out["reach"]["success_count"], out["push"]["n"], out["overall"]["success_count"]
+    (2, 1, 2)
+
+    Raises:
+        ValueError: if there are no groups, a group is itself called ``"overall"``, or a
+            flag is not True/False/0/1/None.
+    """
+    if len(groups) == 0:
+        raise ValueError("aggregate() got no groups; pass at least one group of success flags.")
+    if "overall" in groups:
+        raise ValueError(
+            'a group is named "overall", which is reserved for the pooled entry; rename that group.'
+        )
+    result: dict[str, Any] = {}
+    total_s = total_known = total_unknown = 0
+    rates: list[float] = []
+    for name, outcomes in groups.items():
+        s, known, unknown = _count_outcomes(outcomes, f"group {name!r}")
+        result[str(name)] = _group_entry(s, known, unknown)
+        total_s += s
+        total_known += known
+        total_unknown += unknown
+        if known:
+            rates.append(s / known)
+    overall = _group_entry(total_s, total_known, total_unknown)
+    overall["mean_group_rate"] = _json_float(sum(rates) / len(rates)) if rates else None
+    result["overall"] = overall
+    return result
