@@ -1,0 +1,152 @@
+"""A run on disk: atomic writes, a staging folder, and provenance.
+
+A run is built in a hidden staging folder beside its final place (``.NAME.partial``) and
+moved into place when it is complete, so a reader never sees half a run, an existing run
+is never replaced without ``overwrite``, and an interrupted run can be resumed.
+
+Example:
+    >>> run = RunDir("runs/cheetah", overwrite=False, resume=False)
+    >>> write_json(run.path / "results.json", {"schema_version": 1})
+    >>> run.commit()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+RESULTS_SCHEMA_VERSION = 1
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write JSON atomically; NaN and infinity are refused (they are not JSON)."""
+    text = json.dumps(obj, indent=2, allow_nan=False)
+    return write_text(path, text + "\n")
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a text file atomically: a temporary sibling, then a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
+    """Append one row and flush, so a reader (or a resume) sees each episode as it ends."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row, allow_nan=False) + "\n")
+        f.flush()
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file; a torn last line (the process died mid-write) is dropped."""
+    rows = []
+    if Path(path).is_file():
+        for line in Path(path).read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return rows
+
+
+def refuse_existing(path: str | os.PathLike[str], overwrite: bool) -> None:
+    """One clear sentence when an output exists and the user did not ask to replace it."""
+    if Path(path).exists() and not overwrite:
+        raise UsageError(f"'{path}' already exists; pass --overwrite to replace it or choose "
+                         "another --out.")
+
+
+class RunDir:
+    """The folder of one run, staged until :meth:`commit`."""
+
+    def __init__(self, final: str | os.PathLike[str], *, overwrite: bool = False,
+                 resume: bool = False) -> None:
+        self.final = Path(final)
+        self.staging = self.final.with_name(f".{self.final.name}.partial")
+        self.resumed = False
+        if not resume:
+            refuse_existing(self.final, overwrite)
+        parent = self.final.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"Cannot create the output folder '{parent}' ({exc.strerror}); "
+                             "choose a writable --out.") from None
+        if not os.access(parent, os.W_OK):
+            raise UsageError(f"The output folder '{parent}' is not writable; choose a writable "
+                             "--out.")
+        if self.staging.exists():
+            if resume:
+                self.resumed = True
+            elif overwrite:
+                shutil.rmtree(self.staging)
+            else:
+                raise UsageError(f"An interrupted run of '{self.final}' is in '{self.staging}'; "
+                                 "pass --resume to continue it or --overwrite to start over.")
+        elif resume and self.final.exists():
+            # Resuming a finished run: work on it in staging, then put it back.
+            shutil.copytree(self.final, self.staging)
+            self.resumed = True
+        (self.staging / "tapes").mkdir(parents=True, exist_ok=True)
+        (self.staging / "videos").mkdir(exist_ok=True)
+
+    @property
+    def path(self) -> Path:
+        """Where files go while the run is being made."""
+        return self.staging
+
+    def commit(self) -> Path:
+        """Move the finished run into place, replacing an old one only now that it is whole."""
+        old = None
+        if self.final.exists():
+            old = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
+            os.replace(self.final, old)
+        os.replace(self.staging, self.final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.final
+
+    def discard(self) -> None:
+        """Remove the staging folder (bad input found before anything worth keeping)."""
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of the parts that decide the numbers, read without importing them."""
+    from .envs import package_version
+
+    names = ["rolltape", "numpy", "gymnasium", "mujoco", "stable-baselines3", "torch", "av"]
+    return {"python": platform.python_version(), **{n: package_version(n) for n in names}}
+
+
+def provenance(command: list[str] | None = None) -> dict[str, Any]:
+    """What ran, where: the command line, versions and platform."""
+    return {
+        "command": command if command is not None else list(sys.argv),
+        "cwd": os.getcwd(),
+        "versions": versions(),
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "processor": platform.processor() or None,
+            "cpu_count": os.cpu_count(),
+        },
+        "environment": {k: os.environ.get(k) for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM")},
+    }

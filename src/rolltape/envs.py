@@ -1,0 +1,156 @@
+"""Building envs from a spec, and reading what a replay must reproduce from them.
+
+An env spec is a small JSON-safe dict: ``{"id", "kwargs", "max_episode_steps", "versions"}``.
+Pass 1 builds it with ``render_mode=None``; pass 2 builds the same spec with
+``render_mode="rgb_array"``. Gymnasium is imported lazily so the orchestrator stays light.
+
+Example:
+    >>> spec = env_spec("HalfCheetah-v5", {"forward_reward_weight": 1.0})
+    >>> env = make_env(spec)
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import inspect
+from typing import Any
+
+import numpy as np
+
+from .errors import UsageError
+
+
+def env_spec(
+    env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None
+) -> dict[str, Any]:
+    """Check that ``env_id`` is registered and return the spec a tape stores."""
+    import gymnasium as gym
+
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else "see `gymnasium.pprint_registry()`."
+        raise UsageError(f"Unknown env id '{env_id}'; {hint}")
+    return {
+        "id": env_id,
+        "kwargs": dict(kwargs or {}),
+        "max_episode_steps": max_episode_steps,
+        # Read from package metadata: importing mujoco here would fix its GL backend.
+        "versions": {"gymnasium": gym.__version__, "mujoco": package_version("mujoco")},
+    }
+
+
+def package_version(name: str) -> str | None:
+    """Installed version of a distribution, without importing it (None when absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def make_env(
+    spec: dict[str, Any],
+    render_mode: str | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    camera: str | int | None = None,
+) -> Any:
+    """Build the env a spec describes; rendering options only apply when rendering."""
+    import gymnasium as gym
+
+    kwargs = dict(spec.get("kwargs") or {})
+    if spec.get("max_episode_steps") is not None:
+        kwargs["max_episode_steps"] = int(spec["max_episode_steps"])
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+        if render_mode == "rgb_array":
+            if render_mode not in _declared_render_modes(spec["id"]):
+                raise UsageError(
+                    f"Env '{spec['id']}' cannot render 'rgb_array' frames, so it cannot make "
+                    "a video; drop --video or choose an env that renders rgb_array."
+                )
+            sizing = {"width": width, "height": height}
+            if isinstance(camera, int):
+                sizing["camera_id"] = camera
+            elif camera is not None:
+                sizing["camera_name"] = camera
+            sizing = {k: v for k, v in sizing.items() if v is not None}
+            if sizing and _accepts(spec["id"], "width"):
+                kwargs.update(sizing)
+    try:
+        return gym.make(spec["id"], **kwargs)
+    except TypeError as exc:
+        raise UsageError(f"Env '{spec['id']}' rejected its kwargs {kwargs}: {exc}.") from None
+
+
+def _declared_render_modes(env_id: str) -> list[str]:
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    entry = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return list(getattr(creator, "metadata", {}).get("render_modes", []))
+
+
+def _accepts(env_id: str, name: str) -> bool:
+    """True when the env's constructor takes ``name`` (MuJoCo envs take width/height)."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    entry = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    try:
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def mujoco_data(env: Any) -> Any | None:
+    """The ``mujoco.MjData`` behind a Gymnasium MuJoCo env, or None for other envs."""
+    data = getattr(env.unwrapped, "data", None)
+    return data if data is not None and hasattr(data, "qpos") else None
+
+
+def restore_state(env: Any, qpos: np.ndarray, qvel: np.ndarray) -> None:
+    """Put a MuJoCo env into a recorded state so it can be drawn (``restore`` mode)."""
+    import mujoco
+
+    base = env.unwrapped
+    base.data.qpos[:] = qpos
+    base.data.qvel[:] = qvel
+    mujoco.mj_forward(base.model, base.data)
+
+
+def obs_digest(obs: Any) -> int:
+    """A 64-bit digest of an observation's exact bytes (dict observations by sorted key)."""
+    h = hashlib.blake2b(digest_size=8)
+    if isinstance(obs, dict):
+        for key in sorted(obs):
+            h.update(key.encode())
+            h.update(np.ascontiguousarray(obs[key]).tobytes())
+    else:
+        h.update(np.ascontiguousarray(obs).tobytes())
+    return int.from_bytes(h.digest(), "little")
+
+
+def json_safe(value: Any) -> Any:
+    """Turn numpy scalars/arrays and non-finite floats into plain JSON (NaN becomes None)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        f = float(value)
+        return f if np.isfinite(f) else None
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)

@@ -1,0 +1,299 @@
+"""Policies: what chooses the actions in pass 1.
+
+A policy source is a string, as on the command line:
+
+- ``random``: the action space's own sampler, seeded with each episode's seed;
+- ``sb3:PATH.zip`` (or just ``PATH.zip``): a Stable-Baselines3 checkpoint of any algorithm,
+  with optional VecNormalize statistics applied exactly as SB3 applies them at evaluation
+  (``training=False``, ``norm_reward=False``);
+- ``MODULE:ATTR`` or ``path/to/file.py:ATTR``: a Python callable ``obs -> action``, an object
+  with an SB3-style ``predict``, or a zero-argument factory returning either;
+- ``tape:PATH.npz``: open-loop replay of a recorded tape's actions.
+
+Only :func:`load_policy` imports a policy framework, and only in the process that calls it
+(the pass-1 worker): the orchestrator and the render workers never import torch.
+
+Example:
+    >>> policy = load_policy("sb3:ppo.zip", env, vecnormalize="vecnormalize.pkl")
+    >>> policy.reset(seed=1000)
+    >>> action = policy.act(obs)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import pickle
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .errors import UsageError
+
+SB3_ALGOS = ("PPO", "A2C", "SAC", "TD3", "DDPG", "DQN")
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex sha256 of a file, for provenance."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Policy:
+    """The interface pass 1 uses: ``reset(seed)`` at each episode start, then ``act(obs)``.
+
+    ``description`` is stored in every tape: what produced its actions.
+    """
+
+    description: dict[str, Any]
+
+    def reset(self, seed: int | None) -> None:
+        """Called before each episode with that episode's reset seed."""
+
+    def act(self, obs: Any) -> Any:
+        raise UsageError(f"{type(self).__name__} does not choose actions.")
+
+
+class RandomPolicy(Policy):
+    """Uniform samples from the action space, reseeded per episode so any episode replays alone."""
+
+    def __init__(self, action_space: Any) -> None:
+        self.action_space = action_space
+        self.description = {"kind": "random", "source": "random", "deterministic": False}
+
+    def reset(self, seed: int | None) -> None:
+        self.action_space.seed(seed)
+
+    def act(self, obs: Any) -> Any:
+        return self.action_space.sample()
+
+
+class SB3Policy(Policy):
+    """A Stable-Baselines3 model, with VecNormalize observation statistics when given."""
+
+    def __init__(self, model: Any, obs_normalizer: Any | None, deterministic: bool,
+                 description: dict[str, Any]) -> None:
+        self.model = model
+        self.obs_normalizer = obs_normalizer
+        self.deterministic = deterministic
+        self.description = description
+
+    def act(self, obs: Any) -> Any:
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer.normalize_obs(obs)
+        action, _ = self.model.predict(obs, deterministic=self.deterministic)
+        return action
+
+
+class CallablePolicy(Policy):
+    """A user function ``obs -> action`` or an object with SB3-style ``predict``."""
+
+    def __init__(self, fn: Callable[[Any], Any], description: dict[str, Any]) -> None:
+        self.fn = fn
+        self.description = description
+
+    def act(self, obs: Any) -> Any:
+        return self.fn(obs)
+
+
+class TapePolicy(Policy):
+    """Open-loop replay: the actions of a recorded tape, in order, whatever the observation."""
+
+    def __init__(self, actions: np.ndarray, description: dict[str, Any]) -> None:
+        self.actions = actions
+        self.description = description
+        self._t = 0
+
+    def reset(self, seed: int | None) -> None:
+        self._t = 0
+
+    def act(self, obs: Any) -> Any:
+        if self._t >= len(self.actions):
+            raise UsageError(
+                f"The tape policy ran out of actions after {len(self.actions)} steps; "
+                "replay it with the tape's own seed and env, or use --max-episode-steps."
+            )
+        action = self.actions[self._t]
+        self._t += 1
+        return action
+
+
+def load_policy(
+    source: str,
+    env: Any,
+    *,
+    vecnormalize: str | Path | None = None,
+    algo: str | None = None,
+    deterministic: bool = True,
+    device: str = "cpu",
+) -> Policy:
+    """Build the policy a source string names, checked against ``env``'s spaces."""
+    if source == "random":
+        if vecnormalize is not None:
+            raise UsageError("--vecnormalize applies to SB3 checkpoints, not to the random policy.")
+        return RandomPolicy(env.action_space)
+    if source.startswith("tape:"):
+        from .tape import Tape
+
+        tape = Tape.load(source[len("tape:"):])
+        desc = {"kind": "tape", "source": source[len("tape:"):],
+                "sha256": sha256_of(source[len("tape:"):]), "deterministic": True}
+        return TapePolicy(tape.actions, desc)
+    if source.startswith("sb3:") or source.endswith(".zip"):
+        path = Path(source[len("sb3:"):] if source.startswith("sb3:") else source)
+        return _load_sb3(path, env, vecnormalize, algo, deterministic, device)
+    if ":" in source:
+        if vecnormalize is not None:
+            raise UsageError("--vecnormalize applies to SB3 checkpoints, not to Python callables.")
+        return _load_callable(source, deterministic)
+    raise UsageError(
+        f"Policy '{source}' is not understood; use 'random', 'sb3:PATH.zip', "
+        "'MODULE:ATTR', 'FILE.py:ATTR' or 'tape:PATH.npz'."
+    )
+
+
+def detect_sb3_algo(path: Path) -> str:
+    """Read the algorithm from a checkpoint's saved attributes (no unpickling)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            data = json.loads(zf.read("data"))
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError):
+        raise UsageError(
+            f"Checkpoint '{path}' is not a readable Stable-Baselines3 .zip (corrupt or "
+            "truncated); re-save it with model.save()."
+        ) from None
+    policy_module = str(data.get("policy_class", {}).get("__module__", ""))
+    for name in ("sac", "td3", "dqn", "ddpg"):
+        if f".{name}." in policy_module:
+            return name.upper()
+    if "clip_range" in data or "n_epochs" in data:
+        return "PPO"
+    if "policy_class" in data and "gae_lambda" in data:
+        return "A2C"
+    raise UsageError(
+        f"Cannot tell which algorithm saved '{path}'; pass --algo with one of {', '.join(SB3_ALGOS)}."
+    )
+
+
+def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str | None,
+              deterministic: bool, device: str) -> SB3Policy:
+    if not path.is_file():
+        raise UsageError(f"Checkpoint '{path}' does not exist; give the path of an SB3 .zip.")
+    algo = (algo or detect_sb3_algo(path)).upper()
+    if algo not in SB3_ALGOS:
+        raise UsageError(f"Unknown --algo '{algo}'; use one of {', '.join(SB3_ALGOS)}.")
+    import stable_baselines3
+    import torch
+
+    # One thread: single-observation inference is latency-bound, and W workers share the cores.
+    torch.set_num_threads(1)
+    cls = getattr(stable_baselines3, algo)
+    try:
+        model = cls.load(path, device=device)
+    except Exception as exc:  # SB3 raises many types for a bad file
+        raise UsageError(
+            f"Checkpoint '{path}' could not be loaded as {algo} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); check the file and --algo."
+        ) from None
+    if model.observation_space.shape != env.observation_space.shape:
+        raise UsageError(
+            f"Checkpoint '{path}' expects observations of shape {model.observation_space.shape} "
+            f"but env '{env.spec.id}' gives {env.observation_space.shape}; use the env it was "
+            "trained on."
+        )
+    normalizer = None
+    desc: dict[str, Any] = {
+        "kind": "sb3", "algo": algo, "source": str(path), "sha256": sha256_of(path),
+        "deterministic": deterministic, "sb3_version": stable_baselines3.__version__,
+        "vecnormalize": None, "vecnormalize_sha256": None,
+    }
+    if vecnormalize is not None:
+        normalizer = load_vecnormalize(Path(vecnormalize), env)
+        desc["vecnormalize"] = str(vecnormalize)
+        desc["vecnormalize_sha256"] = sha256_of(vecnormalize)
+    return SB3Policy(model, normalizer, deterministic, desc)
+
+
+def load_vecnormalize(path: Path, env: Any) -> Any:
+    """Unpickle VecNormalize statistics and freeze them as SB3 does for evaluation."""
+    if not path.is_file():
+        raise UsageError(f"VecNormalize statistics '{path}' do not exist; give the .pkl saved "
+                         "with VecNormalize.save().")
+    try:
+        with open(path, "rb") as f:
+            stats = pickle.load(f)
+    except Exception as exc:
+        raise UsageError(
+            f"VecNormalize statistics '{path}' are corrupt or not a pickle ({type(exc).__name__}); "
+            "re-save them with VecNormalize.save()."
+        ) from None
+    if not hasattr(stats, "normalize_obs") or not hasattr(stats, "obs_rms"):
+        raise UsageError(f"'{path}' holds a {type(stats).__name__}, not VecNormalize statistics.")
+    stats_shape = getattr(stats.observation_space, "shape", None)
+    if stats_shape != env.observation_space.shape:
+        raise UsageError(
+            f"VecNormalize statistics '{path}' are for observations of shape {stats_shape} but "
+            f"env '{env.spec.id}' gives {env.observation_space.shape}; use the statistics saved "
+            "with this checkpoint."
+        )
+    stats.training = False
+    stats.norm_reward = False
+    return stats
+
+
+def _load_callable(source: str, deterministic: bool) -> CallablePolicy:
+    target, _, attr = source.rpartition(":")
+    if target.endswith(".py"):
+        file = Path(target)
+        if not file.is_file():
+            raise UsageError(f"Policy file '{file}' does not exist.")
+        spec = importlib.util.spec_from_file_location(f"rolltape_user_{file.stem}", file)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        digest = sha256_of(file)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise UsageError(f"Cannot import policy module '{target}' ({exc}).") from None
+        digest = None
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise UsageError(f"'{target}' has no attribute '{attr}'.")
+    if _is_factory(obj):
+        obj = obj()
+    desc = {"kind": "callable", "source": source, "sha256": digest, "deterministic": deterministic}
+    if hasattr(obj, "predict"):
+        predict = obj.predict
+        takes_flag = "deterministic" in inspect.signature(predict).parameters
+        if takes_flag:
+            return CallablePolicy(lambda o: predict(o, deterministic=deterministic)[0], desc)
+        return CallablePolicy(lambda o: predict(o)[0], desc)
+    if callable(obj):
+        return CallablePolicy(obj, desc)
+    raise UsageError(f"'{source}' is a {type(obj).__name__}, not a policy or a policy factory.")
+
+
+def _is_factory(obj: Any) -> bool:
+    """A class, or a function whose parameters all have defaults, builds the policy."""
+    if inspect.isclass(obj):
+        return True
+    if not callable(obj) or hasattr(obj, "predict"):
+        return False
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in params)

@@ -1,0 +1,44 @@
+"""Progress bars for long work, on stderr so stdout stays for results.
+
+A thin wrapper over rich so callers need not care whether progress is shown.
+
+Example:
+    >>> with Progress(enabled=True) as bar:
+    ...     task = bar.add("pass 1", total=30)
+    ...     bar.advance(task)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+
+class Progress:
+    """Bars when ``enabled``, silence otherwise; the same calls either way."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._bars = RichProgress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TimeRemainingColumn(),
+            console=Console(stderr=True), disable=not enabled,
+        )
+
+    def __enter__(self) -> Progress:
+        self._bars.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._bars.stop()
+
+    def add(self, label: str, total: int) -> Any:
+        return self._bars.add_task(label, total=total)
+
+    def advance(self, task: Any, n: int = 1) -> None:
+        self._bars.advance(task, n)
+
+    def update(self, task: Any, completed: int) -> None:
+        self._bars.update(task, completed=completed)

@@ -1,0 +1,151 @@
+"""Pass 1: run a policy with rendering off and record each episode as a tape.
+
+:func:`record_episode` is the whole algorithm: reset with the episode's seed, then
+act/step until the env says done, keeping what the env returned untouched (rewards stay
+float64; actions stay the exact array passed to ``env.step``). :func:`policy_worker` runs
+it for a list of episodes in a spawned process whose environment has no GL variables.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .envs import json_safe, make_env, mujoco_data, obs_digest
+from .errors import UsageError
+from .policies import Policy, load_policy
+from .tape import Tape
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode of pass 1: which role, which index, which seed, where its tape goes."""
+
+    role: str  # "policy" or "baseline"
+    index: int
+    seed: int
+    tape_path: str
+
+
+@dataclass(frozen=True)
+class PolicyJob:
+    """Everything a pass-1 worker needs; plain data so it crosses a process boundary."""
+
+    env: dict[str, Any]
+    policy: str
+    episodes: list[EpisodeJob]
+    vecnormalize: str | None = None
+    algo: str | None = None
+    deterministic: bool = True
+    reset_options: dict[str, Any] | None = None
+    extra_meta: dict[str, Any] = field(default_factory=dict)
+
+
+def record_episode(env: Any, policy: Policy, seed: int | None,
+                   options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Play one episode and return the fields of its tape (all but env/policy/meta)."""
+    start = time.perf_counter()
+    obs, info = env.reset(seed=seed, options=options)
+    policy.reset(seed)
+    data = mujoco_data(env)
+    digests = [obs_digest(obs)]
+    qpos = [data.qpos.copy()] if data is not None else None
+    qvel = [data.qvel.copy()] if data is not None else None
+    actions, rewards, terminated, truncated = [], [], [], []
+    done = False
+    while not done:
+        action = policy.act(obs)
+        obs, reward, term, trunc, info = env.step(action)
+        actions.append(np.array(action, copy=True))
+        rewards.append(reward)
+        terminated.append(term)
+        truncated.append(trunc)
+        digests.append(obs_digest(obs))
+        if data is not None:
+            qpos.append(data.qpos.copy())
+            qvel.append(data.qvel.copy())
+        done = term or trunc
+    wall = time.perf_counter() - start
+    success = info.get("is_success")
+    metrics = info.get("metrics")
+    return {
+        "seed": seed,
+        "options": options,
+        "actions": np.stack(actions),
+        "rewards": np.asarray(rewards, dtype=np.float64),
+        "terminated": np.asarray(terminated, dtype=bool),
+        "truncated": np.asarray(truncated, dtype=bool),
+        "obs_digest": np.asarray(digests, dtype=np.uint64),
+        "qpos": np.stack(qpos) if qpos is not None else None,
+        "qvel": np.stack(qvel) if qvel is not None else None,
+        "success": None if success is None else bool(success),
+        "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
+        "wall_s": wall,
+    }
+
+
+def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
+    """The per-episode line of results.json / episodes.jsonl."""
+    return {
+        "role": job.role,
+        "index": job.index,
+        "seed": job.seed,
+        "return": tape.total_return,
+        "length": tape.length,
+        "success": tape.success,
+        "terminated": bool(tape.terminated[-1]),
+        "truncated": bool(tape.truncated[-1]),
+        "metrics": tape.metrics,
+        "wall_s": tape.wall_s,
+        "tape": job.tape_path,
+    }
+
+
+def run_policy_job(job: PolicyJob, send: Any) -> None:
+    """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
+    env = make_env(job.env)
+    try:
+        policy = load_policy(job.policy, env, vecnormalize=job.vecnormalize, algo=job.algo,
+                             deterministic=job.deterministic)
+        send(("policy", {"role": job.episodes[0].role if job.episodes else None,
+                         **policy.description}))
+        for ep in job.episodes:
+            fields = record_episode(env, policy, ep.seed, job.reset_options)
+            tape = Tape(env=job.env, policy=policy.description,
+                        meta={"role": ep.role, "index": ep.index, **job.extra_meta}, **fields)
+            tape.save(ep.tape_path)
+            send(("episode", episode_row(tape, ep)))
+    finally:
+        env.close()
+
+
+def policy_worker(jobs: list[PolicyJob], conn: Any) -> None:
+    """Entry point of a spawned pass-1 process: run the jobs in order, report over ``conn``."""
+    # Pass 1 never renders: a GL backend in the environment could only add risk.
+    for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
+        os.environ.pop(var, None)
+    try:
+        for job in jobs:
+            run_policy_job(job, conn.send)
+        conn.send(("done", None))
+    except UsageError as exc:
+        conn.send(("usage_error", str(exc)))
+    except BaseException as exc:  # report, then let the parent decide
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    finally:
+        conn.close()
+
+
+def tape_name(role: str, index: int) -> str:
+    """File name of an episode's tape inside ``tapes/``."""
+    return f"{role}-{index:04d}.npz"
+
+
+def tapes_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "tapes"
