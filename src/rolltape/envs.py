@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import inspect
 from typing import Any
 
@@ -27,8 +28,16 @@ def env_spec(
     """Check that ``env_id`` is registered and return the spec a tape stores."""
     import gymnasium as gym
 
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+    if ":" in env_id:  # "module:EnvId", as gym.make accepts: the module registers the env
+        module, _, name = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UsageError(f"Cannot import '{module}' for env '{env_id}' ({exc}).") from None
+    else:
+        name = env_id
+    if name not in gym.registry:
+        close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}?" if close else "see `gymnasium.pprint_registry()`."
         raise UsageError(f"Unknown env id '{env_id}'; {hint}")
     return {
@@ -60,6 +69,9 @@ def make_env(
     """Build the env a spec describes; rendering options only apply when rendering."""
     import gymnasium as gym
 
+    _collect_mujoco_warnings()
+    if ":" in spec["id"]:
+        importlib.import_module(spec["id"].partition(":")[0])
     kwargs = dict(spec.get("kwargs") or {})
     if spec.get("max_episode_steps") is not None:
         kwargs["max_episode_steps"] = int(spec["max_episode_steps"])
@@ -85,11 +97,32 @@ def make_env(
         raise UsageError(f"Env '{spec['id']}' rejected its kwargs {kwargs}: {exc}.") from None
 
 
+_MUJOCO_WARNINGS: list[str] = []
+
+
+def _collect_mujoco_warnings() -> None:
+    """Keep MuJoCo's warnings (e.g. deprecated XML attributes) instead of letting it print
+    them and write MUJOCO_LOG.TXT into the user's folder; :func:`mujoco_warnings` returns them."""
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        def keep(message: str) -> None:
+            if message not in _MUJOCO_WARNINGS:
+                _MUJOCO_WARNINGS.append(message)
+
+        mujoco.set_mju_user_warning(keep)
+
+
+def mujoco_warnings() -> list[str]:
+    """MuJoCo warnings raised in this process so far (each once)."""
+    return list(_MUJOCO_WARNINGS)
+
+
 def _declared_render_modes(env_id: str) -> list[str]:
     import gymnasium as gym
     from gymnasium.envs.registration import load_env_creator
 
-    entry = gym.spec(env_id).entry_point
+    entry = gym.spec(env_id.rpartition(":")[2]).entry_point
     creator = load_env_creator(entry) if isinstance(entry, str) else entry
     return list(getattr(creator, "metadata", {}).get("render_modes", []))
 
@@ -99,7 +132,7 @@ def _accepts(env_id: str, name: str) -> bool:
     import gymnasium as gym
     from gymnasium.envs.registration import load_env_creator
 
-    entry = gym.spec(env_id).entry_point
+    entry = gym.spec(env_id.rpartition(":")[2]).entry_point
     creator = load_env_creator(entry) if isinstance(entry, str) else entry
     try:
         params = inspect.signature(creator).parameters.values()

@@ -22,7 +22,7 @@ from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, provenance
                         write_json)
 from .backends import DEFAULT_ORDER, parse_backends
 from .encode import format_from_path
-from .envs import env_spec, make_env
+from .envs import env_spec
 from .errors import DivergenceError, UsageError
 from .executors import describe_exit, spawn_worker, stop_worker
 from .progress import Progress
@@ -136,8 +136,6 @@ def evaluate(
     spec = env_spec(env, env_kwargs, max_episode_steps)
     wants_video = video not in (0, "0", "", "none", None) and not (
         isinstance(video, (list, tuple)) and not video)
-    if wants_video:
-        make_env(spec, "rgb_array", width=width, height=height, camera=camera).close()
 
     run = RunDir(out, overwrite=overwrite, resume=resume)
     try:
@@ -172,7 +170,8 @@ def _run(run: RunDir, spec: dict[str, Any], policy: str, episodes: int, seed: in
             jobs.append(PolicyJob(env=spec, policy=source, episodes=todo,
                                   vecnormalize=str(vecnormalize) if role == "policy" and vecnormalize else None,
                                   algo=algo if role == "policy" else None,
-                                  deterministic=deterministic if role == "policy" else False))
+                                  deterministic=deterministic if role == "policy" else False,
+                                  needs_rgb_array=bool(video)))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions: dict[str, dict[str, Any]] = (
@@ -211,6 +210,7 @@ def _run(run: RunDir, spec: dict[str, Any], policy: str, episodes: int, seed: in
                     elif kind == "error":
                         raise RuntimeError(f"Pass 1 failed: {payload}")
                     elif kind == "done":
+                        warnings.extend(f"MuJoCo: {w}" for w in payload)
                         break
             finally:
                 stop_worker(worker)
@@ -257,6 +257,8 @@ def _run(run: RunDir, spec: dict[str, Any], policy: str, episodes: int, seed: in
                     entry["path"] = str(Path(result.outputs[0]).relative_to(root))
                     entry["tape"] = rows["policy"][i]["tape"]
                     entry.pop("outputs", None)
+                    warnings.extend(f"MuJoCo: {w}" for w in entry.pop("warnings")
+                                    if f"MuJoCo: {w}" not in warnings)
                     if result.divergence is not None:
                         warnings.append(f"Episode {i} diverged on replay at "
                                         f"{result.divergence.describe()}.")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 import traceback
 from collections import deque
@@ -90,6 +91,8 @@ class RenderResult:
     replay_return: float | None
     seconds: float
     failures: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (backend, reason)
+    warnings: tuple[str, ...] = ()  # what MuJoCo warned about in the worker
+    torch_loaded: bool = False  # isolation check: a render worker must never import torch
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -139,8 +142,12 @@ class _Replayer:
         if key in self._drawn_once:
             return env.render()
         # The first frame of a new context is where a broken backend shows itself.
+        from gymnasium.error import DependencyNotInstalled
+
         try:
             frame = env.render()
+        except DependencyNotInstalled as exc:
+            raise UsageError(f"Env '{env.spec.id}' cannot draw here: {exc}.") from None
         except Exception as exc:
             raise BackendFailure(f"could not draw: {type(exc).__name__}: {exc}") from None
         if frame is None or frame.size == 0 or frame.min() == frame.max():
@@ -150,6 +157,7 @@ class _Replayer:
 
     def run(self, req: RenderRequest) -> RenderResult:
         from .encode import open_writer
+        from .envs import mujoco_warnings
         from .tape import Tape
 
         start = time.perf_counter()
@@ -189,10 +197,10 @@ class _Replayer:
             raise
         verified = None if req.mode == "restore" else divergence is None
         return RenderResult(
-            tape=req.tape, outputs=tuple(req.outputs), mode=mode,
+            tape=req.tape, warnings=tuple(mujoco_warnings()), outputs=tuple(req.outputs), mode=mode,
             backend=self.backend if draw else None, steps=tape.length, frames=frames,
             verified=verified, divergence=divergence, replay_return=replay_return,
-            seconds=time.perf_counter() - start,
+            seconds=time.perf_counter() - start, torch_loaded="torch" in sys.modules,
         )
 
     def _resim(self, tape: Any, key: str, env: Any, writers: list[Any], req: RenderRequest,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .envs import json_safe, make_env, mujoco_data, obs_digest
+from .envs import json_safe, make_env, mujoco_data, mujoco_warnings, obs_digest
 from .errors import UsageError
 from .policies import Policy, load_policy
 from .tape import Tape
@@ -44,6 +44,7 @@ class PolicyJob:
     algo: str | None = None
     deterministic: bool = True
     reset_options: dict[str, Any] | None = None
+    needs_rgb_array: bool = False  # a video was asked for: refuse an env that cannot draw
     extra_meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -111,6 +112,9 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
     """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
     env = make_env(job.env)
     try:
+        if job.needs_rgb_array and "rgb_array" not in env.metadata.get("render_modes", []):
+            raise UsageError(f"Env '{job.env['id']}' cannot render 'rgb_array' frames, so it "
+                             "cannot make a video; drop --video or choose an env that can.")
         policy = load_policy(job.policy, env, vecnormalize=job.vecnormalize, algo=job.algo,
                              deterministic=job.deterministic)
         send(("policy", {"role": job.episodes[0].role if job.episodes else None,
@@ -133,7 +137,7 @@ def policy_worker(jobs: list[PolicyJob], conn: Any) -> None:
     try:
         for job in jobs:
             run_policy_job(job, conn.send)
-        conn.send(("done", None))
+        conn.send(("done", mujoco_warnings()))
     except UsageError as exc:
         conn.send(("usage_error", str(exc)))
     except BaseException as exc:  # report, then let the parent decide

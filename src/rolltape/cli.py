@@ -1,0 +1,293 @@
+"""The ``rolltape`` command: a thin layer over the Python API.
+
+Each verb parses its flags, calls one API function and prints what it did. Bad input is
+one sentence on stderr and exit status 2; a replay that diverged with
+``--on-divergence fail`` exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .backends import DEFAULT_ORDER
+from .errors import DivergenceError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Evaluate RL policies with rendering off; render their tapes faithfully.")
+out = Console()
+err = Console(stderr=True)
+
+BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
+
+
+def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
+    """KEY=VALUE pairs; values are JSON when they parse (1.5, true, [1,2]), else strings."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env-kwargs '{pair}' must look like KEY=VALUE.")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
+
+
+@app.command("eval")
+def eval_(
+    env: str = typer.Argument(..., help="Gymnasium env id, e.g. HalfCheetah-v5."),
+    policy: str = typer.Option("random", "--policy", "-p",
+                               help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz"),
+    vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics (.pkl)."),
+    algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
+    episodes: int = typer.Option(10, "--episodes", "-n", help="Number of episodes."),
+    seed: int = typer.Option(0, help="Episode i is reset with seed + i."),
+    baseline: Optional[str] = typer.Option(None, help="'random': run it on the same seeds."),
+    stochastic: bool = typer.Option(False, help="Sample actions instead of the deterministic ones."),
+    env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs", help="KEY=VALUE, repeatable."),
+    max_episode_steps: Optional[int] = typer.Option(None, help="Override the env's time limit."),
+    video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median, or 0,3,7."),
+    video_format: str = typer.Option("mp4", "--format", help="mp4, webm or gif."),
+    width: Optional[int] = typer.Option(None, help="Frame width (env default when omitted)."),
+    height: Optional[int] = typer.Option(None, help="Frame height."),
+    camera: Optional[str] = typer.Option(None, help="MuJoCo camera name."),
+    mode: str = typer.Option("resim", help="resim (verify), restore (draw recorded states), auto."),
+    backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
+    rtol: float = typer.Option(0.0, help="Relative tolerance for reward parity (exact by default)."),
+    atol: float = typer.Option(0.0, help="Absolute tolerance for reward parity."),
+    on_divergence: str = typer.Option("warn", help="warn (keep and mark the video) or fail."),
+    render_timeout: float = typer.Option(120.0, help="Seconds without progress before a render worker counts as hung."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder (default runs/ENV-TIME)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing run folder."),
+    resume: bool = typer.Option(False, help="Continue an interrupted run in --out."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
+    from .evaluate import evaluate
+
+    run = evaluate(
+        env, policy, episodes=episodes, seed=seed,
+        out=out_dir or Path("runs") / f"{env}-{time.strftime('%Y%m%d-%H%M%S')}",
+        baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
+        env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps, video=video,
+        video_format=video_format, width=width, height=height, camera=camera, mode=mode,
+        backends=backends, rtol=rtol, atol=atol, on_divergence=on_divergence,
+        render_timeout=render_timeout, overwrite=overwrite, resume=resume,
+        show_progress=not quiet, command=sys.argv,
+    )
+    print_run(run.results, run.path)
+
+
+def print_run(results: dict[str, Any], path: Path) -> None:
+    """The summary table, the videos and where everything went."""
+    summary = results["summary"]
+    table = Table(title=f"{results['env_id']}: {results['episodes']} episodes, seeds "
+                        f"{results['seed']}..{results['seed'] + results['episodes'] - 1}")
+    for col in ("", "mean ± std", "IQM [95% CI]", "min / max", "success [95% CI]", "length"):
+        table.add_column(col, justify="right")
+    for role, s in summary.items():
+        success = "n/a" if s["success_rate"] is None else (
+            f"{s['success_count']}/{s['n']} [{s['success_ci'][0]:.2f}, {s['success_ci'][1]:.2f}]")
+        table.add_row(role, f"{s['mean']:.2f} ± {s['std']:.2f}",
+                      f"{s['iqm']:.2f} [{s['iqm_ci'][0]:.2f}, {s['iqm_ci'][1]:.2f}]",
+                      f"{s['min']:.2f} / {s['max']:.2f}", success, f"{s['mean_length']:.0f}")
+    out.print(table)
+    imp = results.get("improvement_over_baseline")
+    if imp:
+        lo, hi = imp["diff_ci"]
+        out.print(f"improvement over random on the same seeds: {imp['mean_diff']:+.2f} "
+                  f"(95% CI {lo:+.2f} .. {hi:+.2f})")
+    for v in results.get("videos", []):
+        if v.get("path") is None:
+            out.print(f"episode {v['index']}: not rendered")
+            continue
+        status = ("verified: replay earned exactly what pass 1 earned" if v["verified"]
+                  else f"DIVERGED at {v['divergence_text']}" if v["verified"] is False
+                  else "drawn from recorded states (not re-simulated)")
+        out.print(f"video {path / v['path']} ({v['frames']} frames, {v['backend']}): {status}")
+    for w in results.get("warnings", []):
+        err.print(f"warning: {w}")
+    out.print(f"run written to {path}/ (results.json, episodes.jsonl, metadata.json, tapes/, videos/)")
+
+
+def default_video_path(tape: Path, fmt: str) -> Path:
+    """Beside the run's tapes/ folder in videos/, else beside the tape."""
+    folder = tape.parent.parent / "videos" if tape.parent.name == "tapes" else tape.parent
+    return folder / f"{tape.stem}.{fmt}"
+
+
+@app.command()
+def render(
+    tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
+    output: Optional[Path] = typer.Option(None, "--out", "-o",
+                                          help="Output file (one tape) or folder (several)."),
+    video_format: Optional[str] = typer.Option(None, "--format", help="mp4, webm, gif or png."),
+    mode: str = typer.Option("resim", help="resim, restore or auto."),
+    width: Optional[int] = typer.Option(None), height: Optional[int] = typer.Option(None),
+    camera: Optional[str] = typer.Option(None),
+    fps: Optional[float] = typer.Option(None, help="Frame rate (env's render_fps by default)."),
+    env: Optional[str] = typer.Option(None, help="Replay on this env id instead of the tape's."),
+    backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
+    workers: int = typer.Option(1, help="Render processes."),
+    rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
+    on_divergence: str = typer.Option("warn", help="warn or fail."),
+    overwrite: bool = typer.Option(False),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Replay tapes in isolated render processes, verify them and write videos."""
+    from .encode import format_from_path
+    from .render import RenderRequest, render as render_tapes
+
+    fmt = video_format or (format_from_path(output) if output and len(tapes) == 1 else "mp4")
+    if on_divergence not in ("warn", "fail"):
+        raise UsageError("--on-divergence must be warn or fail.")
+    requests = []
+    for tape in tapes:
+        if output is None:
+            target = default_video_path(tape, fmt)
+        elif len(tapes) == 1:
+            target = output
+        else:
+            target = output / f"{tape.stem}.{fmt}"
+        requests.append(RenderRequest(str(tape), (str(target),), mode=mode, width=width,
+                                      height=height, camera=camera, fps=fps, rtol=rtol,
+                                      atol=atol, overwrite=overwrite, env_id=env))
+    _check_tapes(tapes)
+    results = _run_with_bar(requests, backends, workers, quiet)
+    diverged = _print_replays(results)
+    if diverged and on_divergence == "fail":
+        raise DivergenceError(f"{diverged} replay(s) diverged from pass 1.")
+
+
+@app.command()
+def verify(
+    tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
+    rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
+    env: Optional[str] = typer.Option(None, help="Replay on this env id instead of the tape's."),
+    workers: int = typer.Option(1, help="Verification processes."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
+    from .render import RenderRequest
+
+    _check_tapes(tapes)
+    requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol, env_id=env) for t in tapes]
+    results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
+    if _print_replays(results):
+        raise DivergenceError("Some tapes did not replay exactly; see the first divergent step above.")
+
+
+def _check_tapes(tapes: list[Path]) -> None:
+    """Load each tape once up front so a bad one is reported before any work starts."""
+    from .tape import Tape
+
+    for tape in tapes:
+        Tape.load(tape)
+
+
+def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,
+                  quiet: bool) -> list[Any]:
+    from .progress import Progress
+    from .render import render as render_tapes
+    from .tape import Tape
+
+    totals = [Tape.load(r.tape).length + 1 for r in requests]
+    with Progress(not quiet) as bar:
+        task = bar.add(f"replaying {len(requests)} tape(s)", sum(totals))
+        seen = [0] * len(requests)
+
+        def on_progress(i: int, frames: int) -> None:
+            seen[i] = frames
+            bar.update(task, sum(seen))
+
+        def on_result(i: int, result: Any) -> None:
+            seen[i] = totals[i]
+            bar.update(task, sum(seen))
+
+        return render_tapes(requests, backends=backends, workers=workers,
+                            on_progress=on_progress, on_result=on_result)
+
+
+def _print_replays(results: list[Any]) -> int:
+    diverged = 0
+    for r in results:
+        if r.verified is False:
+            diverged += 1
+            out.print(f"[red]DIVERGED[/red] {r.tape}: first at {r.divergence.describe()}")
+        else:
+            what = "verified" if r.verified else "drawn from recorded states"
+            out.print(f"[green]ok[/green] {r.tape}: {r.steps} steps, return "
+                      f"{r.replay_return if r.replay_return is not None else 'n/a'}, {what}")
+        for path in r.outputs:
+            out.print(f"  wrote {path} ({r.frames} frames, backend {r.backend})")
+        for backend, why in r.failures:
+            err.print(f"  note: {backend} failed first: {why}")
+    return diverged
+
+
+@app.command()
+def doctor(
+    backends: str = typer.Option("egl,osmesa,glfw", help=BACKENDS_HELP),
+    timeout: float = typer.Option(60.0, help="Seconds before a probe counts as hung."),
+) -> None:
+    """Probe each GL backend in a subprocess: which work here, why the others fail."""
+    from .backends import doctor as run_doctor, first_working, format_doctor
+
+    results = run_doctor(backends, timeout=timeout)
+    out.print(format_doctor(results), highlight=False)
+    if first_working(results, [r.backend for r in results]) is None:
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(
+    episodes: int = typer.Option(10, "--episodes", "-n"),
+    output: Path = typer.Option(Path("runs/demo"), "--out", "-o"),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Evaluate the bundled demo policy against a random baseline and render one verified video."""
+    from .demo import demo_assets
+    from .evaluate import evaluate
+
+    assets = demo_assets()
+    out.print(f"demo: {assets['env_id']} with the bundled PPO policy "
+              f"({assets['timesteps']:,} training steps), {episodes} episodes vs random")
+    run = evaluate(assets["env_id"], f"sb3:{assets['policy']}", vecnormalize=assets["vecnormalize"],
+                   episodes=episodes, seed=1000, baseline="random", video="best", out=output,
+                   overwrite=True, show_progress=not quiet, command=sys.argv)
+    print_run(run.results, run.path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run the app, turning our errors into one line and an exit code."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except (UsageError, DivergenceError) as exc:
+        err.print(f"rolltape: {exc}", highlight=False, markup=False)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("rolltape: interrupted; rerun with --resume to continue a run.")
+        return 130
+    except Exception as exc:  # click's own usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return 2
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""The bundled demo policy: a small PPO + VecNormalize checkpoint trained by scripts/train_demo.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+
+DEMO_DIR = Path(__file__).resolve().parent
+
+
+def demo_assets() -> dict[str, Any]:
+    """Paths of the bundled checkpoint and statistics, with what ``demo.json`` says of them."""
+    info_path = DEMO_DIR / "demo.json"
+    policy, stats = DEMO_DIR / "policy.zip", DEMO_DIR / "vecnormalize.pkl"
+    if not (info_path.is_file() and policy.is_file() and stats.is_file()):
+        raise UsageError(f"The demo policy is missing from '{DEMO_DIR}'; retrain it with "
+                         "`python scripts/train_demo.py`.")
+    info = json.loads(info_path.read_text())
+    return {**info, "policy": str(policy), "vecnormalize": str(stats)}

@@ -1,0 +1,70 @@
+"""Shared fixtures: real envs, a real SB3 PPO checkpoint with VecNormalize, real runs.
+
+The checkpoint is trained here (a few hundred steps: the tests need a real SB3 file with
+real statistics, not a good policy), once per session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV_ID = "HalfCheetah-v5"
+SHORT = 40  # steps per episode in most tests: short horizons keep the suite fast
+
+
+def _train(out: Path, env_id: str, algo: str = "PPO", steps: int = 512) -> None:
+    code = f"""
+import torch
+torch.set_num_threads(1)
+import gymnasium as gym
+import stable_baselines3 as sb3
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+venv = VecNormalize(DummyVecEnv([lambda: gym.make({env_id!r})]), norm_obs=True, norm_reward=True)
+kw = dict(n_steps=256, batch_size=64, n_epochs=1) if {algo!r} == "PPO" else dict(learning_starts=50)
+model = getattr(sb3, {algo!r})("MlpPolicy", venv, seed=0, device="cpu",
+                               policy_kwargs=dict(net_arch=[32, 32]), **kw)
+model.learn({steps})
+model.save({str(out / "model.zip")!r})
+venv.save({str(out / "vecnormalize.pkl")!r})
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=out)
+
+
+@pytest.fixture(scope="session")
+def ppo_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(model.zip, vecnormalize.pkl) of a PPO trained briefly on HalfCheetah-v5."""
+    out = tmp_path_factory.mktemp("ppo")
+    _train(out, ENV_ID)
+    return out / "model.zip", out / "vecnormalize.pkl"
+
+
+@pytest.fixture(scope="session")
+def hopper_stats(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """VecNormalize statistics of another env (Hopper: 11-dim observations, not 17)."""
+    out = tmp_path_factory.mktemp("hopper")
+    _train(out, "Hopper-v5", steps=256)
+    return out / "vecnormalize.pkl"
+
+
+@pytest.fixture(scope="session")
+def random_run(tmp_path_factory: pytest.TempPathFactory):
+    """A finished run: 3 random HalfCheetah episodes of 40 steps, one video, a baseline."""
+    from rolltape import evaluate
+
+    out = tmp_path_factory.mktemp("runs") / "random"
+    return evaluate(ENV_ID, "random", episodes=3, seed=7, baseline="random",
+                    max_episode_steps=SHORT, video=1, out=out)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """Run the real `rolltape` command in a subprocess and capture what it prints."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rolltape.cli", *args], capture_output=True,
+                          text=True, env=full_env, cwd=cwd, timeout=600)
