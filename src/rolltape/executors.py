@@ -1,6 +1,6 @@
 """Where workers run. The default is local fresh processes; nothing here imports torch or GL.
 
-A worker is a new Python interpreter (``python -m rolltape.executors``), never a fork: a
+A worker is a new Python interpreter (``python -c _CHILD``), never a fork: a
 forked child would inherit the parent's modules and any GL or torch thread state, which is
 what isolation must avoid. Unlike multiprocessing's spawn it does not re-run the caller's
 ``__main__``, so ``rolltape.evaluate`` works from a script without a ``__main__`` guard,
@@ -46,7 +46,7 @@ def spawn_worker(target: Callable[..., None], *args: Any,
         else:
             child_env[key] = value
     ours, theirs = socket.socketpair()
-    cmd = [sys.executable, "-m", "rolltape.executors", target.__module__, target.__qualname__,
+    cmd = [sys.executable, "-c", _CHILD, target.__module__, target.__qualname__,
            str(theirs.fileno())]
     proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env)
     theirs.close()  # so our recv() sees EOF when the child dies
@@ -87,16 +87,15 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
-def _child_main(module: str, qualname: str, fd: str) -> None:
-    import importlib
-
-    conn = Connection(int(fd))
-    args = conn.recv()
-    target = importlib.import_module(module)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    target(*args, conn)
-
-
-if __name__ == "__main__":
-    _child_main(*sys.argv[1:4])
+# The child's whole program: read the arguments from the pipe, import the target, call it.
+_CHILD = """
+import importlib, sys
+from multiprocessing.connection import Connection
+module, qualname, fd = sys.argv[1:4]
+conn = Connection(int(fd))
+args = conn.recv()
+target = importlib.import_module(module)
+for part in qualname.split("."):
+    target = getattr(target, part)
+target(*args, conn)
+"""

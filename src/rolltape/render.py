@@ -10,6 +10,8 @@ Two ways to draw a tape:
   termination and observation digest is compared with pass 1. Frames = steps + 1.
 - ``restore`` (MuJoCo): set each recorded physics state and draw it; shows what pass 1
   did even where re-simulation would differ. ``auto`` resims and falls back to restore.
+  Its frames differ slightly from resim's: after a step Gymnasium draws body poses computed
+  at the start of the last physics substep, restore draws the recorded state itself.
 
 The parent tries backends in order (egl, then osmesa by default). A worker that crashes,
 hangs or draws blank frames fails only its current tape, which is retried on the next

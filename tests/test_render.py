@@ -1,0 +1,138 @@
+"""Pass 2: real render workers under Mesa (EGL, OSMesa), exact parity, fallbacks, divergence."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from rolltape import RenderRequest, Tape, UsageError, render
+from rolltape.encode import count_frames, read_frames
+
+
+@pytest.fixture(scope="module")
+def tape_path(random_run):
+    return random_run.path / random_run.results["episodes_rows"][1]["tape"]
+
+
+@pytest.mark.parametrize("backend", ["egl", "osmesa"])
+def test_replay_earns_exactly_what_pass_one_earned(tape_path, tmp_path, backend):
+    tape = Tape.load(tape_path)
+    out = tmp_path / f"{backend}.mp4"
+    [result] = render([RenderRequest(str(tape_path), (str(out),), width=96, height=64)],
+                      backends=backend)
+    assert result.backend == backend and result.verified is True and result.divergence is None
+    assert result.replay_return == tape.total_return
+    assert result.frames == tape.length + 1 == count_frames(out)
+    assert not result.torch_loaded  # the render worker never imports a policy framework
+
+
+def test_run_video_matches_its_tape(random_run):
+    [video] = random_run.results["videos"]
+    tape = Tape.load(random_run.path / video["tape"])
+    assert video["verified"] is True and video["frames"] == tape.length + 1
+    assert count_frames(random_run.path / video["path"]) == tape.length + 1
+
+
+def test_verify_only_draws_nothing_and_needs_no_gl(tape_path):
+    [result] = render([RenderRequest(str(tape_path))], backends="glfw")  # glfw cannot work here
+    assert result.verified is True and result.frames == 0 and result.backend is None
+
+
+def test_unusable_first_backend_falls_back(tape_path, tmp_path, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    [result] = render([RenderRequest(str(tape_path), (str(tmp_path / "a.gif"),),
+                                     width=64, height=64)], backends="glfw,osmesa")
+    assert result.backend == "osmesa" and result.verified
+    assert [b for b, _ in result.failures] == ["glfw"]
+    assert count_frames(tmp_path / "a.gif") == result.frames
+
+
+@pytest.mark.parametrize("fault, reason", [("crash", "SIGSEGV"), ("hang", "hung")])
+def test_crashing_or_hanging_backend_fails_only_its_tape(tape_path, tmp_path, monkeypatch,
+                                                         fault, reason):
+    # A real driver segfault or hang cannot be caused on demand: ROLLTAPE_FAULT injects one.
+    monkeypatch.setenv("ROLLTAPE_FAULT", f"{fault}:egl")
+    reqs = [RenderRequest(str(tape_path), (str(tmp_path / f"{k}.mp4"),), width=64, height=64)
+            for k in range(2)]
+    results = render(reqs, backends="egl,osmesa", timeout=8)
+    assert [r.backend for r in results] == ["osmesa", "osmesa"]
+    assert reason in results[0].failures[0][1]
+    assert all(r.verified for r in results)
+
+
+def test_every_backend_failing_names_each_reason(tape_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLTAPE_FAULT", "crash:osmesa")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with pytest.raises(UsageError) as info:
+        render([RenderRequest(str(tape_path), (str(tmp_path / "x.mp4"),))],
+               backends="glfw,osmesa")
+    message = str(info.value)
+    assert "glfw:" in message and "osmesa:" in message and "rolltape doctor" in message
+    assert not (tmp_path / "x.mp4").exists() and list(tmp_path.iterdir()) == []
+
+
+def altered(tape_path, tmp_path, step: int) -> str:
+    tape = Tape.load(tape_path)
+    actions = tape.actions.copy()
+    actions[step] = -actions[step]
+    return str(dataclasses.replace(tape, actions=actions).save(tmp_path / "altered.npz"))
+
+
+def test_divergence_is_caught_at_the_altered_step(tape_path, tmp_path):
+    bad = altered(tape_path, tmp_path, step=17)
+    [result] = render([RenderRequest(bad, (str(tmp_path / "d.mp4"),), width=64, height=64)])
+    assert result.verified is False
+    assert result.divergence.step == 17 and result.divergence.field == "reward"
+    assert result.divergence.diff > 0
+    assert (tmp_path / "d.mp4").exists()  # warn: the video is kept and marked
+
+
+def test_auto_mode_draws_recorded_states_after_a_divergence(tape_path, tmp_path):
+    bad = altered(tape_path, tmp_path, step=5)
+    [result] = render([RenderRequest(bad, (str(tmp_path / "a.mp4"),), mode="auto",
+                                     width=64, height=64)])
+    assert result.mode == "restore" and result.verified is False
+    assert result.frames == Tape.load(bad).length + 1 == count_frames(tmp_path / "a.mp4")
+
+
+def test_restore_draws_the_recorded_states(tape_path, tmp_path):
+    reqs = [RenderRequest(str(tape_path), (str(tmp_path / f"{m}"),), mode=m, width=64, height=48)
+            for m in ("resim", "restore")]
+    resim, restore = render(reqs)
+    assert restore.mode == "restore" and restore.verified is None
+    frames_a = list(read_frames(tmp_path / "resim"))
+    frames_b = list(read_frames(tmp_path / "restore"))
+    assert len(frames_a) == len(frames_b) == resim.frames
+    assert np.array_equal(frames_a[0], frames_b[0])
+    # After a step Gymnasium draws kinematics computed at the start of the last physics
+    # substep, while restore draws the recorded state itself: close, not identical.
+    diffs = [np.abs(a.astype(int) - b).mean() for a, b in zip(frames_a, frames_b)]
+    assert max(diffs) < 8.0
+    # and a wrong state would be far off: the first frame against the last
+    assert np.abs(frames_b[0].astype(int) - frames_b[-1]).mean() > max(diffs)
+
+
+def test_tolerance_relaxes_reward_parity(tape_path, tmp_path):
+    tape = Tape.load(tape_path)
+    nudged = dataclasses.replace(tape, rewards=tape.rewards + 1e-9).save(tmp_path / "n.npz")
+    [exact, relaxed] = render([RenderRequest(str(nudged)),
+                               RenderRequest(str(nudged), atol=1e-6)])
+    assert exact.verified is False and exact.divergence.step == 0
+    assert relaxed.verified is True
+
+
+def test_tape_on_another_env_is_refused(tape_path, tmp_path):
+    with pytest.raises(UsageError, match="recorded on HalfCheetah-v5 and does not fit"):
+        render([RenderRequest(str(tape_path), (str(tmp_path / "h.mp4"),), env_id="Hopper-v5")])
+    assert not (tmp_path / "h.mp4").exists()
+
+
+def test_restore_needs_state(tmp_path):
+    tape = Tape(env={"id": "CartPole-v1", "kwargs": {}, "max_episode_steps": None},
+                seed=0, actions=np.array([0, 1]), rewards=np.array([1.0, 1.0]),
+                terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
+    path = tape.save(tmp_path / "c.npz")
+    with pytest.raises(UsageError, match="no MuJoCo state"):
+        render([RenderRequest(str(path), (str(tmp_path / "c.mp4"),), mode="restore")])
