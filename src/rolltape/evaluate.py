@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,12 +22,11 @@ from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, provenance
                         write_json)
 from .backends import DEFAULT_ORDER, parse_backends
 from .encode import format_from_path
-from .envs import env_spec
+from .envs import env_spec, json_safe
 from .errors import DivergenceError, UsageError
-from .executors import describe_exit, spawn_worker, stop_worker
 from .progress import Progress
 from .render import MODES, RenderRequest, render
-from .rollout import EpisodeJob, PolicyJob, policy_worker, tape_name
+from .rollout import EpisodeJob, PolicyJob, run_pass1, split_jobs, tape_name
 
 ON_DIVERGENCE = ("warn", "fail")
 
@@ -81,217 +80,246 @@ def select_episodes(selection: int | str | Sequence[int], rows: list[dict[str, A
     return sorted(set(picked))
 
 
-def evaluate(
-    env: str,
-    policy: str = "random",
-    *,
-    episodes: int = 10,
-    seed: int = 0,
-    out: str | Path = "runs/latest",
-    baseline: str | None = None,
-    vecnormalize: str | Path | None = None,
-    algo: str | None = None,
-    deterministic: bool = True,
-    env_kwargs: dict[str, Any] | None = None,
-    max_episode_steps: int | None = None,
-    video: int | str | Sequence[int] = 0,
-    video_format: str = "mp4",
-    width: int | None = None,
-    height: int | None = None,
-    camera: str | None = None,
-    mode: str = "resim",
-    backends: str | Sequence[str] = DEFAULT_ORDER,
-    rtol: float = 0.0,
-    atol: float = 0.0,
-    on_divergence: str = "warn",
-    render_timeout: float = 120.0,
-    overwrite: bool = False,
-    resume: bool = False,
-    show_progress: bool = False,
-    command: list[str] | None = None,
-) -> RunResult:
-    """Evaluate ``policy`` on ``env`` for ``episodes`` episodes (seeds ``seed + i``).
+@dataclass(frozen=True)
+class EvalConfig:
+    """Every choice of one evaluation; stored in metadata.json as the run's config."""
+
+    env: str
+    policy: str = "random"
+    episodes: int = 10
+    seed: int = 0
+    baseline: str | None = None
+    vecnormalize: str | None = None
+    algo: str | None = None
+    deterministic: bool = True
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_episode_steps: int | None = None
+    workers: int = 1
+    executor: str = "local"
+    video: Any = 0
+    video_format: str = "mp4"
+    width: int | None = None
+    height: int | None = None
+    camera: str | None = None
+    mode: str = "resim"
+    backends: tuple[str, ...] = DEFAULT_ORDER
+    render_workers: int = 1
+    rtol: float = 0.0
+    atol: float = 0.0
+    on_divergence: str = "warn"
+    render_timeout: float = 120.0
+
+    def check(self) -> list[str]:
+        """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
+        notes = []
+        if self.episodes < 1:
+            raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
+        if self.workers < 1 or self.render_workers < 1:
+            raise UsageError("--workers and --render-workers must be at least 1.")
+        if self.executor not in EXECUTORS:
+            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, "
+                             f"got '{self.executor}'.")
+        if self.baseline not in (None, "random"):
+            raise UsageError(f"--baseline '{self.baseline}' is not supported; use 'random' "
+                             "or leave it off.")
+        if self.on_divergence not in ON_DIVERGENCE:
+            raise UsageError(f"--on-divergence must be one of {', '.join(ON_DIVERGENCE)}.")
+        if self.mode not in MODES:
+            raise UsageError(f"--mode must be one of {', '.join(MODES)}, got '{self.mode}'.")
+        if self.rtol < 0 or self.atol < 0:
+            raise UsageError("--rtol and --atol must be 0 or more.")
+        format_from_path(f"x.{self.video_format}")
+        parse_backends(self.backends)
+        checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
+        for path, what in ((checkpoint, "Checkpoint"),
+                           (self.vecnormalize, "VecNormalize statistics")):
+            if path and str(path).endswith((".zip", ".pkl")) and not Path(path).is_file():
+                raise UsageError(f"{what} '{path}' does not exist; check the path.")
+        if self.workers > self.episodes:
+            notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
+                         f"using {self.episodes}.")
+        return notes
+
+    @property
+    def wants_video(self) -> bool:
+        return self.video not in (0, "0", "", "none", None, [], ())
+
+
+EXECUTORS = ("local", "ray")
+
+
+def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest",
+             overwrite: bool = False, resume: bool = False, show_progress: bool = False,
+             command: list[str] | None = None, **options: Any) -> RunResult:
+    """Evaluate ``policy`` on ``env`` (episode i reset with seed ``seed + i``).
 
     Every number comes from pass 1 (rendering off). ``video`` picks episodes to render in
     pass 2, where each replay is verified against pass 1. Writes ``results.json``,
     ``episodes.jsonl``, ``metadata.json``, ``tapes/`` and ``videos/`` under ``out``.
+    ``options`` are the fields of :class:`EvalConfig` (episodes, seed, baseline, video, ...).
     """
-    # -- check everything we can before any work -------------------------------------
-    if episodes < 1:
-        raise UsageError(f"--episodes must be at least 1, got {episodes}.")
-    if baseline not in (None, "random"):
-        raise UsageError(f"--baseline '{baseline}' is not supported; use 'random' or leave it off.")
-    if on_divergence not in ON_DIVERGENCE:
-        raise UsageError(f"--on-divergence must be one of {', '.join(ON_DIVERGENCE)}.")
-    if mode not in MODES:
-        raise UsageError(f"--mode must be one of {', '.join(MODES)}, got '{mode}'.")
-    if rtol < 0 or atol < 0:
-        raise UsageError("--rtol and --atol must be 0 or more.")
-    format_from_path(f"x.{video_format}")
-    backend_order = parse_backends(backends)
-    for path, what in ((policy[4:] if policy.startswith("sb3:") else policy, "Checkpoint"),
-                       (vecnormalize, "VecNormalize statistics")):
-        if path and str(path).endswith((".zip", ".pkl")) and not Path(path).is_file():
-            raise UsageError(f"{what} '{path}' does not exist; check the path.")
-    spec = env_spec(env, env_kwargs, max_episode_steps)
-    wants_video = video not in (0, "0", "", "none", None) and not (
-        isinstance(video, (list, tuple)) and not video)
+    unknown = set(options) - {f.name for f in fields(EvalConfig)}
+    if unknown:
+        raise TypeError(f"evaluate() got unknown options {sorted(unknown)}")
+    if options.get("vecnormalize") is not None:
+        options["vecnormalize"] = str(options["vecnormalize"])
+    options["backends"] = parse_backends(options.get("backends", DEFAULT_ORDER))
+    options["env_kwargs"] = dict(options.get("env_kwargs") or {})
+    config = EvalConfig(env=env, policy=policy, **options)
+    notes = config.check()
+    if config.workers > config.episodes:
+        config = replace(config, workers=config.episodes)
+    spec = env_spec(env, config.env_kwargs, config.max_episode_steps)
+    if config.executor == "ray":
+        from .ray_executor import check_ray
 
+        check_ray()
     run = RunDir(out, overwrite=overwrite, resume=resume)
     try:
-        return _run(run, spec, policy, episodes, seed, baseline, vecnormalize, algo,
-                    deterministic, video if wants_video else 0, video_format, width, height,
-                    camera, mode, backend_order, rtol, atol, on_divergence, render_timeout,
-                    show_progress, command)
+        return _run(run, spec, config, notes, show_progress, command)
     except UsageError:
         if not run.resumed:
             run.discard()
         raise
 
 
-def _run(run: RunDir, spec: dict[str, Any], policy: str, episodes: int, seed: int,
-         baseline: str | None, vecnormalize: Any, algo: str | None, deterministic: bool,
-         video: Any, video_format: str, width: int | None, height: int | None,
-         camera: str | None, mode: str, backends: tuple[str, ...], rtol: float, atol: float,
-         on_divergence: str, render_timeout: float, show_progress: bool,
-         command: list[str] | None) -> RunResult:
+def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
+         show_progress: bool, command: list[str] | None) -> RunResult:
     root = run.path
-    warnings: list[str] = []
     timings: dict[str, float] = {}
-    jsonl = root / "episodes.jsonl"
-    done = {(r["role"], r["index"]): r for r in read_jsonl(jsonl)
-            if (root / r["tape"]).is_file()}
-    roles = [("policy", policy)] + ([("baseline", "random")] if baseline else [])
-    jobs = []
-    for role, source in roles:
-        todo = [EpisodeJob(role, i, seed + i, f"tapes/{tape_name(role, i)}")
-                for i in range(episodes) if (role, i) not in done]
-        if todo:
-            jobs.append(PolicyJob(env=spec, policy=source, episodes=todo,
-                                  vecnormalize=str(vecnormalize) if role == "policy" and vecnormalize else None,
-                                  algo=algo if role == "policy" else None,
-                                  deterministic=deterministic if role == "policy" else False,
-                                  needs_rgb_array=bool(video)))
-    # Kept in the run so that a resumed run still knows what produced its tapes.
-    described = root / "policies.json"
-    descriptions: dict[str, dict[str, Any]] = (
-        json.loads(described.read_text()) if described.is_file() else {})
-    total = sum(len(j.episodes) for j in jobs)
     with Progress(show_progress) as bar:
         started = time.perf_counter()
-        if jobs:
-            # Tape paths are relative to the run; the worker writes into the staging folder.
-            worker_jobs = [PolicyJob(**{**j.__dict__, "episodes": [
-                EpisodeJob(e.role, e.index, e.seed, str(root / e.tape_path)) for e in j.episodes]})
-                for j in jobs]
-            task = bar.add("pass 1 (policy, rendering off)", total)
-            # Pass 1 never renders: no GL variable reaches the policy process.
-            worker = spawn_worker(policy_worker, worker_jobs,
-                                  env={"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None})
-            conn = worker.conn
-            try:
-                while True:
-                    try:
-                        kind, payload = conn.recv()
-                    except EOFError:
-                        worker.proc.wait(5)
-                        raise RuntimeError("The pass-1 worker "
-                                           f"{describe_exit(worker.proc.returncode)}.") from None
-                    if kind == "episode":
-                        payload["tape"] = str(Path(payload["tape"]).relative_to(root))
-                        append_jsonl(jsonl, payload)
-                        done[(payload["role"], payload["index"])] = payload
-                        bar.advance(task)
-                    elif kind == "policy":
-                        descriptions[payload.pop("role")] = payload
-                        write_json(described, descriptions)
-                    elif kind == "usage_error":
-                        raise UsageError(payload)
-                    elif kind == "error":
-                        raise RuntimeError(f"Pass 1 failed: {payload}")
-                    elif kind == "done":
-                        warnings.extend(f"MuJoCo: {w}" for w in payload)
-                        break
-            finally:
-                stop_worker(worker)
+        rows, descriptions = _pass1(root, spec, cfg, warnings, bar)
         timings["pass1_s"] = time.perf_counter() - started
-
-        rows = {role: [done[(role, i)] for i in range(episodes)] for role, _ in roles}
-        results = _results(spec, rows, descriptions, episodes, seed)
-        write_json(root / "results.json", results)
-
+        results = _results(spec, rows, descriptions, cfg.episodes, cfg.seed)
+        write_json(root / "results.json", results)  # the numbers are safe before any rendering
         videos: list[dict[str, Any]] = []
-        if video:
-            picked = select_episodes(video, rows["policy"])
-            requests = [RenderRequest(
-                tape=str(root / rows["policy"][i]["tape"]),
-                outputs=(str(root / "videos" / f"policy-{i:04d}.{video_format}"),),
-                mode=mode, width=width, height=height, camera=camera, rtol=rtol, atol=atol,
-                overwrite=True) for i in picked]
-            lengths = [rows["policy"][i]["length"] + 1 for i in picked]
-            task = bar.add(f"pass 2 (render {len(picked)} video(s))", sum(lengths))
-            seen = [0] * len(picked)
-
-            def on_progress(k: int, frames: int) -> None:
-                seen[k] = frames
-                bar.update(task, sum(seen))
-
-            def on_result(k: int, result: Any) -> None:
-                seen[k] = lengths[k]
-                bar.update(task, sum(seen))
-
+        if cfg.wants_video:
             started = time.perf_counter()
-            try:
-                rendered = render(requests, backends=backends, timeout=render_timeout,
-                                  on_progress=on_progress, on_result=on_result)
-            except UsageError as exc:
-                rendered = [None] * len(requests)
-                warnings.append(str(exc))
+            videos = _pass2(root, rows["policy"], cfg, warnings, bar)
             timings["pass2_s"] = time.perf_counter() - started
-            for i, result in zip(picked, rendered):
-                entry = {"index": i, "seed": rows["policy"][i]["seed"]}
-                if result is None:
-                    entry.update(path=None, verified=None, error="not rendered")
-                else:
-                    entry.update(result.to_dict())
-                    entry["path"] = str(Path(result.outputs[0]).relative_to(root))
-                    entry["tape"] = rows["policy"][i]["tape"]
-                    entry.pop("outputs", None)
-                    warnings.extend(f"MuJoCo: {w}" for w in entry.pop("warnings")
-                                    if f"MuJoCo: {w}" not in warnings)
-                    if result.divergence is not None:
-                        warnings.append(f"Episode {i} diverged on replay at "
-                                        f"{result.divergence.describe()}.")
-                videos.append(entry)
     results["videos"] = videos
     results["warnings"] = warnings
     write_json(root / "results.json", results)
-    backends_used = sorted({v["backend"] for v in videos if v.get("backend")})
-    metadata = {
-        **provenance(command),
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "env": spec,
-        "policy": descriptions.get("policy"),
-        "baseline": descriptions.get("baseline"),
-        "checkpoint_sha256": (descriptions.get("policy") or {}).get("sha256"),
-        "vecnormalize_sha256": (descriptions.get("policy") or {}).get("vecnormalize_sha256"),
-        "seeds": {"base": seed, "episodes": [seed + i for i in range(episodes)]},
-        "render": {"backends_tried": list(backends), "backend_used": backends_used or None,
-                   "mode": mode, "width": width, "height": height, "camera": camera,
-                   "failures": [f for v in videos for f in v.get("failures", [])]},
-        "timings": timings,
-        "warnings": warnings,
-        "resumed": run.resumed,
-    }
+    metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command, run.resumed)
     write_json(root / "metadata.json", metadata)
     final = run.commit()
     outcome = RunResult(final, results, metadata)
     if any(v.get("path") is None for v in videos):
         raise UsageError(f"{warnings[-1]} The numbers were kept in '{final}/results.json'.")
-    if on_divergence == "fail" and outcome.diverged:
+    if cfg.on_divergence == "fail" and outcome.diverged:
         raise DivergenceError(f"{len(outcome.diverged)} replay(s) diverged from pass 1: "
                               + " ".join(w for w in warnings if "diverged" in w))
     return outcome
+
+
+def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
+           bar: Progress) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Run (or, when resuming, finish) every episode; return the rows per role."""
+    jsonl = root / "episodes.jsonl"
+    done = {(r["role"], r["index"]): r for r in read_jsonl(jsonl) if (root / r["tape"]).is_file()}
+    roles = [("policy", cfg.policy)] + ([("baseline", "random")] if cfg.baseline else [])
+    jobs = []
+    for role, source in roles:
+        mine = role == "policy"
+        todo = [EpisodeJob(role, i, cfg.seed + i, str(root / "tapes" / tape_name(role, i)))
+                for i in range(cfg.episodes) if (role, i) not in done]
+        if todo:
+            jobs.append(PolicyJob(env=spec, policy=source, episodes=todo,
+                                  vecnormalize=cfg.vecnormalize if mine else None,
+                                  algo=cfg.algo if mine else None,
+                                  deterministic=cfg.deterministic if mine else False,
+                                  needs_rgb_array=cfg.wants_video))
+    # Kept in the run so that a resumed run still knows what produced its tapes.
+    described = root / "policies.json"
+    descriptions = json.loads(described.read_text()) if described.is_file() else {}
+    if jobs:
+        total = sum(len(j.episodes) for j in jobs)
+        task = bar.add(f"pass 1 (rendering off, {cfg.workers} worker(s))", total)
+        for kind, payload in run_pass1(split_jobs(jobs, cfg.workers), executor=cfg.executor):
+            if kind == "episode":
+                payload["tape"] = str(Path(payload["tape"]).relative_to(root))
+                append_jsonl(jsonl, payload)
+                done[(payload["role"], payload["index"])] = payload
+                bar.advance(task)
+            elif kind == "policy":
+                descriptions[payload.pop("role")] = payload
+                write_json(described, descriptions)
+            elif kind == "done":
+                warnings.extend(f"MuJoCo: {w}" for w in payload if f"MuJoCo: {w}" not in warnings)
+    rows = {role: [done[(role, i)] for i in range(cfg.episodes)] for role, _ in roles}
+    return rows, descriptions
+
+
+def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: list[str],
+           bar: Progress) -> list[dict[str, Any]]:
+    """Render and verify the chosen episodes; a rendering failure never loses the numbers."""
+    picked = select_episodes(cfg.video, rows)
+    requests = [RenderRequest(
+        tape=str(root / rows[i]["tape"]),
+        outputs=(str(root / "videos" / f"policy-{i:04d}.{cfg.video_format}"),),
+        mode=cfg.mode, width=cfg.width, height=cfg.height, camera=cfg.camera,
+        rtol=cfg.rtol, atol=cfg.atol, overwrite=True) for i in picked]
+    lengths = [rows[i]["length"] + 1 for i in picked]
+    task = bar.add(f"pass 2 (render {len(picked)} video(s))", sum(lengths))
+    seen = [0] * len(picked)
+
+    def on_progress(k: int, frames: int) -> None:
+        seen[k] = frames
+        bar.update(task, sum(seen))
+
+    def on_result(k: int, result: Any) -> None:
+        seen[k] = lengths[k]
+        bar.update(task, sum(seen))
+
+    try:
+        rendered = render(requests, backends=cfg.backends, workers=cfg.render_workers,
+                          timeout=cfg.render_timeout, executor=cfg.executor,
+                          on_progress=on_progress, on_result=on_result)
+    except UsageError as exc:
+        rendered = [None] * len(requests)
+        warnings.append(str(exc))
+    videos = []
+    for i, result in zip(picked, rendered):
+        entry: dict[str, Any] = {"index": i, "seed": rows[i]["seed"], "tape": rows[i]["tape"]}
+        if result is None:
+            entry.update(path=None, verified=None, error="not rendered")
+        else:
+            entry.update(result.to_dict())
+            entry["tape"] = rows[i]["tape"]
+            entry["path"] = str(Path(entry.pop("outputs")[0]).relative_to(root))
+            warnings.extend(f"MuJoCo: {w}" for w in entry.pop("warnings")
+                            if f"MuJoCo: {w}" not in warnings)
+            if result.divergence is not None:
+                warnings.append(f"Episode {i} diverged on replay at "
+                                f"{result.divergence.describe()}.")
+        videos.append(entry)
+    return videos
+
+
+def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any],
+              videos: list[dict[str, Any]], timings: dict[str, float], warnings: list[str],
+              command: list[str] | None, resumed: bool) -> dict[str, Any]:
+    """metadata.json: provenance of the run."""
+    policy = descriptions.get("policy") or {}
+    return {
+        **provenance(command),
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "config": json_safe(asdict(cfg)),
+        "env": spec,
+        "policy": descriptions.get("policy"),
+        "baseline": descriptions.get("baseline"),
+        "checkpoint_sha256": policy.get("sha256"),
+        "vecnormalize_sha256": policy.get("vecnormalize_sha256"),
+        "seeds": {"base": cfg.seed, "episodes": [cfg.seed + i for i in range(cfg.episodes)]},
+        "render": {"backends_tried": list(cfg.backends),
+                   "backend_used": sorted({v["backend"] for v in videos if v.get("backend")})
+                   or None,
+                   "failures": [f for v in videos for f in v.get("failures", [])]},
+        "timings": timings,
+        "warnings": warnings,
+        "resumed": resumed,
+    }
 
 
 def _results(spec: dict[str, Any], rows: dict[str, list[dict[str, Any]]],

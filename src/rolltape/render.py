@@ -363,6 +363,7 @@ def render(
     backends: str | Sequence[str] = DEFAULT_ORDER,
     workers: int = 1,
     timeout: float = 120.0,
+    executor: str = "local",
     on_progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, RenderResult], None] | None = None,
 ) -> list[RenderResult | None]:
@@ -379,6 +380,10 @@ def render(
             raise UsageError(f"Unknown mode '{req.mode}'; use one of {', '.join(MODES)}.")
     if workers < 1:
         raise UsageError(f"--render-workers must be at least 1, got {workers}.")
+    if executor == "ray":
+        from .ray_executor import render_on_ray
+
+        return render_on_ray(requests, order, timeout=timeout, on_result=on_result)
     results: list[RenderResult | None] = [None] * len(requests)
     pending = deque(range(len(requests)))
     failures: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(requests))}

@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from .envs import json_safe, make_env, mujoco_data, mujoco_warnings, obs_digest
 from .errors import UsageError
+from .executors import describe_exit, spawn_worker, stop_worker
 from .policies import Policy, load_policy
 from .tape import Tape
 
@@ -144,6 +146,54 @@ def policy_worker(jobs: list[PolicyJob], conn: Any) -> None:
         conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
         conn.close()
+
+
+def split_jobs(jobs: list[PolicyJob], workers: int) -> list[list[PolicyJob]]:
+    """Deal episodes to ``workers`` workers in turn (episode i to worker i mod W), so each
+    gets a similar mix of long and short episodes. Every episode is reset with its own seed
+    and acted on alone, so its tape is the same whichever worker plays it."""
+    chunks: list[list[PolicyJob]] = [[] for _ in range(workers)]
+    for job in jobs:
+        for w in range(workers):
+            mine = job.episodes[w::workers]
+            if mine:
+                chunks[w].append(replace(job, episodes=mine))
+    return [c for c in chunks if c]
+
+
+def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local"
+              ) -> Iterator[tuple[str, Any]]:
+    """Run each chunk in its own worker; yield ("policy"|"episode"|"done", payload) messages
+    as they arrive. Bad input inside a worker is raised here as :class:`UsageError`."""
+    if executor == "ray":
+        from .ray_executor import run_pass1_on_ray
+
+        yield from run_pass1_on_ray(chunks)
+        return
+    # Pass 1 never renders: no GL variable reaches a policy process.
+    workers = [spawn_worker(policy_worker, chunk, env={"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None})
+               for chunk in chunks]
+    running = {w.conn: w for w in workers}
+    try:
+        while running:
+            for conn in wait(list(running)):
+                worker = running[conn]
+                try:
+                    kind, payload = conn.recv()
+                except EOFError:
+                    worker.proc.wait(5)
+                    raise RuntimeError(
+                        f"A pass-1 worker {describe_exit(worker.proc.returncode)}.") from None
+                if kind == "usage_error":
+                    raise UsageError(payload)
+                if kind == "error":
+                    raise RuntimeError(f"Pass 1 failed: {payload}")
+                if kind == "done":
+                    del running[conn]
+                yield kind, payload
+    finally:
+        for worker in workers:
+            stop_worker(worker)
 
 
 def tape_name(role: str, index: int) -> str:
