@@ -136,3 +136,69 @@ def test_restore_needs_state(tmp_path):
     path = tape.save(tmp_path / "c.npz")
     with pytest.raises(UsageError, match="no MuJoCo state"):
         render([RenderRequest(str(path), (str(tmp_path / "c.mp4"),), mode="restore")])
+
+
+def test_segments_joined_match_the_unsplit_render_frame_for_frame(tape_path, tmp_path):
+    tape = Tape.load(tape_path)
+    assert tape.physics is not None  # pass 1 records the full integration state
+    whole, = render([RenderRequest(str(tape_path), (str(tmp_path / "whole/"),), width=80,
+                                   height=60)], workers=1)
+    # MIN_SEGMENT frames per segment at least: ask for small segments through many workers
+    split, = render([RenderRequest(str(tape_path), (str(tmp_path / "split/"),), width=80,
+                                   height=60)], workers=8)
+    assert split.segments == (tape.length + 1) // 50 >= 2 or split.segments == 1
+    assert split.frames == whole.frames == tape.length + 1
+    assert split.verified is True and split.replay_return == tape.total_return
+    a, b = list(read_frames(tmp_path / "whole")), list(read_frames(tmp_path / "split"))
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["split", "whole"]  # no segment left
+
+
+def test_segments_of_an_altered_tape_report_the_first_divergence(tape_path, tmp_path):
+    bad = altered(tape_path, tmp_path, step=30)
+    [result] = render([RenderRequest(bad, (str(tmp_path / "s/"),), width=64, height=48)],
+                      workers=4)
+    assert result.verified is False and result.divergence.step == 30
+
+
+def test_quality_presets_change_the_picture(tape_path, tmp_path):
+    reqs = [RenderRequest(str(tape_path), (str(tmp_path / q / ""),), quality=q, width=96,
+                          height=72, frames=(0, 3)) for q in ("full", "balanced", "fast")]
+    full, balanced, fast = render(reqs)
+    frames = {q: next(read_frames(tmp_path / q)) for q in ("full", "balanced", "fast")}
+    assert not np.array_equal(frames["full"], frames["fast"])
+    assert not np.array_equal(frames["balanced"], frames["fast"])
+    # the robot is still there: fast differs from full only in shading, not in layout
+    assert np.abs(frames["full"].astype(int) - frames["fast"]).mean() < 40
+    with pytest.raises(UsageError, match="Unknown quality"):
+        render([dataclasses.replace(reqs[0], quality="ultra")])
+
+
+def test_full_quality_is_exactly_gymnasium_env_render(random_run, tape_path, tmp_path):
+    import subprocess
+    import sys
+
+    # Another tape first: the worker reuses its env and GL context for the second one.
+    other = random_run.path / random_run.results["episodes_rows"][0]["tape"]
+    render([RenderRequest(str(other), (str(tmp_path / "o/"),), width=64, height=48),
+            RenderRequest(str(tape_path), (str(tmp_path / "r/"),), width=64, height=48)],
+           backends="osmesa")
+    code = f"""
+import os, sys
+os.environ["MUJOCO_GL"] = os.environ["PYOPENGL_PLATFORM"] = "osmesa"
+import gymnasium as gym, numpy as np
+from rolltape import Tape
+tape = Tape.load({str(tape_path)!r})
+env = gym.make("HalfCheetah-v5", render_mode="rgb_array", width=64, height=48,
+               max_episode_steps=tape.env["max_episode_steps"])
+env.reset(seed=tape.seed)
+frames = [env.render()]
+for a in tape.actions:
+    env.step(a)
+    frames.append(env.render())
+np.save({str(tmp_path / "gym.npy")!r}, np.stack(frames))
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+    expected = np.load(tmp_path / "gym.npy")
+    got = np.stack(list(read_frames(tmp_path / "r")))
+    assert got.shape == expected.shape and np.array_equal(got, expected)

@@ -147,6 +147,34 @@ def mujoco_data(env: Any) -> Any | None:
     return data if data is not None and hasattr(data, "qpos") else None
 
 
+def physics_reader(env: Any) -> Any | None:
+    """A function returning the env's full MuJoCo integration state (time, qpos, qvel, act,
+    warm start, controls...), enough to continue the simulation bit for bit; None if not MuJoCo."""
+    data = mujoco_data(env)
+    if data is None:
+        return None
+    import mujoco
+
+    model, spec = env.unwrapped.model, mujoco.mjtState.mjSTATE_INTEGRATION
+    size = mujoco.mj_stateSize(model, spec)
+
+    def read() -> np.ndarray:
+        state = np.empty(size)
+        mujoco.mj_getState(model, data, state, spec)
+        return state
+
+    return read
+
+
+def continue_from(env: Any, physics: np.ndarray) -> None:
+    """Put a MuJoCo env back into a recorded integration state, so stepping goes on exactly
+    as it went in pass 1 (used to render segments of one episode in parallel)."""
+    import mujoco
+
+    base = env.unwrapped
+    mujoco.mj_setState(base.model, base.data, physics, mujoco.mjtState.mjSTATE_INTEGRATION)
+
+
 def restore_state(env: Any, qpos: np.ndarray, qvel: np.ndarray) -> None:
     """Put a MuJoCo env into a recorded state so it can be drawn (``restore`` mode)."""
     import mujoco

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -61,6 +62,8 @@ class RenderRequest:
     atol: float = 0.0
     overwrite: bool = False
     env_id: str | None = None  # replay against another env than the tape's (checked)
+    quality: str = "full"  # a QUALITY preset
+    frames: tuple[int, int] | None = None  # draw only frames [first, stop): one segment
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,13 @@ class RenderResult:
     failures: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (backend, reason)
     warnings: tuple[str, ...] = ()  # what MuJoCo warned about in the worker
     torch_loaded: bool = False  # isolation check: a render worker must never import torch
+    rewards: tuple[float, ...] = ()  # the replay's rewards (to join segments' returns exactly)
+    fps: float = 0.0  # frame rate the outputs were written at
+    segments: int = 1  # how many workers drew parts of this episode
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)
+        del row["rewards"]
         row["divergence"] = asdict(self.divergence) if self.divergence else None
         row["divergence_text"] = self.divergence.describe() if self.divergence else None
         return json.loads(json.dumps(row, default=_plain))
@@ -117,8 +124,53 @@ class BackendFailure(Exception):
 # In the render worker
 # --------------------------------------------------------------------------------------
 
+QUALITY = {
+    # full: exactly what Gymnasium's env.render() draws (the model's own settings).
+    "full": None,
+    # balanced: soft shadows from a small shadow map, no reflections, 2x multisampling.
+    "balanced": {"shadow": True, "reflection": False, "shadowsize": 1024, "offsamples": 2},
+    # fast: no shadows, no reflections, no multisampling; the robot stays plain to see.
+    "fast": {"shadow": False, "reflection": False, "shadowsize": 0, "offsamples": 0},
+}
+
+
+def _prepare_view(env: Any, quality: str) -> None:
+    """Make a MuJoCo env draw as a fresh ``env.render()`` after ``reset`` would.
+
+    Gymnasium aims its free camera at the bodies when it makes the viewer, that is at the
+    first render. A worker keeps envs across tapes and segments, so after each reset the
+    camera is aimed again from the reset state, exactly as a fresh viewer would be. The
+    quality preset must be set before the viewer (and its GL context) exist, because the
+    shadow map and multisample buffers are sized when the context is made.
+    """
+    renderer = getattr(env.unwrapped, "mujoco_renderer", None)
+    if renderer is None:
+        return
+    import mujoco
+
+    mode = env.unwrapped.render_mode
+    fresh = renderer._viewers.get(mode) is None
+    preset = QUALITY[quality]
+    if fresh and preset is not None:
+        env.unwrapped.model.vis.quality.shadowsize = preset["shadowsize"]
+        env.unwrapped.model.vis.quality.offsamples = preset["offsamples"]
+    viewer = renderer._get_viewer(mode)  # makes the viewer (and GL context) when fresh
+    if not fresh:
+        viewer._init_camera()
+        renderer._set_cam_config()
+    if preset is not None:
+        viewer.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = preset["shadow"]
+        viewer.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = preset["reflection"]
+
+
 class _Replayer:
-    """Replays tapes inside one worker, keeping envs (and their GL contexts) for reuse."""
+    """Replays tapes inside one worker, keeping envs (and their GL contexts) for reuse.
+
+    ``run`` draws frames ``req.frames`` (all of them by default) of one tape: frame f is the
+    state after f steps. A segment that starts at f > 0 continues from the recorded
+    integration state after f - 1 steps and steps once before drawing, so its frames are
+    the very frames an unsplit replay draws.
+    """
 
     def __init__(self, backend: str | None, progress: Callable[[int], None]) -> None:
         self.backend = backend
@@ -134,19 +186,26 @@ class _Replayer:
     def _env(self, spec: dict[str, Any], req: RenderRequest, draw: bool) -> tuple[str, Any]:
         from .envs import make_env
 
-        key = json.dumps([spec, draw, req.width, req.height, req.camera], sort_keys=True)
+        key = json.dumps([spec, draw, req.width, req.height, req.camera, req.quality],
+                         sort_keys=True)
         if key not in self._envs:
             self._envs[key] = make_env(spec, "rgb_array" if draw else None,
                                        width=req.width, height=req.height, camera=req.camera)
         return key, self._envs[key]
 
-    def _draw(self, key: str, env: Any) -> np.ndarray:
+    def _reset(self, key: str, env: Any, tape: Any, draw: bool, quality: str) -> Any:
+        """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer."""
+        obs, _ = env.reset(seed=tape.seed, options=tape.options)
+        if not draw:
+            return obs
         if key in self._drawn_once:
-            return env.render()
-        # The first frame of a new context is where a broken backend shows itself.
+            _prepare_view(env, quality)
+            return obs
+        # The first use of a new GL context is where a broken backend shows itself.
         from gymnasium.error import DependencyNotInstalled
 
         try:
+            _prepare_view(env, quality)
             frame = env.render()
         except DependencyNotInstalled as exc:
             raise UsageError(f"Env '{env.spec.id}' cannot draw here: {exc}.") from None
@@ -155,7 +214,7 @@ class _Replayer:
         if frame is None or frame.size == 0 or frame.min() == frame.max():
             raise BackendFailure("it rendered blank frames")
         self._drawn_once.add(key)
-        return frame
+        return obs
 
     def run(self, req: RenderRequest) -> RenderResult:
         from .encode import open_writer
@@ -174,84 +233,94 @@ class _Replayer:
         if mode == "restore" and not tape.has_state:
             raise UsageError(f"Tape '{req.tape}' has no MuJoCo state, so it cannot be drawn in "
                              "restore mode; use --mode resim.")
+        first, stop = req.frames or (0, tape.length + 1)
         fps = req.fps or float(env.metadata.get("render_fps") or 30)
         writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs]
+
+        def reset() -> Any:
+            return self._reset(key, env, tape, draw, req.quality)
+
+        def emit(index: int) -> None:
+            if draw:
+                frame = env.render()
+                for w in writers:
+                    w.write(frame)
+            if (index + 1) % 25 == 0:
+                self.progress(index + 1 - first)
+
         try:
-            divergence, frames, replay_return = None, 0, None
+            divergence, rewards = None, None
             if mode in ("resim", "auto"):
-                divergence, frames, replay_return = self._resim(tape, key, env, writers, req, draw)
+                divergence, rewards = self._resim(tape, env, req, first, stop, reset, emit)
                 if divergence is not None and mode == "auto" and tape.has_state and draw:
                     for w in writers:
                         w.abort()
                     writers = [open_writer(p, fps=fps, overwrite=req.overwrite)
                                for p in req.outputs]
                     mode = "restore"
-                    frames = self._restore(tape, key, env, writers)
+                    self._restore(tape, env, first, stop, reset, emit)
                 else:
                     mode = "resim" if draw else "verify"
             else:
-                frames = self._restore(tape, key, env, writers)
+                self._restore(tape, env, first, stop, reset, emit)
+            frames = writers[0].frames_written if writers else 0
             for w in writers:
                 w.close()
         except BaseException:
             for w in writers:
                 w.abort()
             raise
-        verified = None if req.mode == "restore" else divergence is None
         return RenderResult(
-            tape=req.tape, warnings=tuple(mujoco_warnings()), outputs=tuple(req.outputs), mode=mode,
+            tape=req.tape, outputs=tuple(req.outputs), mode=mode,
             backend=self.backend if draw else None, steps=tape.length, frames=frames,
-            verified=verified, divergence=divergence, replay_return=replay_return,
-            seconds=time.perf_counter() - start, torch_loaded="torch" in sys.modules,
+            verified=None if req.mode == "restore" else divergence is None,
+            divergence=divergence,
+            replay_return=None if rewards is None else math.fsum(rewards),
+            seconds=time.perf_counter() - start, warnings=tuple(mujoco_warnings()),
+            torch_loaded="torch" in sys.modules, rewards=tuple(rewards or ()), fps=fps,
         )
 
-    def _resim(self, tape: Any, key: str, env: Any, writers: list[Any], req: RenderRequest,
-               draw: bool) -> tuple[Divergence | None, int, float]:
-        from .envs import obs_digest
-
-        def emit() -> None:
-            frame = self._draw(key, env)
-            for w in writers:
-                w.write(frame)
+    def _resim(self, tape: Any, env: Any, req: RenderRequest, first: int, stop: int,
+               reset: Callable[[], Any], emit: Callable[[int], None]
+               ) -> tuple[Divergence | None, list[float]]:
+        """Step the recorded actions, comparing each step with pass 1; draw frames first..stop-1."""
+        from .envs import continue_from, obs_digest
 
         divergence: Divergence | None = None
-        obs, _ = env.reset(seed=tape.seed, options=tape.options)
-        if tape.obs_digest is not None and obs_digest(obs) != int(tape.obs_digest[0]):
-            divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
-        frames = 0
-        if draw:
-            emit()
-            frames = 1
+        obs = reset()
+        if first == 0:
+            if tape.obs_digest is not None and obs_digest(obs) != int(tape.obs_digest[0]):
+                divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
+            emit(0)
+            begin = 0
+        else:
+            if tape.physics is None:
+                raise UsageError(f"Tape '{req.tape}' has no physics state to start a segment from.")
+            continue_from(env, tape.physics[first - 1])
+            begin = first - 1
         rewards = []
-        for t in range(tape.length):
+        for t in range(begin, stop - 1):
             obs, reward, term, trunc, _ = env.step(tape.actions[t])
             rewards.append(float(reward))
             if divergence is None:
-                divergence = _compare_step(tape, t, float(reward), bool(term), bool(trunc),
+                # A segment's time limit counter starts at its first step: skip truncation.
+                divergence = _compare_step(tape, t, float(reward), bool(term),
+                                           bool(trunc) if first == 0 else bool(tape.truncated[t]),
                                            obs, req.rtol, req.atol)
-            if draw:
-                emit()
-                frames += 1
-            if (t + 1) % 25 == 0:
-                self.progress(t + 1)
-            if (term or trunc) and t + 1 < tape.length:
+            emit(t + 1)
+            if (term or trunc) and t + 1 < tape.length and first == 0:
                 break  # ended early: already reported as a divergence at this step
-        if not draw:
-            frames = 0
-        return divergence, frames, math.fsum(rewards)
+        return divergence, rewards
 
-    def _restore(self, tape: Any, key: str, env: Any, writers: list[Any]) -> int:
+    def _restore(self, tape: Any, env: Any, first: int, stop: int, reset: Callable[[], Any],
+                 emit: Callable[[int], None]) -> None:
+        """Draw the recorded states themselves, no simulation."""
         from .envs import restore_state
 
-        env.reset(seed=tape.seed, options=tape.options)
-        for t in range(tape.length + 1):
+        reset()
+        for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
-            frame = self._draw(key, env)
-            for w in writers:
-                w.write(frame)
-            if (t + 1) % 25 == 0:
-                self.progress(t + 1)
-        return tape.length + 1
+            emit(t)
 
 
 def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs: Any,
@@ -357,6 +426,163 @@ class _Slot:
     last_heard: float = 0.0
 
 
+class _Pool:
+    """Runs render jobs on up to ``workers`` processes, moving to the next GL backend when
+    one crashes, hangs or draws blank frames (the job is retried there)."""
+
+    def __init__(self, jobs: Sequence[RenderRequest], order: list[str], workers: int,
+                 timeout: float, on_progress: Callable[[int, int], None],
+                 on_done: Callable[[int, RenderResult], None]) -> None:
+        self.jobs, self.order, self.timeout = jobs, order, timeout
+        self.on_progress, self.on_done = on_progress, on_done
+        self.slots = [_Slot() for _ in range(min(workers, max(1, len(jobs))))]
+        self.pending = deque(range(len(jobs)))
+        self.failures: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(jobs))}
+        self.dead: dict[str, str] = {}  # backend -> why it failed
+        self.errors: list[str] = []  # bad input found by a worker
+
+    def run(self) -> None:
+        try:
+            while self.pending or any(s.job is not None for s in self.slots):
+                for slot in self.slots:
+                    if slot.job is None and self.pending:
+                        self._start(slot, self.pending.popleft())
+                busy = [s for s in self.slots if s.job is not None]
+                if not busy:
+                    break  # every backend is dead: what is left cannot be drawn
+                ready = wait([s.worker.conn for s in busy], timeout=0.5)
+                for slot in busy:
+                    if slot.worker.conn in ready:
+                        self._receive(slot)
+                    elif time.monotonic() - slot.last_heard > self.timeout:
+                        self._backend_died(slot, f"it hung (no progress for {self.timeout:.0f} s)")
+        finally:
+            for slot in self.slots:
+                if slot.worker is not None:
+                    stop_worker(slot.worker)
+
+    def _backend_for(self, job: RenderRequest) -> str | None:
+        if not job.outputs:
+            return None  # verification draws nothing and needs no GL
+        alive = [b for b in self.order if b not in self.dead]
+        return alive[0] if alive else ""
+
+    def _start(self, slot: _Slot, i: int) -> None:
+        backend = self._backend_for(self.jobs[i])
+        if backend == "":
+            return
+        if slot.worker is None or slot.backend != backend or not slot.worker.alive():
+            self._kill(slot)
+            env = gl_environment(backend) if backend else {}
+            slot.worker = spawn_worker(render_worker, backend, env=env)
+            slot.backend = backend
+        slot.job, slot.last_heard = i, time.monotonic()
+        slot.worker.conn.send((i, self.jobs[i]))
+
+    def _kill(self, slot: _Slot) -> None:
+        if slot.worker is not None:
+            slot.worker.conn.close()
+            stop_worker(slot.worker, grace=0.1)
+        slot.worker = slot.job = None
+
+    def _backend_died(self, slot: _Slot, reason: str) -> None:
+        if slot.backend is not None:
+            self.dead.setdefault(slot.backend, reason)
+            if slot.job is not None:
+                self.failures[slot.job].append((slot.backend, reason))
+        if slot.job is not None:
+            self.pending.appendleft(slot.job)
+        self._kill(slot)
+
+    def _receive(self, slot: _Slot) -> None:
+        try:
+            kind, i, payload = slot.worker.conn.recv()
+        except (EOFError, OSError):
+            slot.worker.proc.wait(5)
+            self._backend_died(slot, f"the render process "
+                                     f"{describe_exit(slot.worker.proc.returncode)}")
+            return
+        slot.last_heard = time.monotonic()
+        if kind == "progress":
+            self.on_progress(i, payload)
+            return
+        if kind == "backend_failed":
+            self._backend_died(slot, payload)
+            return
+        i, slot.job = slot.job, None
+        if kind == "done":
+            self.on_done(i, replace(payload, failures=tuple(self.failures[i])))
+        elif kind == "usage_error":
+            self.errors.append(payload)
+        else:
+            self.errors.append(f"Rendering '{self.jobs[i].tape}' failed: "
+                               f"{payload.splitlines()[0]} (rerun the command to reproduce).")
+
+
+MIN_SEGMENT = 50  # frames; shorter segments cost more in process start-up than they save
+
+
+def plan_segments(requests: Sequence[RenderRequest], workers: int
+                  ) -> list[tuple[int, RenderRequest]]:
+    """Split long episodes into segments when there are more workers than episodes, so one
+    long video also uses every core. Returns (request index, job) pairs in order."""
+    from .tape import Tape
+
+    per_request = max(1, workers // max(1, len(requests)))
+    jobs = []
+    for i, req in enumerate(requests):
+        n = 1
+        if per_request > 1 and req.outputs and req.mode in ("resim", "restore"):
+            tape = Tape.load(req.tape)
+            ok = tape.physics is not None if req.mode == "resim" else tape.has_state
+            if ok:
+                n = max(1, min(per_request, (tape.length + 1) // MIN_SEGMENT))
+        if n == 1:
+            jobs.append((i, req))
+            continue
+        total = Tape.load(req.tape).length + 1
+        bounds = [round(k * total / n) for k in range(n + 1)]
+        for k in range(n):
+            # A trailing slash makes the writer draw PNG frames into a folder (lossless).
+            parts = tuple(f"{out.rstrip('/')}-segment{k}-{os.getpid()}/" for out in req.outputs)
+            jobs.append((i, replace(req, outputs=parts[:1], frames=(bounds[k], bounds[k + 1]),
+                                    overwrite=True)))
+    return jobs
+
+
+def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
+    """Concatenate segment outputs (PNG frame folders) in order into the requested files."""
+    from .encode import open_writer, read_frames
+    from .tape import Tape
+
+    fps = req.fps or parts[0].fps
+    writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs]
+    try:
+        for part in parts:
+            for frame in read_frames(part.outputs[0]):
+                for w in writers:
+                    w.write(frame)
+        frames = writers[0].frames_written
+        for w in writers:
+            w.close()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
+    finally:
+        for part in parts:
+            shutil.rmtree(part.outputs[0], ignore_errors=True)
+    divergences = [p.divergence for p in parts if p.divergence is not None]
+    rewards = [r for p in parts for r in p.rewards]
+    verified = None if req.mode == "restore" else not divergences
+    return replace(parts[0], tape=req.tape, outputs=tuple(req.outputs), frames=frames,
+                   verified=verified, divergence=divergences[0] if divergences else None,
+                   replay_return=None if req.mode == "restore" else math.fsum(rewards),
+                   seconds=max(p.seconds for p in parts), segments=len(parts),
+                   steps=Tape.load(req.tape).length, rewards=tuple(rewards),
+                   failures=tuple(f for p in parts for f in p.failures))
+
+
 def render(
     requests: Sequence[RenderRequest],
     *,
@@ -364,129 +590,67 @@ def render(
     workers: int = 1,
     timeout: float = 120.0,
     executor: str = "local",
+    split: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, RenderResult], None] | None = None,
 ) -> list[RenderResult | None]:
     """Replay each request in spawned workers; return one result per request, in order.
 
-    A request that fails on every backend gets None and the reasons are raised at the end
-    as one :class:`UsageError` (after every other request has finished), so that results
-    already made are kept. ``on_progress(i, frames_done)`` and ``on_result(i, result)`` let
-    a caller show progress and save results as they come.
+    With more ``workers`` than requests and ``split``, long episodes are rendered in
+    segments on several workers and joined. A request that fails on every backend gets
+    None and the reasons are raised at the end as one :class:`UsageError` (after every other
+    request has finished), so that results already made are kept. ``on_progress(i, frames)``
+    and ``on_result(i, result)`` let a caller show progress and save results as they come.
     """
     order = list(parse_backends(backends))
     for req in requests:
         if req.mode not in MODES:
             raise UsageError(f"Unknown mode '{req.mode}'; use one of {', '.join(MODES)}.")
+        if req.quality not in QUALITY:
+            raise UsageError(f"Unknown quality '{req.quality}'; use one of {', '.join(QUALITY)}.")
     if workers < 1:
         raise UsageError(f"--render-workers must be at least 1, got {workers}.")
     if executor == "ray":
         from .ray_executor import render_on_ray
 
         return render_on_ray(requests, order, timeout=timeout, on_result=on_result)
+
+    jobs = plan_segments(requests, workers if split else 1)
+    owner = [i for i, _ in jobs]
+    parts: dict[int, dict[int, RenderResult]] = {i: {} for i in range(len(requests))}
+    need = {i: owner.count(i) for i in range(len(requests))}
+    progress = [0] * len(jobs)
     results: list[RenderResult | None] = [None] * len(requests)
-    pending = deque(range(len(requests)))
-    failures: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(requests))}
-    dead: list[tuple[str, str]] = []  # backends that failed, with why
-    usage_errors: list[str] = []
-    slots = [_Slot() for _ in range(min(workers, max(1, len(requests))))]
 
-    def backend_for(req: RenderRequest) -> str | None:
-        if not req.outputs:
-            return None  # verification draws nothing and needs no GL
-        alive = [b for b in order if b not in {d for d, _ in dead}]
-        return alive[0] if alive else ""
+    def job_progress(j: int, frames: int) -> None:
+        progress[j] = frames
+        if on_progress is not None:
+            on_progress(owner[j], sum(p for k, p in enumerate(progress) if owner[k] == owner[j]))
 
-    def kill(slot: _Slot) -> None:
-        if slot.worker is not None:
-            slot.worker.conn.close()
-            stop_worker(slot.worker, grace=0.1)
-        slot.worker = slot.job = None
+    def job_done(j: int, result: RenderResult) -> None:
+        i = owner[j]
+        parts[i][j] = result
+        if len(parts[i]) < need[i]:
+            return
+        done = [parts[i][k] for k in sorted(parts[i])]
+        results[i] = done[0] if need[i] == 1 else _join(requests[i], done)
+        if on_result is not None:
+            on_result(i, results[i])
 
-    def backend_died(slot: _Slot, reason: str) -> None:
-        i = slot.job
-        if slot.backend is not None:
-            if slot.backend not in {d for d, _ in dead}:
-                dead.append((slot.backend, reason))
-            if i is not None:
-                failures[i].append((slot.backend, reason))
-        if i is not None:
-            pending.appendleft(i)
-        kill(slot)
-
+    pool = _Pool([job for _, job in jobs], order, workers, timeout, job_progress, job_done)
     try:
-        while pending or any(s.job is not None for s in slots):
-            for slot in slots:
-                if slot.job is not None or not pending:
-                    continue
-                i = pending.popleft()
-                backend = backend_for(requests[i])
-                if backend == "":  # every backend has failed
-                    continue
-                if slot.worker is None or slot.backend != backend or not slot.worker.alive():
-                    kill(slot)
-                    env = gl_environment(backend) if backend else {}
-                    slot.worker = spawn_worker(render_worker, backend, env=env)
-                    slot.backend = backend
-                slot.job, slot.last_heard = i, time.monotonic()
-                slot.worker.conn.send((i, requests[i]))
-            busy = [s for s in slots if s.job is not None]
-            if not busy:
-                break
-            ready = wait([s.worker.conn for s in busy], timeout=0.5)
-            for slot in busy:
-                if slot.worker.conn in ready:
-                    _handle(slot, requests, results, failures, usage_errors, backend_died,
-                            on_progress, on_result)
-                elif time.monotonic() - slot.last_heard > timeout:
-                    backend_died(slot, f"it hung (no progress for {timeout:.0f} s)")
+        pool.run()
     finally:
-        for slot in slots:
-            if slot.worker is not None:
-                stop_worker(slot.worker)
-
-    problems = list(usage_errors)
+        for i, job in jobs:  # segment folders of a request that could not finish
+            if job is not requests[i]:
+                for out in job.outputs:
+                    shutil.rmtree(out, ignore_errors=True)
+    problems = list(pool.errors)
     unfinished = [i for i, r in enumerate(results) if r is None and requests[i].outputs]
-    if unfinished and len(dead) == len(order):
-        reasons = "; ".join(f"{b}: {why}" for b, why in dead)
+    if unfinished and len(pool.dead) == len(order):
+        reasons = "; ".join(f"{b}: {why}" for b, why in pool.dead.items())
         problems.append(f"Every GL backend failed ({reasons}); run `rolltape doctor` to see "
                         "what each needs.")
     if problems:
         raise UsageError(" ".join(problems))
     return results
-
-
-def _handle(slot: _Slot, requests: Sequence[RenderRequest], results: list[RenderResult | None],
-            failures: dict[int, list[tuple[str, str]]], usage_errors: list[str],
-            backend_died: Callable[[_Slot, str], None],
-            on_progress: Callable[[int, int], None] | None,
-            on_result: Callable[[int, RenderResult], None] | None) -> None:
-    try:
-        msg = slot.worker.conn.recv()
-    except (EOFError, OSError):
-        slot.worker.proc.wait(5)
-        backend_died(slot, f"the render process {describe_exit(slot.worker.proc.returncode)}")
-        return
-    kind, i, payload = msg
-    slot.last_heard = time.monotonic()
-    if kind == "progress":
-        if on_progress is not None and i is not None:
-            on_progress(i, payload)
-        return
-    if kind == "backend_failed":
-        if i is None:
-            i = slot.job
-        backend_died(slot, payload)
-        return
-    i = slot.job
-    slot.job = None
-    if kind == "done":
-        result = replace(payload, failures=tuple(failures[i]))
-        results[i] = result
-        if on_result is not None:
-            on_result(i, result)
-    elif kind == "usage_error":
-        usage_errors.append(payload)
-    else:
-        usage_errors.append(f"Rendering '{requests[i].tape}' failed: {payload.splitlines()[0]}"
-                            " (rerun with the same command to reproduce).")

@@ -18,7 +18,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .envs import json_safe, make_env, mujoco_data, mujoco_warnings, obs_digest
+from .envs import (json_safe, make_env, mujoco_data, mujoco_warnings, obs_digest,
+                   physics_reader)
 from .errors import UsageError
 from .executors import describe_exit, spawn_worker, stop_worker
 from .policies import Policy, load_policy
@@ -57,9 +58,11 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     obs, info = env.reset(seed=seed, options=options)
     policy.reset(seed)
     data = mujoco_data(env)
+    read_physics = physics_reader(env)
     digests = [obs_digest(obs)]
     qpos = [data.qpos.copy()] if data is not None else None
     qvel = [data.qvel.copy()] if data is not None else None
+    physics = [read_physics()] if read_physics is not None else None
     actions, rewards, terminated, truncated = [], [], [], []
     done = False
     while not done:
@@ -73,6 +76,7 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         if data is not None:
             qpos.append(data.qpos.copy())
             qvel.append(data.qvel.copy())
+            physics.append(read_physics())
         done = term or trunc
     wall = time.perf_counter() - start
     success = info.get("is_success")
@@ -87,6 +91,7 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         "obs_digest": np.asarray(digests, dtype=np.uint64),
         "qpos": np.stack(qpos) if qpos is not None else None,
         "qvel": np.stack(qvel) if qvel is not None else None,
+        "physics": np.stack(physics) if physics is not None else None,
         "success": None if success is None else bool(success),
         "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
         "wall_s": wall,

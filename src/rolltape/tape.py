@@ -27,7 +27,7 @@ from .errors import UsageError
 
 SCHEMA_VERSION = 1
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
-_OPTIONAL_ARRAYS = ("obs_digest", "qpos", "qvel")
+_OPTIONAL_ARRAYS = ("obs_digest", "qpos", "qvel", "physics")
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +43,8 @@ class Tape:
         terminated, truncated: (T,) bool flags as the env returned them.
         obs_digest: (T+1,) uint64 digests of the reset observation and each step's, or None.
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
+        physics: (T+1, n) full MuJoCo integration state per frame (``mjSTATE_INTEGRATION``),
+            from which stepping continues bit for bit; lets one episode render in segments.
         success: ``info["is_success"]`` at the last step, None when the env does not say.
         metrics: ``info["metrics"]`` at the last step (JSON-safe), or None.
         policy: what produced the actions: kind, source, sha256, deterministic.
@@ -60,6 +62,7 @@ class Tape:
     obs_digest: np.ndarray | None = None
     qpos: np.ndarray | None = None
     qvel: np.ndarray | None = None
+    physics: np.ndarray | None = None
     success: bool | None = None
     metrics: dict[str, Any] | None = None
     policy: dict[str, Any] = field(default_factory=dict)
@@ -195,7 +198,7 @@ def _check_shapes(tape: Tape, where: str) -> None:
         raise UsageError(
             f"{where} obs_digest has {tape.obs_digest.shape[0]} rows, expected {n + 1}."
         )
-    for name in ("qpos", "qvel"):
+    for name in ("qpos", "qvel", "physics"):
         arr = getattr(tape, name)
         if arr is not None and (arr.ndim != 2 or arr.shape[0] != n + 1):
             raise UsageError(f"{where} {name} must have {n + 1} rows, got shape {arr.shape}.")
