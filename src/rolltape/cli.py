@@ -22,7 +22,8 @@ from .errors import DivergenceError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Evaluate RL policies with rendering off; render their tapes faithfully.")
-out = Console()
+# Not a terminal (a log, CI): a fixed width so tables do not wrap at 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
 BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
@@ -266,7 +267,8 @@ def demo(
     out.print(f"demo: {assets['env_id']} with the bundled PPO policy "
               f"({assets['timesteps']:,} training steps), {episodes} episodes vs random")
     run = evaluate(assets["env_id"], f"sb3:{assets['policy']}", vecnormalize=assets["vecnormalize"],
-                   episodes=episodes, seed=1000, baseline="random", video="best", out=output,
+                   env_kwargs=assets["env_kwargs"], episodes=episodes, seed=1000,
+                   baseline="random", video="best", out=output,
                    overwrite=True, show_progress=not quiet, command=sys.argv)
     print_run(run.results, run.path)
 
