@@ -26,6 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
+QUALITY_HELP = "full (exactly env.render()), balanced, or fast (no shadows/reflections/MSAA)."
 BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 
 
@@ -65,6 +66,7 @@ def eval_(
     height: Optional[int] = typer.Option(None, help="Frame height."),
     camera: Optional[str] = typer.Option(None, help="MuJoCo camera name."),
     mode: str = typer.Option("resim", help="resim (verify), restore (draw recorded states), auto."),
+    quality: str = typer.Option("full", help=QUALITY_HELP),
     backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
     rtol: float = typer.Option(0.0, help="Relative tolerance for reward parity (exact by default)."),
     atol: float = typer.Option(0.0, help="Absolute tolerance for reward parity."),
@@ -85,6 +87,7 @@ def eval_(
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         workers=workers, executor=executor, render_workers=render_workers, video=video,
         video_format=video_format, width=width, height=height, camera=camera, mode=mode,
+        quality=quality,
         backends=backends, rtol=rtol, atol=atol, on_divergence=on_divergence,
         render_timeout=render_timeout, overwrite=overwrite, resume=resume,
         show_progress=not quiet, command=sys.argv,
@@ -137,6 +140,7 @@ def render(
                                           help="Output file (one tape) or folder (several)."),
     video_format: Optional[str] = typer.Option(None, "--format", help="mp4, webm, gif or png."),
     mode: str = typer.Option("resim", help="resim, restore or auto."),
+    quality: str = typer.Option("full", help=QUALITY_HELP),
     width: Optional[int] = typer.Option(None), height: Optional[int] = typer.Option(None),
     camera: Optional[str] = typer.Option(None),
     fps: Optional[float] = typer.Option(None, help="Frame rate (env's render_fps by default)."),
@@ -165,7 +169,8 @@ def render(
             target = output / f"{tape.stem}.{fmt}"
         requests.append(RenderRequest(str(tape), (str(target),), mode=mode, width=width,
                                       height=height, camera=camera, fps=fps, rtol=rtol,
-                                      atol=atol, overwrite=overwrite, env_id=env))
+                                      atol=atol, overwrite=overwrite, env_id=env,
+                                      quality=quality))
     _check_tapes(tapes)
     results = _run_with_bar(requests, backends, workers, quiet)
     diverged = _print_replays(results)

@@ -25,7 +25,7 @@ from .encode import format_from_path
 from .envs import env_spec, json_safe
 from .errors import DivergenceError, UsageError
 from .progress import Progress
-from .render import MODES, RenderRequest, render
+from .render import MODES, QUALITY, RenderRequest, render
 from .rollout import EpisodeJob, PolicyJob, run_pass1, split_jobs, tape_name
 
 ON_DIVERGENCE = ("warn", "fail")
@@ -102,6 +102,7 @@ class EvalConfig:
     height: int | None = None
     camera: str | None = None
     mode: str = "resim"
+    quality: str = "full"
     backends: tuple[str, ...] = DEFAULT_ORDER
     render_workers: int = 1
     rtol: float = 0.0
@@ -126,6 +127,9 @@ class EvalConfig:
             raise UsageError(f"--on-divergence must be one of {', '.join(ON_DIVERGENCE)}.")
         if self.mode not in MODES:
             raise UsageError(f"--mode must be one of {', '.join(MODES)}, got '{self.mode}'.")
+        if self.quality not in QUALITY:
+            raise UsageError(f"--quality must be one of {', '.join(QUALITY)}, "
+                             f"got '{self.quality}'.")
         if self.rtol < 0 or self.atol < 0:
             raise UsageError("--rtol and --atol must be 0 or more.")
         format_from_path(f"x.{self.video_format}")
@@ -259,7 +263,7 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
         tape=str(root / rows[i]["tape"]),
         outputs=(str(root / "videos" / f"policy-{i:04d}.{cfg.video_format}"),),
         mode=cfg.mode, width=cfg.width, height=cfg.height, camera=cfg.camera,
-        rtol=cfg.rtol, atol=cfg.atol, overwrite=True) for i in picked]
+        quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True) for i in picked]
     lengths = [rows[i]["length"] + 1 for i in picked]
     task = bar.add(f"pass 2 (render {len(picked)} video(s))", sum(lengths))
     seen = [0] * len(picked)
