@@ -4,8 +4,7 @@ Bad input must end in exit status 2 with the problem named in one line on stderr
 starts with ``rolltape:``, no traceback, and nothing half-written: the folder the command
 ran in (which holds its inputs and any earlier run) is compared file by file before and
 after. Each bad input runs once; two tests read its outcome: everything but the "only one
-line on stderr" rule, and that rule, so that a known deviation from it (marked xfail) does
-not hide the rest.
+line on stderr" rule, and that rule, so a failure of one does not hide the other.
 """
 
 from __future__ import annotations
@@ -175,20 +174,9 @@ def case_tape_on_another_env(d, fx):
             ["t.npz", "HalfCheetah-v5", "Hopper-v5"])
 
 
-_PROGRESS_NOISE = pytest.mark.xfail(strict=True, reason=(
-    "src bug: progress bars are on by default (cli.eval_/render: show_progress=not quiet) "
-    "and rich leaves their last state on stderr when the command then fails, so stderr has "
-    "'pass 1 ...'/'replaying ...' lines besides the one 'rolltape:' line"))
-_GLFW_NOISE = pytest.mark.xfail(strict=True, reason=(
-    "src bug: the glfw render worker's GLFWError warnings reach stderr, progress bars stay "
-    "there, and cli.main's rich err.print wraps the long message at the console width"))
 
 CASES = {name[len("case_"):]: fn for name, fn in globals().copy().items()
          if name.startswith("case_")}
-NOISY = {"checkpoint_corrupt": _PROGRESS_NOISE, "checkpoint_corrupt_over_an_old_run":
-         _PROGRESS_NOISE, "statistics_corrupt": _PROGRESS_NOISE,
-         "statistics_of_another_shape": _PROGRESS_NOISE, "env_without_rgb_array": _PROGRESS_NOISE,
-         "every_backend_fails": _GLFW_NOISE, "tape_on_another_env": _PROGRESS_NOISE}
 
 _outcomes: dict[str, tuple[Any, Path, dict, dict, list[str]]] = {}
 
@@ -235,18 +223,13 @@ def test_bad_input_is_exit_2_with_the_problem_named(outcome, name):
     assert after == before  # nothing created, nothing changed (an old ./run untouched)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=NOISY[n]) if n in NOISY else n
-                                  for n in sorted(CASES)])
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_is_one_line_on_stderr(outcome, name):
     proc, *_ = outcome(name)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("rolltape:"), proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: cli.main prints the error with rich's Console.print, which wraps it at the "
-    "console width (80 columns when stderr is not a terminal), so a message longer than "
-    "that becomes several lines (should print with soft_wrap=True or plain sys.stderr)"))
 def test_error_stays_one_line_at_the_default_width(tmp_path):
     proc = run_cli("eval", "HalfCheetah-v4x", "--out", "run", env={"COLUMNS": "80"},
                    cwd=tmp_path)
@@ -264,10 +247,6 @@ def test_no_output_folders_created_for_a_failed_run(tmp_path):
     assert not (tmp_path / "runs" / "a" / ".b.partial").exists()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src gap: artifacts.RunDir creates the parent folders of --out (parent.mkdir(parents=True)) "
-    "before the run can fail, and discard() removes only the staging folder, so a failed run "
-    "leaves empty 'runs/a/' behind"))
 def test_failed_run_leaves_no_parent_folders(tmp_path):
     (tmp_path / "bad.zip").write_bytes(b"PK\x03\x04 not really a zip")
     proc = run_cli("eval", ENV_ID, "-p", "sb3:bad.zip", "-n", "1", "--out", "runs/a/b",

@@ -146,10 +146,6 @@ def test_sb3_discrete_actions_are_integers(sb3_models):
         env.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: policies.detect_sb3_algo reports a DDPG checkpoint as TD3 (DDPG saves a "
-    "stable_baselines3.td3.policies class, and only '.td3.' is matched), so tapes and "
-    "metadata.json say algo TD3 for a DDPG policy although DDPG is in SB3_ALGOS"))
 def test_ddpg_checkpoint_is_detected_as_ddpg(sb3_models):
     _, path = sb3_models[("DDPG", "Pendulum-v1")]
     assert detect_sb3_algo(path) == "DDPG"

@@ -180,11 +180,6 @@ def test_stochastic_policy_runs_and_samples(stochastic_run, ppo_run):
         assert np.array_equal(sampled.rewards, rewards)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src gap: SB3Policy has no reset(seed), so with --stochastic the torch RNG is not "
-    "reseeded per episode; an episode's sampled actions depend on the episodes played before "
-    "it in the same worker (unlike the random policy, and contrary to 'tapes are identical "
-    "for any --workers count'), so a stochastic episode does not replay alone"))
 def test_stochastic_episode_replays_alone(stochastic_run, ppo_checkpoint, tmp_path):
     model_zip, stats = ppo_checkpoint
     alone = evaluate(ENV_ID, f"sb3:{model_zip}", vecnormalize=stats, episodes=1, seed=SEED + 1,
@@ -409,11 +404,6 @@ def test_resume_an_interrupted_run(reference_run, tmp_path):
     assert resumed.results["summary"] == reference_run.results["summary"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: a resumed run appends new rows to episodes.jsonl after the torn last line an "
-    "interrupted process left (artifacts.append_jsonl / evaluate._pass1 never truncate it), "
-    "so the file keeps an unparseable line and read_jsonl, which stops at the first bad "
-    "line, loses every row after it on the next resume"))
 def test_resumed_run_has_a_clean_episodes_jsonl(reference_run, tmp_path):
     _interrupt(reference_run.path, tmp_path, finished=2, torn=True)
     resumed = _random_run(tmp_path / "run", 5, resume=True)
@@ -433,10 +423,6 @@ def test_interrupted_run_is_kept_unless_resumed_or_overwritten(reference_run, tm
     assert _rows(fresh.path) == _rows(reference_run.path)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src gap: resume never checks that the run's config matches (seed, env, policy, "
-    "episodes' seeds): resuming with another --seed silently keeps the old episodes and "
-    "writes results.json/metadata.json claiming the new seeds"))
 def test_resume_with_another_seed_is_refused_or_consistent(reference_run, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(reference_run.path, out)
@@ -447,11 +433,6 @@ def test_resume_with_another_seed_is_refused_or_consistent(reference_run, tmp_pa
     assert [r["seed"] for r in run.results["episodes_rows"]] == list(range(99, 104))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "src bug: resuming a *finished* run copies it to the staging folder (RunDir), and when "
-    "the resumed run then fails with a UsageError evaluate() keeps that staging copy "
-    "('if not run.resumed: run.discard()'), so '.run.partial' is left beside the intact "
-    "run and the next plain eval says an interrupted run exists"))
 def test_failed_resume_of_a_finished_run_leaves_nothing_behind(tmp_path):
     policy = tmp_path / "p.py"
     policy.write_text("import numpy as np\n\ndef act(obs):\n    return np.zeros(6, np.float32)\n")

@@ -80,9 +80,13 @@ class RunDir:
         self.final = Path(final)
         self.staging = self.final.with_name(f".{self.final.name}.partial")
         self.resumed = False
+        self.copied = False  # staging is a copy of a finished run (resuming it)
         if not resume:
             refuse_existing(self.final, overwrite)
         parent = self.final.parent
+        # Folders we create for this run go again if it fails before anything is kept.
+        self._created = next((p for p in reversed([parent, *parent.parents])
+                              if not p.exists()), None)
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -102,7 +106,7 @@ class RunDir:
         elif resume and self.final.exists():
             # Resuming a finished run: work on it in staging, then put it back.
             shutil.copytree(self.final, self.staging)
-            self.resumed = True
+            self.resumed = self.copied = True
         (self.staging / "tapes").mkdir(parents=True, exist_ok=True)
         (self.staging / "videos").mkdir(exist_ok=True)
 
@@ -123,8 +127,28 @@ class RunDir:
         return self.final
 
     def discard(self) -> None:
-        """Remove the staging folder (bad input found before anything worth keeping)."""
+        """Remove the staging folder (bad input found before anything worth keeping), and
+        the parent folders this run created."""
         shutil.rmtree(self.staging, ignore_errors=True)
+        if self._created is not None:
+            for folder in [self.final.parent, *self.final.parent.parents]:
+                try:
+                    folder.rmdir()  # only ever removes empty folders
+                except OSError:
+                    break
+                if folder == self._created:
+                    break
+
+    def check_config(self, config: dict[str, Any]) -> None:
+        """Record what decides the tapes; refuse to resume a run made with other choices."""
+        path = self.staging / "config.json"
+        if path.is_file():
+            before = json.loads(path.read_text())
+            changed = sorted(k for k in set(before) | set(config) if before.get(k) != config.get(k))
+            if changed:
+                raise UsageError(f"Cannot resume '{self.final}' with different {', '.join(changed)} "
+                                 "than it was started with; pass the same options or --overwrite.")
+        write_json(path, config)
 
 
 def versions() -> dict[str, str | None]:

@@ -26,6 +26,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 out = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True)
 
+CAMERA_HELP = "default, free, a model camera NAME, or track:BODY; repeat for several."
+LAYOUT_HELP = "single, horizontal, vertical, grid, or separate (one file per camera)."
 QUALITY_HELP = "full (exactly env.render()), balanced, or fast (no shadows/reflections/MSAA)."
 BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 
@@ -64,7 +66,9 @@ def eval_(
     video_format: str = typer.Option("mp4", "--format", help="mp4, webm or gif."),
     width: Optional[int] = typer.Option(None, help="Frame width (env default when omitted)."),
     height: Optional[int] = typer.Option(None, help="Frame height."),
-    camera: Optional[str] = typer.Option(None, help="MuJoCo camera name."),
+    camera: Optional[List[str]] = typer.Option(None, "--camera", help=CAMERA_HELP),
+    layout: str = typer.Option("single", help=LAYOUT_HELP),
+    overlay: bool = typer.Option(False, help="Write step, reward and return onto the frames."),
     mode: str = typer.Option("resim", help="resim (verify), restore (draw recorded states), auto."),
     quality: str = typer.Option("full", help=QUALITY_HELP),
     backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
@@ -86,7 +90,8 @@ def eval_(
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         workers=workers, executor=executor, render_workers=render_workers, video=video,
-        video_format=video_format, width=width, height=height, camera=camera, mode=mode,
+        video_format=video_format, width=width, height=height, cameras=tuple(camera or ()),
+        layout=layout, overlay=overlay, mode=mode,
         quality=quality,
         backends=backends, rtol=rtol, atol=atol, on_divergence=on_divergence,
         render_timeout=render_timeout, overwrite=overwrite, resume=resume,
@@ -122,8 +127,13 @@ def print_run(results: dict[str, Any], path: Path) -> None:
                   else f"DIVERGED at {v['divergence_text']}" if v["verified"] is False
                   else "drawn from recorded states (not re-simulated)")
         out.print(f"video {path / v['path']} ({v['frames']} frames, {v['backend']}): {status}")
+    # MuJoCo's own warnings (deprecated XML in Gymnasium's models) are kept, not shouted.
+    quiet = [w for w in results.get("warnings", []) if w.startswith("MuJoCo: ")]
     for w in results.get("warnings", []):
-        err.print(f"warning: {w}")
+        if w not in quiet:
+            err.print(f"warning: {w}")
+    if quiet:
+        err.print(f"note: {len(quiet)} MuJoCo warning(s) recorded in metadata.json")
     out.print(f"run written to {path}/ (results.json, episodes.jsonl, metadata.json, tapes/, videos/)")
 
 
@@ -142,7 +152,9 @@ def render(
     mode: str = typer.Option("resim", help="resim, restore or auto."),
     quality: str = typer.Option("full", help=QUALITY_HELP),
     width: Optional[int] = typer.Option(None), height: Optional[int] = typer.Option(None),
-    camera: Optional[str] = typer.Option(None),
+    camera: Optional[List[str]] = typer.Option(None, "--camera", help=CAMERA_HELP),
+    layout: str = typer.Option("single", help=LAYOUT_HELP),
+    overlay: bool = typer.Option(False, help="Write step, reward and return onto the frames."),
     fps: Optional[float] = typer.Option(None, help="Frame rate (env's render_fps by default)."),
     env: Optional[str] = typer.Option(None, help="Replay on this env id instead of the tape's."),
     backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
@@ -168,7 +180,8 @@ def render(
         else:
             target = output / f"{tape.stem}.{fmt}"
         requests.append(RenderRequest(str(tape), (str(target),), mode=mode, width=width,
-                                      height=height, camera=camera, fps=fps, rtol=rtol,
+                                      height=height, cameras=tuple(camera or ()),
+                                      layout=layout, overlay=overlay, fps=fps, rtol=rtol,
                                       atol=atol, overwrite=overwrite, env_id=env,
                                       quality=quality))
     _check_tapes(tapes)
@@ -207,10 +220,11 @@ def _check_tapes(tapes: list[Path]) -> None:
 def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,
                   quiet: bool) -> list[Any]:
     from .progress import Progress
-    from .render import render as render_tapes
+    from .render import check_requests, render as render_tapes
     from .tape import Tape
 
     totals = [Tape.load(r.tape).length + 1 for r in requests]
+    check_requests(requests, backends, workers)  # bad input before any progress bar
     with Progress(not quiet) as bar:
         task = bar.add(f"replaying {len(requests)} tape(s)", sum(totals))
         seen = [0] * len(requests)
@@ -278,12 +292,66 @@ def demo(
     print_run(run.results, run.path)
 
 
+@app.command()
+def bench(
+    output: Path = typer.Option(Path("bench-out"), "--out", "-o", help="Folder for bench.json and bench.png."),
+    quick: bool = typer.Option(False, help="Tiny sizes (seconds), for tests; numbers not meaningful."),
+    only: Optional[str] = typer.Option(None, help="NAME[,NAME]: run only these benchmarks."),
+) -> None:
+    """Measure speed and memory targets as ratios against baselines run alongside."""
+    from .bench import run_and_print
+
+    raise typer.Exit(run_and_print(only, quick=quick, out=output))
+
+
+@app.command()
+def report(
+    run: Path = typer.Argument(..., help="Run folder written by `rolltape eval`."),
+    output: Optional[Path] = typer.Option(None, "--out", "-o",
+                                          help="Where to write the page (default RUN/report.html)."),
+) -> None:
+    """Write RUN/report.html: the run's numbers, plots, videos and provenance on one page."""
+    from .report import build_report
+
+    out.print(f"report written to {build_report(run, out=output)}", highlight=False,
+              soft_wrap=True)
+
+
+@app.command()
+def view(
+    run: Path = typer.Argument(..., help="Run folder written by `rolltape eval`."),
+    port: int = typer.Option(0, help="Port to serve on (0: any free port)."),
+    host: str = typer.Option("127.0.0.1", help="Address to serve on."),
+    refresh: bool = typer.Option(False, help="Rebuild RUN/viewer even when it is up to date."),
+) -> None:
+    """Serve RUN's 3-D tape viewer (MuJoCo in WebAssembly) on localhost until Ctrl-C."""
+    from .viewer import export_viewer, serve, viewer_is_current
+
+    if refresh or not viewer_is_current(run):
+        info = export_viewer(run, overwrite=True)
+        if info["href"] is None:
+            raise UsageError(info["note"])
+        if info["note"]:
+            err.print(f"note: {info['note']}", highlight=False, soft_wrap=True)
+    server, url = serve(run, port=port, host=host)
+    out.print(f"open {url}", highlight=False, soft_wrap=True)
+    out.file.flush()
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        out.print("stopped serving", highlight=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app, turning our errors into one line and an exit code."""
     try:
         app(args=argv, standalone_mode=False)
     except (UsageError, DivergenceError) as exc:
-        err.print(f"rolltape: {exc}", highlight=False, markup=False)
+        err.print(f"rolltape: {exc}", highlight=False, markup=False, soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -64,7 +64,6 @@ def make_env(
     render_mode: str | None = None,
     width: int | None = None,
     height: int | None = None,
-    camera: str | int | None = None,
 ) -> Any:
     """Build the env a spec describes; rendering options only apply when rendering."""
     import gymnasium as gym
@@ -83,12 +82,7 @@ def make_env(
                     f"Env '{spec['id']}' cannot render 'rgb_array' frames, so it cannot make "
                     "a video; drop --video or choose an env that renders rgb_array."
                 )
-            sizing = {"width": width, "height": height}
-            if isinstance(camera, int):
-                sizing["camera_id"] = camera
-            elif camera is not None:
-                sizing["camera_name"] = camera
-            sizing = {k: v for k, v in sizing.items() if v is not None}
+            sizing = {k: v for k, v in {"width": width, "height": height}.items() if v is not None}
             if sizing and _accepts(spec["id"], "width"):
                 kwargs.update(sizing)
     try:

@@ -19,8 +19,9 @@ from typing import Any, Sequence
 
 from . import stats
 from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, provenance, read_jsonl,
-                        write_json)
+                        write_json, write_text)
 from .backends import DEFAULT_ORDER, parse_backends
+from .cameras import check_layout
 from .encode import format_from_path
 from .envs import env_spec, json_safe
 from .errors import DivergenceError, UsageError
@@ -100,7 +101,9 @@ class EvalConfig:
     video_format: str = "mp4"
     width: int | None = None
     height: int | None = None
-    camera: str | None = None
+    cameras: tuple[str, ...] = ()
+    layout: str = "single"
+    overlay: bool = False
     mode: str = "resim"
     quality: str = "full"
     backends: tuple[str, ...] = DEFAULT_ORDER
@@ -133,6 +136,7 @@ class EvalConfig:
         if self.rtol < 0 or self.atol < 0:
             raise UsageError("--rtol and --atol must be 0 or more.")
         format_from_path(f"x.{self.video_format}")
+        check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
         for path, what in ((checkpoint, "Checkpoint"),
@@ -169,6 +173,7 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
         options["vecnormalize"] = str(options["vecnormalize"])
     options["backends"] = parse_backends(options.get("backends", DEFAULT_ORDER))
     options["env_kwargs"] = dict(options.get("env_kwargs") or {})
+    options["cameras"] = tuple(options.get("cameras") or ())
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
     if config.workers > config.episodes:
@@ -182,7 +187,7 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     try:
         return _run(run, spec, config, notes, show_progress, command)
     except UsageError:
-        if not run.resumed:
+        if not run.resumed or run.copied:
             run.discard()
         raise
 
@@ -190,6 +195,10 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
 def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
          show_progress: bool, command: list[str] | None) -> RunResult:
     root = run.path
+    run.check_config({"env": spec["id"], "env_kwargs": spec["kwargs"],
+                      "max_episode_steps": spec["max_episode_steps"], "policy": cfg.policy,
+                      "vecnormalize": cfg.vecnormalize, "algo": cfg.algo, "seed": cfg.seed,
+                      "deterministic": cfg.deterministic, "baseline": cfg.baseline})
     timings: dict[str, float] = {}
     with Progress(show_progress) as bar:
         started = time.perf_counter()
@@ -222,6 +231,8 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
     """Run (or, when resuming, finish) every episode; return the rows per role."""
     jsonl = root / "episodes.jsonl"
     done = {(r["role"], r["index"]): r for r in read_jsonl(jsonl) if (root / r["tape"]).is_file()}
+    # Rewrite what survived (a torn last line from an interrupted run is dropped).
+    write_text(jsonl, "".join(json.dumps(r, allow_nan=False) + "\n" for r in done.values()))
     roles = [("policy", cfg.policy)] + ([("baseline", "random")] if cfg.baseline else [])
     jobs = []
     for role, source in roles:
@@ -262,7 +273,8 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
         outputs=(str(root / "videos" / f"policy-{i:04d}.{cfg.video_format}"),),
-        mode=cfg.mode, width=cfg.width, height=cfg.height, camera=cfg.camera,
+        mode=cfg.mode, width=cfg.width, height=cfg.height, cameras=cfg.cameras,
+        layout=cfg.layout, overlay=cfg.overlay,
         quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True) for i in picked]
     lengths = [rows[i]["length"] + 1 for i in picked]
     task = bar.add(f"pass 2 (render {len(picked)} video(s))", sum(lengths))
@@ -291,7 +303,8 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
         else:
             entry.update(result.to_dict())
             entry["tape"] = rows[i]["tape"]
-            entry["path"] = str(Path(entry.pop("outputs")[0]).relative_to(root))
+            entry["paths"] = [str(Path(p).relative_to(root)) for p in entry.pop("outputs")]
+            entry["path"] = entry["paths"][0]
             warnings.extend(f"MuJoCo: {w}" for w in entry.pop("warnings")
                             if f"MuJoCo: {w}" not in warnings)
             if result.divergence is not None:

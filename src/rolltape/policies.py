@@ -94,6 +94,14 @@ class SB3Policy(Policy):
         self._lean = _lean_actor(model, obs_normalizer, deterministic)
         self.description["inference"] = "lean" if self._lean else "predict"
 
+    def reset(self, seed: int | None) -> None:
+        # Sampled actions draw from torch's global generator: seed it per episode so that a
+        # stochastic episode also replays alone, whichever worker plays it.
+        if not self.deterministic and seed is not None:
+            import torch
+
+            torch.manual_seed(seed)
+
     def predict_action(self, obs: Any) -> Any:
         """Exactly SB3's evaluation path: VecNormalize.normalize_obs, then model.predict."""
         if self.obs_normalizer is not None:
@@ -257,7 +265,11 @@ def detect_sb3_algo(path: Path) -> str:
             "truncated); re-save it with model.save()."
         ) from None
     policy_module = str(data.get("policy_class", {}).get("__module__", ""))
-    for name in ("sac", "td3", "dqn", "ddpg"):
+    if ".td3." in policy_module:
+        # DDPG is TD3 with one actor update per critic update and no target smoothing.
+        ddpg = data.get("policy_delay") == 1 and data.get("target_noise_clip") == 0.0
+        return "DDPG" if ddpg else "TD3"
+    for name in ("sac", "dqn"):
         if f".{name}." in policy_module:
             return name.upper()
     if "clip_range" in data or "n_epochs" in data:

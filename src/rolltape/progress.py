@@ -24,7 +24,8 @@ class Progress:
         self._bars = RichProgress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), TimeRemainingColumn(),
-            console=Console(stderr=True), disable=not enabled,
+            # transient: bars vanish when work stops, so an error is the only thing left
+            console=Console(stderr=True), disable=not enabled, transient=True,
         )
 
     def __enter__(self) -> Progress:

@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .cameras import CameraRig, Compositor, check_layout, draw_overlay, separate_path
 from .backends import (DEFAULT_ORDER, gl_environment, parse_backends,
                        select_backend_in_this_process)
 from .errors import UsageError
@@ -56,7 +57,9 @@ class RenderRequest:
     mode: str = "resim"
     width: int | None = None
     height: int | None = None
-    camera: str | None = None
+    cameras: tuple[str, ...] = ()  # see rolltape.cameras; () is the env's own view
+    layout: str = "single"  # how several cameras share a frame (or "separate" files)
+    overlay: bool = False  # write step, reward and return onto each frame
     fps: float | None = None
     rtol: float = 0.0
     atol: float = 0.0
@@ -186,11 +189,10 @@ class _Replayer:
     def _env(self, spec: dict[str, Any], req: RenderRequest, draw: bool) -> tuple[str, Any]:
         from .envs import make_env
 
-        key = json.dumps([spec, draw, req.width, req.height, req.camera, req.quality],
-                         sort_keys=True)
+        key = json.dumps([spec, draw, req.width, req.height, req.quality], sort_keys=True)
         if key not in self._envs:
             self._envs[key] = make_env(spec, "rgb_array" if draw else None,
-                                       width=req.width, height=req.height, camera=req.camera)
+                                       width=req.width, height=req.height)
         return key, self._envs[key]
 
     def _reset(self, key: str, env: Any, tape: Any, draw: bool, quality: str) -> Any:
@@ -210,7 +212,8 @@ class _Replayer:
         except DependencyNotInstalled as exc:
             raise UsageError(f"Env '{env.spec.id}' cannot draw here: {exc}.") from None
         except Exception as exc:
-            raise BackendFailure(f"could not draw: {type(exc).__name__}: {exc}") from None
+            hint = f" ({_WARNED[0]})" if _WARNED else ""
+            raise BackendFailure(f"could not draw: {type(exc).__name__}: {exc}{hint}") from None
         if frame is None or frame.size == 0 or frame.min() == frame.max():
             raise BackendFailure("it rendered blank frames")
         self._drawn_once.add(key)
@@ -235,16 +238,36 @@ class _Replayer:
                              "restore mode; use --mode resim.")
         first, stop = req.frames or (0, tape.length + 1)
         fps = req.fps or float(env.metadata.get("render_fps") or 30)
-        writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs]
+        rig = CameraRig(env, req.cameras) if draw else None
+        # One list of output paths per stream: every camera in "separate", else one stream.
+        if rig is not None and req.layout == "separate":
+            streams = [[separate_path(p, cam) for p in req.outputs] for cam in rig.names]
+        else:
+            streams = [list(req.outputs)]
+        outputs = [p for paths in streams for p in paths]
+
+        def open_all() -> list[list[Any]]:
+            return [[open_writer(p, fps=fps, overwrite=req.overwrite) for p in paths]
+                    for paths in streams]
+
+        writers = open_all()
+        compositor = Compositor(req.layout)
+        returns = np.concatenate([[0.0], np.cumsum(tape.rewards)])
 
         def reset() -> Any:
             return self._reset(key, env, tape, draw, req.quality)
 
         def emit(index: int) -> None:
             if draw:
-                frame = env.render()
-                for w in writers:
-                    w.write(frame)
+                views = rig.frames()
+                if req.layout != "separate":
+                    views = [compositor(views)]
+                for frame, stream in zip(views, writers):
+                    if req.overlay:
+                        reward = float(tape.rewards[index - 1]) if index else None
+                        frame = draw_overlay(frame, index, reward, float(returns[index]))
+                    for w in stream:
+                        w.write(frame)
             if (index + 1) % 25 == 0:
                 self.progress(index + 1 - first)
 
@@ -253,25 +276,24 @@ class _Replayer:
             if mode in ("resim", "auto"):
                 divergence, rewards = self._resim(tape, env, req, first, stop, reset, emit)
                 if divergence is not None and mode == "auto" and tape.has_state and draw:
-                    for w in writers:
+                    for w in _flat(writers):
                         w.abort()
-                    writers = [open_writer(p, fps=fps, overwrite=req.overwrite)
-                               for p in req.outputs]
+                    writers = open_all()
                     mode = "restore"
                     self._restore(tape, env, first, stop, reset, emit)
                 else:
                     mode = "resim" if draw else "verify"
             else:
                 self._restore(tape, env, first, stop, reset, emit)
-            frames = writers[0].frames_written if writers else 0
-            for w in writers:
+            frames = _flat(writers)[0].frames_written if outputs else 0
+            for w in _flat(writers):
                 w.close()
         except BaseException:
-            for w in writers:
+            for w in _flat(writers):
                 w.abort()
             raise
         return RenderResult(
-            tape=req.tape, outputs=tuple(req.outputs), mode=mode,
+            tape=req.tape, outputs=tuple(outputs), mode=mode,
             backend=self.backend if draw else None, steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
             divergence=divergence,
@@ -323,6 +345,10 @@ class _Replayer:
             emit(t)
 
 
+def _flat(writers: list[list[Any]]) -> list[Any]:
+    return [w for stream in writers for w in stream]
+
+
 def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs: Any,
                   rtol: float, atol: float) -> Divergence | None:
     from .envs import obs_digest
@@ -363,8 +389,20 @@ def _check_same_env(tape: Any, env: Any, path: str) -> None:
         )
 
 
+_WARNED: list[str] = []  # Python warnings raised in this worker (e.g. GLFW's own errors)
+
+
+def _keep_warning(message: Any, *args: Any, **kwargs: Any) -> None:
+    _WARNED.append(str(message).strip())
+
+
 def render_worker(backend: str | None, conn: Any) -> None:
     """Entry point of a spawned render process: one GL backend, many tapes."""
+    import warnings
+
+    # Kept and folded into failure reasons instead of printed: GLFW, for one, says the real
+    # cause ("DISPLAY ... is missing") only as a warning.
+    warnings.showwarning = _keep_warning
     try:
         if backend is not None:
             select_backend_in_this_process(backend)  # before anything imports mujoco
@@ -532,7 +570,8 @@ def plan_segments(requests: Sequence[RenderRequest], workers: int
     jobs = []
     for i, req in enumerate(requests):
         n = 1
-        if per_request > 1 and req.outputs and req.mode in ("resim", "restore"):
+        if (per_request > 1 and req.outputs and req.mode in ("resim", "restore")
+                and req.layout != "separate"):
             tape = Tape.load(req.tape)
             ok = tape.physics is not None if req.mode == "resim" else tape.has_state
             if ok:
@@ -583,6 +622,21 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
                    failures=tuple(f for p in parts for f in p.failures))
 
 
+def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[str],
+                   workers: int = 1) -> list[str]:
+    """Refuse bad render options up front; return the backend order."""
+    order = list(parse_backends(backends))
+    for req in requests:
+        if req.mode not in MODES:
+            raise UsageError(f"Unknown mode '{req.mode}'; use one of {', '.join(MODES)}.")
+        if req.quality not in QUALITY:
+            raise UsageError(f"Unknown quality '{req.quality}'; use one of {', '.join(QUALITY)}.")
+        check_layout(req.layout, req.cameras)
+    if workers < 1:
+        raise UsageError(f"--render-workers must be at least 1, got {workers}.")
+    return order
+
+
 def render(
     requests: Sequence[RenderRequest],
     *,
@@ -602,14 +656,7 @@ def render(
     request has finished), so that results already made are kept. ``on_progress(i, frames)``
     and ``on_result(i, result)`` let a caller show progress and save results as they come.
     """
-    order = list(parse_backends(backends))
-    for req in requests:
-        if req.mode not in MODES:
-            raise UsageError(f"Unknown mode '{req.mode}'; use one of {', '.join(MODES)}.")
-        if req.quality not in QUALITY:
-            raise UsageError(f"Unknown quality '{req.quality}'; use one of {', '.join(QUALITY)}.")
-    if workers < 1:
-        raise UsageError(f"--render-workers must be at least 1, got {workers}.")
+    order = check_requests(requests, backends, workers)
     if executor == "ray":
         from .ray_executor import render_on_ray
 

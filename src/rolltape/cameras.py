@@ -1,0 +1,169 @@
+"""Cameras, layouts and overlays for rendered frames (used inside render workers).
+
+A camera is named by a string:
+
+- ``default``: whatever the env's own ``env.render()`` shows (the default; exact);
+- ``free``: MuJoCo's free camera, aimed at the bodies as Gymnasium aims it;
+- ``NAME``: a camera defined in the model's MJCF (``<camera name="...">``);
+- ``track:BODY``: a camera that follows a body of the model.
+
+Several cameras are combined by a layout: ``single``, ``horizontal``, ``vertical``,
+``grid``, or ``separate`` (one file per camera). A stream that runs out of frames holds its
+last frame. An overlay can write the step, reward and return onto each frame.
+
+Example:
+    >>> rig = CameraRig(env, ["default", "track:torso"])
+    >>> frame = compose(rig.frames(), "horizontal")
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import UsageError
+
+LAYOUTS = ("single", "horizontal", "vertical", "grid", "separate")
+
+
+def check_layout(layout: str, cameras: Sequence[str]) -> None:
+    """Refuse a layout that cannot hold the cameras asked for."""
+    if layout not in LAYOUTS:
+        raise UsageError(f"Unknown layout '{layout}'; use one of {', '.join(LAYOUTS)}.")
+    if layout == "single" and len(cameras) > 1:
+        raise UsageError(f"{len(cameras)} cameras need a layout other than 'single' "
+                         "(horizontal, vertical, grid or separate).")
+
+
+class CameraRig:
+    """Draws one frame per camera from a Gymnasium MuJoCo env, leaving its own camera as it was."""
+
+    _CAM_FIELDS = ("type", "fixedcamid", "trackbodyid", "distance", "azimuth", "elevation")
+
+    def __init__(self, env: Any, cameras: Sequence[str]) -> None:
+        self.env = env
+        self.names = list(cameras) or ["default"]
+        self.renderer = getattr(env.unwrapped, "mujoco_renderer", None)
+        if self.names != ["default"] and self.renderer is None:
+            raise UsageError(f"Env '{env.spec.id}' is not a MuJoCo env, so only its default "
+                             "camera can be drawn; drop --camera.")
+        self.views = [self._resolve(name) for name in self.names]
+
+    def _resolve(self, name: str) -> tuple[str, int]:
+        if name == "default":
+            return ("default", 0)
+        if name == "free":
+            return ("free", -1)
+        import mujoco
+
+        model = self.env.unwrapped.model
+        if name.startswith("track:"):
+            body = name[len("track:"):]
+            body_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body)
+            if body_id < 0:
+                bodies = [model.body(i).name for i in range(1, model.nbody)]
+                raise UsageError(f"Env '{self.env.spec.id}' has no body '{body}' to track; "
+                                 f"its bodies are: {', '.join(bodies)}.")
+            return ("track", body_id)
+        cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
+        if cam_id < 0:
+            names = [model.camera(i).name for i in range(model.ncam)]
+            listed = ", ".join(n for n in names if n) or "none"
+            raise UsageError(f"Env '{self.env.spec.id}' has no camera '{name}'; its cameras are: "
+                             f"{listed} (or use default, free, track:BODY).")
+        return ("fixed", cam_id)
+
+    def frames(self) -> list[np.ndarray]:
+        """One frame per camera, in order."""
+        if self.views == [("default", 0)]:
+            return [self.env.render()]  # exactly env.render(), nothing touched
+        return [self._draw(kind, ident) for kind, ident in self.views]
+
+    def _draw(self, kind: str, ident: int) -> np.ndarray:
+        if kind == "default":
+            return self.env.render()
+        import mujoco
+
+        renderer = self.renderer
+        viewer = renderer._get_viewer(self.env.unwrapped.render_mode)
+        cam = viewer.cam
+        saved = {f: getattr(cam, f) for f in self._CAM_FIELDS}
+        saved_lookat, saved_id = cam.lookat.copy(), renderer.camera_id
+        try:
+            if kind == "track":
+                renderer.camera_id = None  # draw with our cam, not a fixed/free override
+                cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+                cam.trackbodyid = ident
+            else:
+                renderer.camera_id = ident  # -1: free; >= 0: a model camera
+            return self.env.render()
+        finally:
+            for f, value in saved.items():
+                setattr(cam, f, value)
+            cam.lookat[:] = saved_lookat
+            renderer.camera_id = saved_id
+
+
+class Compositor:
+    """Lays out one frame per stream; a stream that has ended holds its last frame."""
+
+    def __init__(self, layout: str) -> None:
+        self.layout = layout
+        self._last: list[np.ndarray | None] = []
+
+    def __call__(self, frames: Sequence[np.ndarray | None]) -> np.ndarray:
+        if len(self._last) < len(frames):
+            self._last += [None] * (len(frames) - len(self._last))
+        tiles = []
+        for k, frame in enumerate(frames):
+            if frame is None:
+                frame = self._last[k]
+            if frame is None:
+                raise ValueError(f"stream {k} has no frame yet")
+            self._last[k] = frame
+            tiles.append(frame)
+        return compose(tiles, self.layout)
+
+
+def compose(tiles: Sequence[np.ndarray], layout: str) -> np.ndarray:
+    """Place equally sized frames side by side, stacked, or in a near-square grid."""
+    if len(tiles) == 1 or layout in ("single", "separate"):
+        return tiles[0]
+    if layout == "horizontal":
+        return np.concatenate(tiles, axis=1)
+    if layout == "vertical":
+        return np.concatenate(tiles, axis=0)
+    cols = math.ceil(math.sqrt(len(tiles)))
+    rows = math.ceil(len(tiles) / cols)
+    blank = np.zeros_like(tiles[0])
+    padded = list(tiles) + [blank] * (rows * cols - len(tiles))
+    return np.concatenate([np.concatenate(padded[r * cols:(r + 1) * cols], axis=1)
+                           for r in range(rows)], axis=0)
+
+
+def draw_overlay(frame: np.ndarray, step: int, reward: float | None, total: float) -> np.ndarray:
+    """Write 'step N  reward R  return G' in the top-left corner, on a dark band for contrast."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.fromarray(frame)
+    draw = ImageDraw.Draw(image)
+    size = max(10, frame.shape[0] // 24)
+    font = ImageFont.load_default(size=size)
+    text = f"step {step}" + ("" if reward is None else f"   reward {reward:+.3f}") + \
+        f"   return {total:+.2f}"
+    left, top, right, bottom = draw.textbbox((6, 4), text, font=font)
+    draw.rectangle((0, 0, right + 6, bottom + 4), fill=(0, 0, 0))
+    draw.text((6, 4), text, fill=(255, 255, 255), font=font)
+    return np.asarray(image)
+
+
+def separate_path(path: str, camera: str) -> str:
+    """``ep.mp4`` for camera ``track:torso`` -> ``ep-track-torso.mp4`` (a folder keeps no suffix)."""
+    from pathlib import PurePath
+
+    p = PurePath(path.rstrip("/"))
+    tag = camera.replace(":", "-").replace("/", "-")
+    trailing = "/" if path.endswith("/") else ""
+    return str(p.with_name(f"{p.stem}-{tag}{p.suffix}")) + trailing

@@ -1,0 +1,84 @@
+"""Cameras, layouts and overlays, drawn by real render workers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rolltape import RenderRequest, UsageError, render
+from rolltape.cameras import Compositor, compose, separate_path
+from rolltape.encode import count_frames, read_frames
+
+
+@pytest.fixture(scope="module")
+def tape_path(random_run):
+    return random_run.path / random_run.results["episodes_rows"][0]["tape"]
+
+
+def one(tape_path, out, **kw):
+    kw = {"width": 64, "height": 48, **kw}
+    [result] = render([RenderRequest(str(tape_path), (str(out),), **kw)])
+    return result
+
+
+@pytest.mark.parametrize("layout, shape", [("horizontal", (48, 192, 3)), ("vertical", (144, 64, 3)),
+                                           ("grid", (96, 128, 3))])
+def test_layouts_have_the_right_frame_size(tape_path, tmp_path, layout, shape):
+    result = one(tape_path, tmp_path / "v/", cameras=("default", "track:torso", "free"),
+                 layout=layout)
+    frames = list(read_frames(tmp_path / "v"))
+    assert len(frames) == result.frames and frames[0].shape == shape
+    if layout == "grid":  # three tiles in a 2x2 grid: the fourth is black
+        assert frames[0][48:, 64:].max() == 0
+
+
+def test_separate_writes_one_file_per_camera(tape_path, tmp_path):
+    result = one(tape_path, tmp_path / "ep.gif", cameras=("default", "track:torso"),
+                 layout="separate")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep-default.gif", "ep-track-torso.gif"]
+    assert all(count_frames(p) == result.frames for p in result.outputs)
+
+
+def test_default_camera_is_the_env_render_and_a_named_one_differs(tape_path, tmp_path):
+    one(tape_path, tmp_path / "a/")
+    one(tape_path, tmp_path / "b/", cameras=("default",))
+    one(tape_path, tmp_path / "c/", cameras=("track",))  # HalfCheetah's own tracking camera
+    a, b, c = (next(read_frames(tmp_path / n)) for n in "abc")
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_overlay_marks_the_top_left_corner_only(tape_path, tmp_path):
+    one(tape_path, tmp_path / "plain/", width=160, height=120)
+    one(tape_path, tmp_path / "over/", overlay=True, width=160, height=120)
+    plain, over = list(read_frames(tmp_path / "plain")), list(read_frames(tmp_path / "over"))
+    diff = np.abs(plain[5].astype(int) - over[5]).sum(axis=2)
+    rows, cols = np.nonzero(diff)
+    assert rows.max() < 30 and len(rows) > 50  # text band at the top, the rest untouched
+
+
+def test_unknown_camera_lists_the_model_cameras(tape_path, tmp_path):
+    with pytest.raises(UsageError, match="no camera 'nope'; its cameras are: track"):
+        one(tape_path, tmp_path / "x.mp4", cameras=("nope",))
+    with pytest.raises(UsageError, match="no body 'tail'"):
+        one(tape_path, tmp_path / "x.mp4", cameras=("track:tail",))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_layouts_are_refused(tape_path, tmp_path):
+    with pytest.raises(UsageError, match="Unknown layout"):
+        one(tape_path, tmp_path / "x.mp4", layout="diagonal")
+    with pytest.raises(UsageError, match="other than 'single'"):
+        one(tape_path, tmp_path / "x.mp4", cameras=("default", "free"))
+
+
+def test_a_stream_that_ends_holds_its_last_frame():
+    a, b = np.full((2, 2, 3), 10, np.uint8), np.full((2, 2, 3), 20, np.uint8)
+    comp = Compositor("horizontal")
+    comp([a, b])
+    held = comp([a, None])
+    assert np.array_equal(held, compose([a, b], "horizontal"))
+
+
+def test_separate_paths():
+    assert separate_path("v/ep.mp4", "track:torso") == "v/ep-track-torso.mp4"
+    assert separate_path("v/frames/", "free") == "v/frames-free/"
