@@ -42,4 +42,10 @@ if [ "$want_test" = 1 ]; then
 else
   "${pip[@]}" install -e .
 fi
+# >>> viewer assets (rolltape view): mujoco-js and three, pinned by viewer/package-lock.json
+if command -v npm >/dev/null && [ -f viewer/package-lock.json ]; then
+  npm ci --prefix viewer --no-audit --no-fund --loglevel=error \
+    || echo "setup: 'npm ci --prefix viewer' failed; the 3-D viewer needs it" >&2
+fi
+# <<< viewer assets
 echo "setup: ready (.venv)"
