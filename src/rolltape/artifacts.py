@@ -24,6 +24,8 @@ from typing import Any
 from .errors import UsageError
 
 RESULTS_SCHEMA_VERSION = 1
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
@@ -37,6 +39,7 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a plain open() would honour umask
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -149,6 +152,81 @@ class RunDir:
                 raise UsageError(f"Cannot resume '{self.final}' with different {', '.join(changed)} "
                                  "than it was started with; pass the same options or --overwrite.")
         write_json(path, config)
+
+
+def git_commit(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+    """The git commit (and whether the tree is dirty) of the folder holding ``path``, if any."""
+    import subprocess
+
+    if not path:
+        return None
+    folder = Path(path)
+    folder = folder if folder.is_dir() else folder.parent
+    if not folder.is_dir():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+
+
+def write_sidecar(artifact: str | os.PathLike[str], record: dict[str, Any]) -> Path:
+    """``<artifact>.metadata.json`` beside an artifact: what made it, from what."""
+    path = Path(str(artifact).rstrip("/"))
+    return write_json(path.with_name(path.name + ".metadata.json"), record)
+
+
+ARTIFACT_FORMATS = ("mp4", "webm", "gif", "png", "npz", "jsonl")
+
+
+def artifact_paths(base: str | os.PathLike[str], formats: str | None) -> tuple[str, ...]:
+    """Output paths for ``--out base`` and ``--format a,b``: the suffix of ``base`` when no
+    format is given (mp4 when it has none), else one path per format (png: a folder)."""
+    text = str(base)
+    known = {f".{f}" for f in ARTIFACT_FORMATS if f != "png"}
+    if formats is None:
+        if text.endswith("/") or Path(text).suffix in known:
+            return (text,)
+        formats = "mp4"
+    path = Path(text.rstrip("/"))
+    stem = path.with_suffix("") if path.suffix in known else path
+    paths = []
+    for fmt in filter(None, (f.strip().lower() for f in formats.split(","))):
+        if fmt not in ARTIFACT_FORMATS:
+            raise UsageError(f"Unknown format '{fmt}'; use one or more of "
+                             f"{', '.join(ARTIFACT_FORMATS)}, comma-separated.")
+        paths.append(f"{stem}/" if fmt == "png" else f"{stem}.{fmt}")
+    return tuple(paths)
+
+
+def write_episode_jsonl(path: str | os.PathLike[str], tape: Any, record: dict[str, Any]) -> Path:
+    """A rendered episode without pixels: a metadata line, an episode line, one line per frame."""
+    import math
+
+    lines = [{"type": "metadata", **record},
+             {"type": "episode", "env_id": tape.env_id, "seed": tape.seed, "steps": tape.length,
+              "return": tape.total_return, "success": tape.success, "metrics": tape.metrics}]
+    total = 0.0
+    for f in range(tape.length + 1):
+        reward = float(tape.rewards[f - 1]) if f else None
+        total = math.fsum([total, reward]) if reward is not None else total
+        lines.append({"type": "frame", "index": f, "step": f, "reward": reward, "return": total,
+                      "terminated": bool(tape.terminated[f - 1]) if f else False,
+                      "truncated": bool(tape.truncated[f - 1]) if f else False})
+    return write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
+
+
+def write_tape_copy(path: str | os.PathLike[str], tape: Any, record: dict[str, Any]) -> Path:
+    """The tape itself, with what rendered it (config, result, provenance) in its header."""
+    from dataclasses import replace
+
+    return replace(tape, meta={**tape.meta, "render": record}).save(path)
 
 
 def versions() -> dict[str, str | None]:

@@ -63,7 +63,8 @@ def eval_(
     executor: str = typer.Option("local", help="local (process pool) or ray."),
     render_workers: int = typer.Option(1, help="Pass-2 render processes."),
     video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median, or 0,3,7."),
-    video_format: str = typer.Option("mp4", "--format", help="mp4, webm or gif."),
+    video_format: str = typer.Option("mp4", "--format",
+                                     help="Comma-separated: mp4, webm, gif, png, npz, jsonl."),
     width: Optional[int] = typer.Option(None, help="Frame width (env default when omitted)."),
     height: Optional[int] = typer.Option(None, help="Frame height."),
     camera: Optional[List[str]] = typer.Option(None, "--camera", help=CAMERA_HELP),
@@ -80,6 +81,8 @@ def eval_(
     overwrite: bool = typer.Option(False, help="Replace an existing run folder."),
     resume: bool = typer.Option(False, help="Continue an interrupted run in --out."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    report: bool = typer.Option(True, help="Write report.html and report.ipynb."),
+    viewer: bool = typer.Option(True, help="Add the interactive 3-D replay to the report."),
 ) -> None:
     """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
     from .evaluate import evaluate
@@ -94,7 +97,8 @@ def eval_(
         layout=layout, overlay=overlay, mode=mode,
         quality=quality,
         backends=backends, rtol=rtol, atol=atol, on_divergence=on_divergence,
-        render_timeout=render_timeout, overwrite=overwrite, resume=resume,
+        render_timeout=render_timeout, report=report, viewer=viewer and report,
+        overwrite=overwrite, resume=resume,
         show_progress=not quiet, command=sys.argv,
     )
     print_run(run.results, run.path)
@@ -135,12 +139,18 @@ def print_run(results: dict[str, Any], path: Path) -> None:
     if quiet:
         err.print(f"note: {len(quiet)} MuJoCo warning(s) recorded in metadata.json")
     out.print(f"run written to {path}/ (results.json, episodes.jsonl, metadata.json, tapes/, videos/)")
+    if (path / "report.html").is_file():
+        out.print(f"report: {path / 'report.html'} (notebook: report.ipynb"
+                  + ("; 3-D replay: `rolltape view " + str(path) + "`)" if (path / "viewer").is_dir()
+                     else ")"))
 
 
-def default_video_path(tape: Path, fmt: str) -> Path:
-    """Beside the run's tapes/ folder in videos/, else beside the tape."""
+def default_video_path(tape: Path) -> Path:
+    """Beside the run's tapes/ folder in videos/, else beside the tape (no suffix yet)."""
     folder = tape.parent.parent / "videos" if tape.parent.name == "tapes" else tape.parent
-    return folder / f"{tape.stem}.{fmt}"
+    return folder / tape.stem
+
+
 
 
 @app.command()
@@ -148,7 +158,8 @@ def render(
     tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
     output: Optional[Path] = typer.Option(None, "--out", "-o",
                                           help="Output file (one tape) or folder (several)."),
-    video_format: Optional[str] = typer.Option(None, "--format", help="mp4, webm, gif or png."),
+    video_format: Optional[str] = typer.Option(
+        None, "--format", help="Comma-separated: mp4, webm, gif, png (frames), npz, jsonl."),
     mode: str = typer.Option("resim", help="resim, restore or auto."),
     quality: str = typer.Option("full", help=QUALITY_HELP),
     width: Optional[int] = typer.Option(None), height: Optional[int] = typer.Option(None),
@@ -165,22 +176,21 @@ def render(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
-    from .encode import format_from_path
-    from .render import RenderRequest, render as render_tapes
+    from .artifacts import artifact_paths
+    from .render import RenderRequest
 
-    fmt = video_format or (format_from_path(output) if output and len(tapes) == 1 else "mp4")
     if on_divergence not in ("warn", "fail"):
         raise UsageError("--on-divergence must be warn or fail.")
     requests = []
     for tape in tapes:
         if output is None:
-            target = default_video_path(tape, fmt)
+            base = default_video_path(tape)
         elif len(tapes) == 1:
-            target = output
+            base = output
         else:
-            target = output / f"{tape.stem}.{fmt}"
-        requests.append(RenderRequest(str(tape), (str(target),), mode=mode, width=width,
-                                      height=height, cameras=tuple(camera or ()),
+            base = output / tape.stem
+        requests.append(RenderRequest(str(tape), artifact_paths(base, video_format), mode=mode,
+                                      width=width, height=height, cameras=tuple(camera or ()),
                                       layout=layout, overlay=overlay, fps=fps, rtol=rtol,
                                       atol=atol, overwrite=overwrite, env_id=env,
                                       quality=quality))
@@ -287,7 +297,7 @@ def demo(
               f"({assets['timesteps']:,} training steps), {episodes} episodes vs random")
     run = evaluate(assets["env_id"], f"sb3:{assets['policy']}", vecnormalize=assets["vecnormalize"],
                    env_kwargs=assets["env_kwargs"], episodes=episodes, seed=1000,
-                   baseline="random", video="best", out=output,
+                   baseline="random", video="best", out=output, viewer=True,
                    overwrite=True, show_progress=not quiet, command=sys.argv)
     print_run(run.results, run.path)
 

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import stats
-from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, provenance, read_jsonl,
-                        write_json, write_text)
+from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
+                        provenance, read_jsonl, write_json, write_text)
 from .backends import DEFAULT_ORDER, parse_backends
 from .cameras import check_layout
-from .encode import format_from_path
 from .envs import env_spec, json_safe
 from .errors import DivergenceError, UsageError
 from .progress import Progress
@@ -112,6 +111,8 @@ class EvalConfig:
     atol: float = 0.0
     on_divergence: str = "warn"
     render_timeout: float = 120.0
+    report: bool = True  # report.html and report.ipynb
+    viewer: bool = False  # the 3-D replay page (copies ~13 MB of WebAssembly into the run)
 
     def check(self) -> list[str]:
         """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
@@ -135,7 +136,7 @@ class EvalConfig:
                              f"got '{self.quality}'.")
         if self.rtol < 0 or self.atol < 0:
             raise UsageError("--rtol and --atol must be 0 or more.")
-        format_from_path(f"x.{self.video_format}")
+        artifact_paths("x", self.video_format)
         check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
@@ -216,6 +217,8 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
     write_json(root / "results.json", results)
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command, run.resumed)
     write_json(root / "metadata.json", metadata)
+    if cfg.report:
+        _write_reports(root, rows, videos, cfg.viewer, warnings)
     final = run.commit()
     outcome = RunResult(final, results, metadata)
     if any(v.get("path") is None for v in videos):
@@ -272,7 +275,7 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
     picked = select_episodes(cfg.video, rows)
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
-        outputs=(str(root / "videos" / f"policy-{i:04d}.{cfg.video_format}"),),
+        outputs=artifact_paths(root / "videos" / f"policy-{i:04d}", cfg.video_format),
         mode=cfg.mode, width=cfg.width, height=cfg.height, cameras=cfg.cameras,
         layout=cfg.layout, overlay=cfg.overlay,
         quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True) for i in picked]
@@ -312,6 +315,31 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
                                 f"{result.divergence.describe()}.")
         videos.append(entry)
     return videos
+
+
+def _write_reports(root: Path, rows: dict[str, list[dict[str, Any]]],
+                   videos: list[dict[str, Any]], with_viewer: bool, warnings: list[str]) -> None:
+    """report.html (with the 3-D replay when asked) and report.ipynb; a problem here is a
+    warning, never a lost run."""
+    from .notebook import write_notebook
+    from .report import build_report
+
+    viewer = None
+    if with_viewer:
+        from .viewer import export_viewer
+
+        tapes = [root / v["tape"] for v in videos if v.get("path")] or \
+            [root / rows["policy"][0]["tape"]]
+        try:
+            exported = export_viewer(root, tapes, overwrite=True)
+            viewer = {"href": exported["href"], "note": exported["note"]}
+        except UsageError as exc:
+            viewer = {"href": None, "note": f"3-D replay unavailable: {exc}"}
+    try:
+        build_report(root, viewer=viewer)
+        write_notebook(root)
+    except UsageError as exc:
+        warnings.append(f"The report could not be written: {exc}")
 
 
 def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any],

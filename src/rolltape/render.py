@@ -42,10 +42,13 @@ import numpy as np
 from .cameras import CameraRig, Compositor, check_layout, draw_overlay, separate_path
 from .backends import (DEFAULT_ORDER, gl_environment, parse_backends,
                        select_backend_in_this_process)
+from .artifacts import refuse_existing
+from .encode import format_from_path
 from .errors import UsageError
 from .executors import describe_exit, spawn_worker, stop_worker
 
 MODES = ("resim", "restore", "auto")
+DATA_SUFFIXES = (".npz", ".jsonl")  # outputs without pixels, written by the parent
 
 
 @dataclass(frozen=True)
@@ -632,9 +635,43 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
         if req.quality not in QUALITY:
             raise UsageError(f"Unknown quality '{req.quality}'; use one of {', '.join(QUALITY)}.")
         check_layout(req.layout, req.cameras)
+        for out in req.outputs:
+            if not str(out).endswith(DATA_SUFFIXES):
+                format_from_path(out)
+            if not req.overwrite:
+                refuse_existing(out, False)
     if workers < 1:
         raise UsageError(f"--render-workers must be at least 1, got {workers}.")
     return order
+
+
+def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
+    """Write the pixel-free outputs and a ``.metadata.json`` sidecar beside every output."""
+    from .artifacts import (git_commit, provenance, write_episode_jsonl, write_sidecar,
+                            write_tape_copy)
+    from .policies import sha256_of
+    from .tape import Tape
+
+    tape = Tape.load(req.tape)
+    record = {
+        **provenance(),
+        "tape": {"path": req.tape, "sha256": sha256_of(req.tape), "env": tape.env,
+                 "seed": tape.seed, "policy": tape.policy,
+                 "policy_git": git_commit(tape.policy.get("source"))},
+        "config": json.loads(json.dumps(asdict(req))),
+        "result": result.to_dict(),
+    }
+    data = [o for o in req.outputs if o.endswith(DATA_SUFFIXES)]
+    for out in data:
+        if out.endswith(".jsonl"):
+            write_episode_jsonl(out, tape, record)
+        else:
+            write_tape_copy(out, tape, record)
+    outputs = result.outputs + tuple(data)
+    record["result"]["outputs"] = list(outputs)
+    for out in outputs:
+        write_sidecar(out, record)
+    return replace(result, outputs=outputs)
 
 
 def render(
@@ -662,7 +699,10 @@ def render(
 
         return render_on_ray(requests, order, timeout=timeout, on_result=on_result)
 
-    jobs = plan_segments(requests, workers if split else 1)
+    # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
+    drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(DATA_SUFFIXES)))
+             for r in requests]
+    jobs = plan_segments(drawn, workers if split else 1)
     owner = [i for i, _ in jobs]
     parts: dict[int, dict[int, RenderResult]] = {i: {} for i in range(len(requests))}
     need = {i: owner.count(i) for i in range(len(requests))}
@@ -680,7 +720,8 @@ def render(
         if len(parts[i]) < need[i]:
             return
         done = [parts[i][k] for k in sorted(parts[i])]
-        results[i] = done[0] if need[i] == 1 else _join(requests[i], done)
+        result = done[0] if need[i] == 1 else _join(drawn[i], done)
+        results[i] = _write_records(requests[i], result)
         if on_result is not None:
             on_result(i, results[i])
 
@@ -689,7 +730,7 @@ def render(
         pool.run()
     finally:
         for i, job in jobs:  # segment folders of a request that could not finish
-            if job is not requests[i]:
+            if job is not drawn[i]:
                 for out in job.outputs:
                     shutil.rmtree(out, ignore_errors=True)
     problems = list(pool.errors)
