@@ -61,6 +61,10 @@ def eval_(
     max_episode_steps: Optional[int] = typer.Option(None, help="Override the env's time limit."),
     workers: int = typer.Option(1, "--workers", "-w", help="Pass-1 processes (tapes are identical for any count)."),
     executor: str = typer.Option("local", help="local (process pool) or ray."),
+    ray_address: Optional[str] = typer.Option(
+        None, help="Ray cluster (host:port, auto, ray://host:10001); default RAY_ADDRESS, else a "
+                   "private local Ray."),
+    ray_render_gpus: float = typer.Option(0.0, help="GPUs each Ray render task asks for."),
     render_workers: int = typer.Option(1, help="Pass-2 render processes."),
     video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median, or 0,3,7."),
     video_format: str = typer.Option("mp4", "--format",
@@ -92,7 +96,8 @@ def eval_(
         out=out_dir or Path("runs") / f"{env}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
-        workers=workers, executor=executor, render_workers=render_workers, video=video,
+        workers=workers, executor=executor, ray_address=ray_address,
+        ray_render_gpus=ray_render_gpus, render_workers=render_workers, video=video,
         video_format=video_format, width=width, height=height, cameras=tuple(camera or ()),
         layout=layout, overlay=overlay, mode=mode,
         quality=quality,

@@ -96,6 +96,8 @@ class EvalConfig:
     max_episode_steps: int | None = None
     workers: int = 1
     executor: str = "local"
+    ray_address: str | None = None  # host:port, auto or ray://...; default RAY_ADDRESS or local
+    ray_render_gpus: float = 0.0  # GPUs each Ray render task asks for
     video: Any = 0
     video_format: str = "mp4"
     width: int | None = None
@@ -183,7 +185,7 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     if config.executor == "ray":
         from .ray_executor import check_ray
 
-        check_ray()
+        check_ray(config.ray_address)
     run = RunDir(out, overwrite=overwrite, resume=resume)
     try:
         return _run(run, spec, config, notes, show_progress, command)
@@ -294,6 +296,7 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
     try:
         rendered = render(requests, backends=cfg.backends, workers=cfg.render_workers,
                           timeout=cfg.render_timeout, executor=cfg.executor,
+                          ray_num_gpus=cfg.ray_render_gpus,
                           on_progress=on_progress, on_result=on_result)
     except UsageError as exc:
         rendered = [None] * len(requests)

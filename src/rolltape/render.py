@@ -681,6 +681,8 @@ def render(
     workers: int = 1,
     timeout: float = 120.0,
     executor: str = "local",
+    ray_address: str | None = None,
+    ray_num_gpus: float = 0.0,
     split: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, RenderResult], None] | None = None,
@@ -694,14 +696,21 @@ def render(
     and ``on_result(i, result)`` let a caller show progress and save results as they come.
     """
     order = check_requests(requests, backends, workers)
-    if executor == "ray":
-        from .ray_executor import render_on_ray
-
-        return render_on_ray(requests, order, timeout=timeout, on_result=on_result)
-
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
     drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(DATA_SUFFIXES)))
              for r in requests]
+    if executor == "ray":
+        from .ray_executor import check_ray, render_on_ray
+
+        check_ray(ray_address)  # reuses the session evaluate() opened
+        results = render_on_ray(drawn, order, timeout=timeout, num_gpus=ray_num_gpus)
+        results = [r if r is None else _write_records(q, r) for q, r in zip(requests, results)]
+        if on_result is not None:
+            for i, r in enumerate(results):
+                if r is not None:
+                    on_result(i, r)
+        return results
+
     jobs = plan_segments(drawn, workers if split else 1)
     owner = [i for i, _ in jobs]
     parts: dict[int, dict[int, RenderResult]] = {i: {} for i in range(len(requests))}
