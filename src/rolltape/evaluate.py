@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from . import stats
 from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
-                        provenance, read_jsonl, write_json, write_text)
+                        git_commit, provenance, read_jsonl, write_json, write_text)
 from .backends import DEFAULT_ORDER, parse_backends
 from .cameras import check_layout
 from .envs import env_spec, json_safe
@@ -358,6 +358,7 @@ def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any
         "policy": descriptions.get("policy"),
         "baseline": descriptions.get("baseline"),
         "checkpoint_sha256": policy.get("sha256"),
+        "policy_git": git_commit(policy.get("source")),
         "vecnormalize_sha256": policy.get("vecnormalize_sha256"),
         "seeds": {"base": cfg.seed, "episodes": [cfg.seed + i for i in range(cfg.episodes)]},
         "render": {"backends_tried": list(cfg.backends),
