@@ -241,17 +241,7 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
     totals = [Tape.load(r.tape).length + 1 for r in requests]
     check_requests(requests, backends, workers)  # bad input before any progress bar
     with Progress(not quiet) as bar:
-        task = bar.add(f"replaying {len(requests)} tape(s)", sum(totals))
-        seen = [0] * len(requests)
-
-        def on_progress(i: int, frames: int) -> None:
-            seen[i] = frames
-            bar.update(task, sum(seen))
-
-        def on_result(i: int, result: Any) -> None:
-            seen[i] = totals[i]
-            bar.update(task, sum(seen))
-
+        on_progress, on_result = bar.frames(f"replaying {len(requests)} tape(s)", totals)
         return render_tapes(requests, backends=backends, workers=workers,
                             on_progress=on_progress, on_result=on_result)
 

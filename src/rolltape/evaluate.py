@@ -281,18 +281,8 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
         mode=cfg.mode, width=cfg.width, height=cfg.height, cameras=cfg.cameras,
         layout=cfg.layout, overlay=cfg.overlay,
         quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True) for i in picked]
-    lengths = [rows[i]["length"] + 1 for i in picked]
-    task = bar.add(f"pass 2 (render {len(picked)} video(s))", sum(lengths))
-    seen = [0] * len(picked)
-
-    def on_progress(k: int, frames: int) -> None:
-        seen[k] = frames
-        bar.update(task, sum(seen))
-
-    def on_result(k: int, result: Any) -> None:
-        seen[k] = lengths[k]
-        bar.update(task, sum(seen))
-
+    on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
+                                        [rows[i]["length"] + 1 for i in picked])
     try:
         rendered = render(requests, backends=cfg.backends, workers=cfg.render_workers,
                           timeout=cfg.render_timeout, executor=cfg.executor,

@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
@@ -43,3 +43,20 @@ class Progress:
 
     def update(self, task: Any, completed: int) -> None:
         self._bars.update(task, completed=completed)
+
+    def frames(self, label: str, totals: list[int]) -> tuple[Callable[[int, int], None],
+                                                            Callable[[int, Any], None]]:
+        """One bar over several episodes' frames; returns the ``on_progress(i, frames)`` and
+        ``on_result(i, result)`` callbacks that :func:`rolltape.render` takes."""
+        task = self.add(label, sum(totals))
+        seen = [0] * len(totals)
+
+        def on_progress(i: int, frames: int) -> None:
+            seen[i] = frames
+            self.update(task, sum(seen))
+
+        def on_result(i: int, result: Any) -> None:
+            seen[i] = totals[i]
+            self.update(task, sum(seen))
+
+        return on_progress, on_result
