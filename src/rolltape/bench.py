@@ -1,0 +1,993 @@
+"""``rolltape bench``: rolltape's speed and memory targets, each measured as a ratio against a
+baseline that runs in the same invocation, on the same machine, right beside it.
+
+Timed unit tests are flaky because machines differ; a ratio against a baseline measured a
+moment earlier (or interleaved with it: A B B A ...) is not. Every benchmark returns a dict
+with the raw timings, the judged ``value`` (a ratio, or a difference for memory), the
+``target`` and whether it was met; :func:`run` writes them all to ``bench.json`` and draws
+``bench.png``.
+
+Benchmarks (:data:`BENCHMARKS`):
+
+- ``pass1_overhead``: :func:`rolltape.rollout.record_episode` vs a bare act/step loop on the
+  same env and policy (target: record / bare <= 1.05).
+- ``pass1_video_requested``: pass-1 time of :func:`rolltape.evaluate` with ``video=0`` vs
+  ``video=1`` (target: speed ratio >= 0.97); for contrast, rendering inline every step.
+- ``pass2_throughput``: frames/s of :func:`rolltape.render` vs a bare render+encode loop in a
+  subprocess with the same ``MUJOCO_GL`` (target: >= 0.9).
+- ``render_rss``: peak RSS of the render worker for a short vs a long episode
+  (target: difference <= 50 MB).
+- ``pass1_vs_sb3_evaluate_policy``: pass 1 vs SB3's ``evaluate_policy`` (informational).
+- ``end_to_end``: :func:`rolltape.evaluate` vs "the seed-000 way" (informational).
+
+The policy is an untrained SB3 PPO ``MlpPolicy`` (64x64) with fresh VecNormalize statistics,
+made in a temporary folder: its inference cost is the same as a trained one's.
+
+Example:
+    >>> report = run(quick=True, out="bench-out")          # or: rolltape bench --quick
+    >>> report["benchmarks"]["pass1_overhead"]["ratio"]
+    1.02...
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from .errors import UsageError
+
+ENV_ID = "HalfCheetah-v5"
+SEED = 1000
+BENCH_SCHEMA_VERSION = 1
+POLICY_NOTE = ("policy: SB3 PPO MlpPolicy (64x64), UNTRAINED, with fresh VecNormalize "
+               "statistics; its inference cost is identical to a trained one's")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of one bench run: :data:`FULL` for real numbers, :data:`QUICK` for tests."""
+
+    quick: bool
+    width: int  # frames of pass 2 and of every render baseline
+    height: int
+    overhead_episodes: int  # pass1_overhead: repetitions of each of A (bare) and B (record)
+    overhead_steps: int
+    video_episodes: int  # pass1_video_requested: episodes per evaluate()
+    video_steps: int
+    video_reps: int  # interleaved repetitions of video=0 / video=1
+    video_size: tuple[int, int]  # pass 2 of the video=1 run (pass-1 time cannot depend on it)
+    inline_steps: int  # the inline-render contrast
+    throughput_steps: int
+    rss_short: int  # steps of the short / long tape
+    rss_long: int
+    sb3_episodes: int
+    sb3_steps: int
+    sb3_reps: int
+    e2e_episodes: int
+    e2e_steps: int
+
+
+FULL = Config(quick=False, width=640, height=480, overhead_episodes=7, overhead_steps=1000,
+              video_episodes=5, video_steps=1000, video_reps=3, video_size=(64, 48),
+              inline_steps=1000, throughput_steps=1000, rss_short=1000, rss_long=5000,
+              sb3_episodes=10, sb3_steps=1000, sb3_reps=2, e2e_episodes=30, e2e_steps=1000)
+# Quick: seconds, for tests. MuJoCo on llvmpipe pays ~40 ms a frame whatever the size (the
+# 4096x4096 shadow map), so frames are few; 160x120 trims the rest.
+QUICK = Config(quick=True, width=160, height=120, overhead_episodes=2, overhead_steps=200,
+               video_episodes=1, video_steps=20, video_reps=1, video_size=(64, 48),
+               inline_steps=20, throughput_steps=30, rss_short=30, rss_long=80,
+               sb3_episodes=2, sb3_steps=50, sb3_reps=1, e2e_episodes=3, e2e_steps=20)
+
+
+# --------------------------------------------------------------------------------------
+# Shared machinery
+# --------------------------------------------------------------------------------------
+
+class Context:
+    """What the benchmarks of one run share: the config, a scratch folder, the checkpoint."""
+
+    def __init__(self, config: Config, work: Path, log: Callable[[str], None],
+                 backend: str = "egl") -> None:
+        self.config = config
+        self.work = work
+        self.log = log
+        self.backend = backend
+        self._checkpoint: tuple[Path, Path] | None = None
+        self.tapes: dict[int, Path] = {}  # steps -> a random-policy tape
+        self._n = 0
+
+    def dir(self, name: str) -> Path:
+        """A new, empty folder under the scratch folder."""
+        self._n += 1
+        path = self.work / f"{self._n:02d}-{name}"
+        path.mkdir(parents=True)
+        return path
+
+    def checkpoint(self) -> tuple[Path, Path]:
+        """(model.zip, vecnormalize.pkl) of an untrained PPO MlpPolicy, made once per run."""
+        if self._checkpoint is None:
+            self.log("making an untrained PPO MlpPolicy checkpoint + VecNormalize stats")
+            self._checkpoint = make_checkpoint(self.dir("checkpoint"))
+        return self._checkpoint
+
+    def policy_source(self) -> str:
+        return f"sb3:{self.checkpoint()[0]}"
+
+
+def make_checkpoint(folder: Path) -> tuple[Path, Path]:
+    """Save an untrained PPO (default 64x64 MlpPolicy) and fresh VecNormalize statistics."""
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from .envs import env_spec, make_env
+
+    torch.set_num_threads(1)
+    venv = VecNormalize(DummyVecEnv([lambda: make_env(env_spec(ENV_ID))]), norm_obs=True,
+                        norm_reward=True)
+    model = PPO("MlpPolicy", venv, seed=0, device="cpu")
+    model.save(folder / "model.zip")
+    venv.save(str(folder / "vecnormalize.pkl"))
+    venv.close()
+    return folder / "model.zip", folder / "vecnormalize.pkl"
+
+
+_CHILD = """
+import json, sys
+from rolltape import bench
+result = getattr(bench, sys.argv[1])(**json.loads(sys.argv[2]))
+with open(sys.argv[3], "w") as f:
+    json.dump(result, f)
+"""
+
+
+def run_child(fn: str, kwargs: dict[str, Any], cwd: Path, gl: str | None = None,
+              timeout: float = 3600.0) -> tuple[dict[str, Any], float]:
+    """Run ``bench.<fn>(**kwargs)`` in a fresh interpreter (with ``gl`` as MUJOCO_GL, or none)
+    and return its JSON result and the process's wall time, start-up and imports included."""
+    from .backends import gl_environment
+
+    env = dict(os.environ)
+    for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
+        env.pop(var, None)
+    if gl is not None:
+        env.update(gl_environment(gl))
+    result_file = cwd / f"{fn}.result.json"
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _CHILD, fn, json.dumps(kwargs),
+                           str(result_file)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0 or not result_file.is_file():
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise RuntimeError(f"bench child {fn} exited with status {proc.returncode}:\n{tail}")
+    return json.loads(result_file.read_text()), wall
+
+
+def _vmhwm_kb(pid: int) -> int | None:
+    """Peak resident set size (VmHWM, kB) of a live process, from /proc; None when gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+@contextlib.contextmanager
+def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
+    """Record every worker rolltape spawns (pass 1 and render) and its peak RSS.
+
+    Wraps ``spawn_worker``/``stop_worker`` where rolltape's modules look them up, reads each
+    worker's VmHWM every ``poll_s`` and once more just before it is stopped (when it has
+    finished all its work).
+    """
+    import importlib
+
+    from . import executors
+
+    # Wherever rolltape looks them up by name (by module name: the package's own
+    # ``evaluate``/``render`` attributes are the functions).
+    modules = [importlib.import_module(f"rolltape.{name}")
+               for name in ("rollout", "evaluate", "render")]
+    workers: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def read(entry: dict[str, Any]) -> None:
+        kb = _vmhwm_kb(entry["pid"])
+        if kb is not None:
+            entry["peak_rss_kb"] = max(entry["peak_rss_kb"] or 0, kb)
+
+    def spawn(target: Callable[..., None], *args: Any, env: Any = None) -> Any:
+        worker = executors.spawn_worker(target, *args, env=env)
+        with lock:
+            workers.append({"pid": worker.proc.pid, "target": target.__name__,
+                            "env": {k: v for k, v in (env or {}).items()},
+                            "peak_rss_kb": None, "alive": True})
+        return worker
+
+    def stop(worker: Any, grace: float = 2.0) -> None:
+        with lock:
+            for entry in workers:
+                if entry["pid"] == worker.proc.pid and entry["alive"]:
+                    read(entry)
+                    entry["alive"] = False
+        executors.stop_worker(worker, grace)
+
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(poll_s):
+            with lock:
+                for entry in workers:
+                    if entry["alive"]:
+                        read(entry)
+
+    patched = [(mod, name, getattr(mod, name)) for mod in modules
+               for name in ("spawn_worker", "stop_worker") if hasattr(mod, name)]
+    for mod, name, _ in patched:
+        setattr(mod, name, spawn if name == "spawn_worker" else stop)
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        yield workers
+    finally:
+        done.set()
+        poller.join()
+        for mod, name, original in patched:
+            setattr(mod, name, original)
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _result(*, title: str, ratio: float, target: float, op: str, gating: bool = True,
+            value: float | None = None, unit: str = "x", ratio_of: str, baseline: str,
+            measured: str, raw: dict[str, Any], notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The dict every benchmark returns; ``value`` (the ratio unless given) is judged."""
+    judged = ratio if value is None else value
+    passed = judged <= target if op == "<=" else judged >= target
+    return {"title": title, "ratio": float(ratio), "ratio_of": ratio_of, "value": float(judged),
+            "unit": unit, "target": float(target), "op": op, "passed": bool(passed),
+            "gating": gating, "baseline": baseline, "measured": measured, "raw": raw,
+            "notes": list(notes)}
+
+
+# --------------------------------------------------------------------------------------
+# 1. pass1_overhead
+# --------------------------------------------------------------------------------------
+
+def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
+    """record_episode vs a bare policy.act + env.step loop, same env, policy and seeds."""
+    from .envs import env_spec, make_env
+    from .policies import load_policy
+    from .rollout import record_episode
+
+    cfg = ctx.config
+    ckpt, vecnorm = ctx.checkpoint()
+    env = make_env(env_spec(ENV_ID, max_episode_steps=cfg.overhead_steps))
+    policy = load_policy(f"sb3:{ckpt}", env, vecnormalize=vecnorm)
+
+    def bare(seed: int) -> int:
+        obs, info = env.reset(seed=seed)
+        policy.reset(seed)
+        steps, done = 0, False
+        while not done:
+            obs, reward, term, trunc, info = env.step(policy.act(obs))
+            steps += 1
+            done = term or trunc
+        return steps
+
+    def record(seed: int) -> int:
+        return len(record_episode(env, policy, seed)["rewards"])
+
+    try:
+        bare(SEED - 1)  # warm-up: torch's first calls, allocator, caches
+        record(SEED - 1)
+        times: dict[str, list[float]] = {"bare": [], "record": []}
+        cpu: dict[str, list[float]] = {"bare": [], "record": []}
+        steps = 0
+        for rep in range(cfg.overhead_episodes):
+            order = [("bare", bare), ("record", record)]
+            for name, fn in order if rep % 2 == 0 else order[::-1]:  # A B B A ...
+                started, cpu_started = time.perf_counter(), time.process_time()
+                n = fn(SEED + rep)
+                times[name].append(time.perf_counter() - started)
+                cpu[name].append(time.process_time() - cpu_started)
+            steps += n
+    finally:
+        env.close()
+    ratio = _median(times["record"]) / _median(times["bare"])
+    pairwise = [r / b for r, b in zip(times["record"], times["bare"])]
+    per_step_us = (_median(times["record"]) - _median(times["bare"])) / cfg.overhead_steps * 1e6
+    cpu_ratio = _median(cpu["record"]) / _median(cpu["bare"])
+    return _result(
+        title="pass-1 recording overhead", ratio=ratio, target=1.05, op="<=",
+        ratio_of="median record_episode time / median bare-loop time",
+        baseline=f"bare act+step {_median(times['bare']):.3f} s/episode",
+        measured=f"record_episode {_median(times['record']):.3f} s/episode",
+        raw={"episodes_each": cfg.overhead_episodes, "steps_per_episode": cfg.overhead_steps,
+             "steps_each": steps, "bare_s": times["bare"], "record_s": times["record"],
+             "pairwise_ratios": pairwise, "median_pairwise_ratio": _median(pairwise),
+             "overhead_us_per_step": per_step_us, "bare_cpu_s": cpu["bare"],
+             "record_cpu_s": cpu["record"], "cpu_time_ratio": cpu_ratio},
+        notes=[f"recording costs {per_step_us:+.1f} us a step (digest, copies of qpos/qvel/"
+               f"action) on top of {_median(times['bare']) / cfg.overhead_steps * 1e6:.0f} us "
+               "for policy.act + env.step",
+               f"CPU-time ratio (process_time, insensitive to other load on the machine): "
+               f"{cpu_ratio:.3f}", POLICY_NOTE])
+
+
+# --------------------------------------------------------------------------------------
+# 2. pass1_video_requested
+# --------------------------------------------------------------------------------------
+
+def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
+    """Pass-1 time with video=0 vs video=1; contrast: rendering inline while evaluating."""
+    from .evaluate import evaluate
+
+    cfg = ctx.config
+    ckpt, vecnorm = ctx.checkpoint()
+    vw, vh = cfg.video_size
+    pass1: dict[int, list[float]] = {0: [], 1: []}
+    pass2: list[float] = []
+    for rep in range(cfg.video_reps):
+        for video in ((0, 1) if rep % 2 == 0 else (1, 0)):
+            run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                           episodes=cfg.video_episodes, seed=SEED,
+                           max_episode_steps=cfg.video_steps, video=video, width=vw, height=vh,
+                           out=ctx.dir(f"video{video}"), overwrite=True)
+            pass1[video].append(run.metadata["timings"]["pass1_s"])
+            if video:
+                pass2.append(run.metadata["timings"]["pass2_s"])
+    ratio = _median(pass1[0]) / _median(pass1[1])  # speed(video=1) / speed(video=0)
+
+    inline, _ = run_child("inline_render_child", {
+        "checkpoint": str(ckpt), "vecnormalize": str(vecnorm), "steps": cfg.inline_steps,
+        "width": cfg.width, "height": cfg.height, "seed": SEED}, ctx.dir("inline"),
+        gl=ctx.backend)
+    slowdown = inline["inline_s"] / inline["bare_s"]
+    return _result(
+        title="pass 1 with a video requested", ratio=ratio, target=0.97, op=">=",
+        ratio_of="pass-1 speed with video=1 / with video=0 (median pass1_s of video=0 / video=1)",
+        baseline=f"video=0: pass 1 {_median(pass1[0]):.2f} s",
+        measured=f"video=1: pass 1 {_median(pass1[1]):.2f} s",
+        raw={"episodes": cfg.video_episodes, "steps": cfg.video_steps, "reps": cfg.video_reps,
+             "pass1_s_video0": pass1[0], "pass1_s_video1": pass1[1], "pass2_s_video1": pass2,
+             "pass2_size": [vw, vh], "inline": inline, "inline_slowdown": slowdown},
+        notes=[f"pass-1 time includes starting the worker (interpreter, torch import, policy "
+               f"load); pass 2 of the video=1 runs drew {vw}x{vh} frames after pass 1 ended",
+               f"contrast: {inline['label']} at {cfg.width}x{cfg.height} for "
+               f"{inline['steps']} steps is {slowdown:.1f}x slower than the bare loop "
+               f"({inline['inline_s']:.2f} s vs {inline['bare_s']:.2f} s, backend "
+               f"{ctx.backend}, {inline['frames']} frames kept in memory, peak RSS "
+               f"{inline['peak_rss_mb']:.0f} MB)", POLICY_NOTE])
+
+
+def inline_render_child(checkpoint: str, vecnormalize: str, steps: int, width: int,
+                        height: int, seed: int) -> dict[str, Any]:
+    """(In a child with MUJOCO_GL set.) The bare loop, then the same loop drawing every step
+    and keeping the frames, as Gymnasium's RecordVideo does (RecordVideo itself when moviepy
+    is installed; it also encodes at the episode's end)."""
+    import resource
+
+    import gymnasium as gym
+
+    from .policies import load_policy
+
+    plain = gym.make(ENV_ID, max_episode_steps=steps)
+    drawn = gym.make(ENV_ID, max_episode_steps=steps, render_mode="rgb_array", width=width,
+                     height=height)
+    policy = load_policy(f"sb3:{checkpoint}", plain, vecnormalize=vecnormalize)
+    policy.act(plain.reset(seed=seed)[0])  # warm-up: torch's first call
+    drawn.reset(seed=seed)
+    drawn.render()  # the GL context is made once, before the clock starts
+
+    def loop(env: Any, draw: Callable[[], None] | None) -> tuple[float, int]:
+        started = time.perf_counter()
+        obs, _ = env.reset(seed=seed)
+        if draw:
+            draw()
+        n, done = 0, False
+        while not done:
+            obs, _, term, trunc, _ = env.step(policy.act(obs))
+            if draw:
+                draw()
+            n, done = n + 1, term or trunc
+        return time.perf_counter() - started, n
+
+    bare_s, n = loop(plain, None)
+    frames: list[Any] = []
+    moviepy = importlib.util.find_spec("moviepy") is not None
+    if moviepy:
+        from gymnasium.wrappers import RecordVideo
+
+        folder = tempfile.mkdtemp(prefix="recordvideo-")
+        recorder = RecordVideo(drawn, str(Path(folder) / "videos"), episode_trigger=lambda i: True)
+        started = time.perf_counter()
+        inline_s, _ = loop(recorder, None)
+        recorder.close()  # RecordVideo encodes the kept frames here (or at the episode's end)
+        inline_s = time.perf_counter() - started
+        label, kept = "gymnasium RecordVideo (moviepy)", n + 1
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        inline_s, _ = loop(drawn, lambda: frames.append(drawn.render()))
+        label, kept = ("inline render like RecordVideo (moviepy is not installed: env.render() "
+                       "every step, frames kept in a list, not encoded)"), len(frames)
+    plain.close()
+    drawn.close()
+    return {"bare_s": bare_s, "inline_s": inline_s, "steps": n, "frames": kept,
+            "label": label, "moviepy": moviepy,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+# --------------------------------------------------------------------------------------
+# 3. pass2_throughput
+# --------------------------------------------------------------------------------------
+
+def _record_random_tape(ctx: Context, steps: int) -> Path:
+    """A random-policy HalfCheetah tape of ``steps`` steps (pass 2 does not care who acted),
+    recorded by pass 1 once per run and size."""
+    from .evaluate import evaluate
+
+    if steps not in ctx.tapes:
+        run = evaluate(ENV_ID, "random", episodes=1, seed=SEED, max_episode_steps=steps,
+                       out=ctx.dir(f"tape{steps}"), overwrite=True)
+        ctx.tapes[steps] = run.path / run.results["episodes_rows"][0]["tape"]
+    return ctx.tapes[steps]
+
+
+def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
+    """rolltape.render frames/s vs a bare render+encode loop in a subprocess."""
+    from .render import RenderRequest, render
+
+    cfg = ctx.config
+    tape = _record_random_tape(ctx, cfg.throughput_steps)
+    folder = ctx.dir("throughput")
+    started = time.perf_counter()
+    result = render([RenderRequest(str(tape), (str(folder / "rolltape.mp4"),), width=cfg.width,
+                                   height=cfg.height, overwrite=True)],
+                    backends=(ctx.backend, "osmesa") if ctx.backend != "osmesa" else ("osmesa",))[0]
+    wall = time.perf_counter() - started
+    assert result is not None
+    bare, bare_wall = run_child("bare_render_child", {
+        "tape": str(tape), "width": cfg.width, "height": cfg.height,
+        "out": str(folder / "bare.mp4")}, folder, gl=result.backend)
+    fps, bare_fps = result.frames / wall, bare["frames"] / bare_wall
+    inner, bare_inner = result.frames / result.seconds, bare["frames"] / bare["loop_s"]
+    return _result(
+        title="pass-2 throughput", ratio=fps / bare_fps, target=0.9, op=">=",
+        ratio_of="rolltape.render frames/s / bare loop frames/s (wall time of each call, "
+                 "process start included on both sides)",
+        baseline=f"bare loop {bare_fps:.1f} frames/s",
+        measured=f"rolltape.render {fps:.1f} frames/s",
+        raw={"frames": result.frames, "size": [cfg.width, cfg.height],
+             "backend": result.backend, "verified": result.verified,
+             "rolltape_wall_s": wall, "rolltape_worker_s": result.seconds,
+             "bare_wall_s": bare_wall, "bare_loop_s": bare["loop_s"],
+             "bare_frames": bare["frames"], "fps": fps, "bare_fps": bare_fps,
+             "fps_in_worker": inner, "bare_fps_in_loop": bare_inner,
+             "ratio_in_worker": inner / bare_inner},
+        notes=[f"both draw {cfg.width}x{cfg.height} with MUJOCO_GL={result.backend} and write "
+               "mp4 via rolltape.encode.open_writer; rolltape also verifies every step",
+               f"in-process only (no start-up): rolltape {inner:.1f} vs bare {bare_inner:.1f} "
+               f"frames/s, ratio {inner / bare_inner:.3f}"])
+
+
+def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str, Any]:
+    """(In a child with MUJOCO_GL set.) gym.make + reset(seed) + step(actions) + render +
+    streaming mp4, nothing else."""
+    import gymnasium as gym
+
+    from .encode import open_writer
+    from .tape import Tape
+
+    recorded = Tape.load(tape)  # only its seed and actions are used
+    actions, seed = recorded.actions, recorded.seed
+    started = time.perf_counter()
+    env = gym.make(ENV_ID, render_mode="rgb_array", width=width, height=height,
+                   max_episode_steps=len(actions))
+    env.reset(seed=seed)
+    with open_writer(out, fps=env.metadata["render_fps"], overwrite=True) as writer:
+        writer.write(env.render())
+        for action in actions:
+            env.step(action)
+            writer.write(env.render())
+    env.close()
+    return {"loop_s": time.perf_counter() - started, "frames": writer.frames_written}
+
+
+# --------------------------------------------------------------------------------------
+# 4. render_rss
+# --------------------------------------------------------------------------------------
+
+def bench_render_rss(ctx: Context) -> dict[str, Any]:
+    """Peak RSS of the render worker for a short and a long episode: memory must stay flat."""
+    from .render import RenderRequest, render
+
+    cfg = ctx.config
+    peaks: dict[str, float] = {}
+    raw: dict[str, Any] = {"size": [cfg.width, cfg.height]}
+    for name, steps in (("short", cfg.rss_short), ("long", cfg.rss_long)):
+        tape = _record_random_tape(ctx, steps)
+        out = ctx.dir(f"rss-{name}") / f"{name}.mp4"
+        started = time.perf_counter()
+        with track_workers() as workers:
+            result = render([RenderRequest(str(tape), (str(out),), width=cfg.width,
+                                           height=cfg.height, overwrite=True)],
+                            backends=(ctx.backend, "osmesa") if ctx.backend != "osmesa"
+                            else ("osmesa",))[0]
+        assert result is not None
+        drew = [w for w in workers if w["target"] == "render_worker"]
+        if not drew or drew[-1]["peak_rss_kb"] is None:
+            raise RuntimeError("could not read the render worker's VmHWM from /proc")
+        peaks[name] = drew[-1]["peak_rss_kb"] / 1024
+        raw[name] = {"steps": steps, "frames": result.frames, "backend": result.backend,
+                     "peak_rss_mb": peaks[name], "seconds": time.perf_counter() - started,
+                     "workers": len(drew)}
+    diff = peaks["long"] - peaks["short"]
+    return _result(
+        title="render worker memory", ratio=peaks["long"] / peaks["short"], value=diff,
+        unit="MB", target=50.0, op="<=",
+        ratio_of="peak RSS of the long render / the short render (judged: the difference, MB)",
+        baseline=f"{cfg.rss_short + 1} frames: {peaks['short']:.0f} MB",
+        measured=f"{cfg.rss_long + 1} frames: {peaks['long']:.0f} MB",
+        raw=raw,
+        notes=[f"peak RSS (VmHWM of the render worker, read from /proc by the parent) at "
+               f"{cfg.width}x{cfg.height}: {peaks['short']:.0f} MB for {cfg.rss_short + 1} "
+               f"frames, {peaks['long']:.0f} MB for {cfg.rss_long + 1}; a raw frame is "
+               f"{cfg.width * cfg.height * 3 / 1e6:.2f} MB, so keeping frames would add "
+               f"{(cfg.rss_long - cfg.rss_short) * cfg.width * cfg.height * 3 / 2**20:.0f} MB"])
+
+
+# --------------------------------------------------------------------------------------
+# 5. pass1_vs_sb3_evaluate_policy
+# --------------------------------------------------------------------------------------
+
+def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
+    """rolltape pass 1 vs SB3's evaluate_policy on the same checkpoint and episodes."""
+    from .evaluate import evaluate
+
+    cfg = ctx.config
+    ckpt, vecnorm = ctx.checkpoint()
+    times: dict[str, list[float]] = {"rolltape": [], "sb3": []}
+    loops: dict[str, list[float]] = {"rolltape": [], "sb3": []}
+    rolltape_returns: list[float] = []
+    sb3: dict[str, Any] = {}
+    for rep in range(cfg.sb3_reps):
+        for who in (("rolltape", "sb3") if rep % 2 == 0 else ("sb3", "rolltape")):
+            if who == "rolltape":
+                started = time.perf_counter()
+                run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                               episodes=cfg.sb3_episodes, seed=SEED,
+                               max_episode_steps=cfg.sb3_steps, out=ctx.dir("rolltape"),
+                               overwrite=True)
+                times["rolltape"].append(time.perf_counter() - started)
+                loops["rolltape"].append(sum(r["wall_s"] for r in run.results["episodes_rows"]))
+                rolltape_returns = [r["return"] for r in run.results["episodes_rows"]]
+            else:
+                sb3, wall = run_child("sb3_evaluate_child", {
+                    "checkpoint": str(ckpt), "vecnormalize": str(vecnorm),
+                    "episodes": cfg.sb3_episodes, "steps": cfg.sb3_steps, "seed": SEED},
+                    ctx.dir("sb3"))
+                times["sb3"].append(wall)
+                loops["sb3"].append(sb3["evaluate_s"])
+    ratio = _median(times["sb3"]) / _median(times["rolltape"])
+    first_r, first_s = rolltape_returns[0], sb3["returns"][0]
+    same = first_r == first_s
+    close = math.isclose(first_r, first_s, rel_tol=0, abs_tol=1e-5)
+    why = ("identical" if same else
+           "equal to 1e-5: SB3's Monitor rounds each episode return to 6 decimals and sums "
+           "in another order (rolltape uses math.fsum)" if close else
+           "they differ beyond rounding: check the seeding of the first episode")
+    return _result(
+        title="pass 1 vs SB3 evaluate_policy", ratio=ratio, target=1.5, op=">=", gating=False,
+        ratio_of="SB3 evaluate_policy wall time / rolltape evaluate() wall time (a speed-up; "
+                 "each from a cold process: interpreter, torch, checkpoint, episodes)",
+        baseline=f"SB3 evaluate_policy {_median(times['sb3']):.2f} s",
+        measured=f"rolltape pass 1 {_median(times['rolltape']):.2f} s",
+        raw={"episodes": cfg.sb3_episodes, "steps": cfg.sb3_steps, "reps": cfg.sb3_reps,
+             "rolltape_wall_s": times["rolltape"], "sb3_wall_s": times["sb3"],
+             "rolltape_episode_loops_s": loops["rolltape"], "sb3_evaluate_policy_s": loops["sb3"],
+             "loop_speedup": _median(loops["sb3"]) / _median(loops["rolltape"]),
+             "sb3_import_s": sb3["import_s"], "sb3_load_s": sb3["load_s"],
+             "first_episode_seed": SEED, "first_return_rolltape": first_r,
+             "first_return_sb3": first_s, "first_return_abs_diff": abs(first_r - first_s),
+             "returns_rolltape": rolltape_returns, "returns_sb3": sb3["returns"],
+             "lengths_sb3": sb3["lengths"]},
+        notes=[f"first episode (seed {SEED}): rolltape {first_r:.6f}, SB3 {first_s:.6f} "
+               f"({why}); SB3 seeds only its first episode (VecEnv.seed applies to the next "
+               "reset; later episodes continue the env's RNG), rolltape seeds episode i with "
+               "seed + i, so only episode 0 is comparable",
+               "SB3 path: DummyVecEnv(Monitor(env)) + VecNormalize.load (training=False, "
+               "norm_reward=False), torch left at its default thread count as a user would; "
+               "rolltape's worker sets torch to 1 thread",
+               f"episode loops only (no start-up): SB3 {_median(loops['sb3']):.2f} s, "
+               f"rolltape {_median(loops['rolltape']):.2f} s "
+               f"(speed-up {_median(loops['sb3']) / _median(loops['rolltape']):.2f}x)",
+               "informational: the >= 1.5x target is for after a faster inference path lands",
+               POLICY_NOTE])
+
+
+def sb3_evaluate_child(checkpoint: str, vecnormalize: str, episodes: int, steps: int,
+                       seed: int) -> dict[str, Any]:
+    """(In a fresh child.) SB3's evaluate_policy as its docs show, first episode seeded."""
+    started = time.perf_counter()
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    imported = time.perf_counter()
+    venv = DummyVecEnv([lambda: Monitor(gym.make(ENV_ID, max_episode_steps=steps))])
+    venv = VecNormalize.load(vecnormalize, venv)
+    venv.training, venv.norm_reward = False, False
+    model = PPO.load(checkpoint, device="cpu")
+    venv.seed(seed)  # used by the next reset only: evaluate_policy's first episode
+    loaded = time.perf_counter()
+    returns, lengths = evaluate_policy(model, venv, n_eval_episodes=episodes,
+                                       deterministic=True, return_episode_rewards=True)
+    finished = time.perf_counter()
+    venv.close()
+    return {"import_s": imported - started, "load_s": loaded - imported,
+            "evaluate_s": finished - loaded, "returns": [float(r) for r in returns],
+            "lengths": [int(n) for n in lengths]}
+
+
+# --------------------------------------------------------------------------------------
+# 6. end_to_end
+# --------------------------------------------------------------------------------------
+
+def seed000_way(checkpoint: Path, vecnormalize: Path, episodes: int, steps: int, seed: int,
+                width: int, height: int, video: Path, work: Path, gl: str) -> dict[str, Any]:
+    """How it was done before rolltape ("the seed-000 way"): one process evaluates with SB3
+    and runs the random baseline; a second process re-generates episode 0's actions with the
+    policy, renders every frame into a list and encodes them all at the end."""
+    started = time.perf_counter()
+    args = {"checkpoint": str(checkpoint), "vecnormalize": str(vecnormalize), "steps": steps,
+            "seed": seed}
+    evaluation, eval_wall = run_child("seed000_evaluate_child", {**args, "episodes": episodes},
+                                      work)
+    video_run, video_wall = run_child("seed000_video_child", {
+        **args, "width": width, "height": height, "out": str(video)}, work, gl=gl)
+    return {"wall_s": time.perf_counter() - started, "evaluate_wall_s": eval_wall,
+            "video_wall_s": video_wall, **evaluation, **video_run}
+
+
+def seed000_evaluate_child(checkpoint: str, vecnormalize: str, steps: int, seed: int,
+                           episodes: int) -> dict[str, Any]:
+    """Seed-000 process 1: SB3 evaluate_policy, then a random baseline on seeds seed + i."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    venv = VecNormalize.load(vecnormalize, DummyVecEnv(
+        [lambda: Monitor(gym.make(ENV_ID, max_episode_steps=steps))]))
+    venv.training, venv.norm_reward = False, False
+    venv.seed(seed)
+    model = PPO.load(checkpoint, device="cpu")
+    returns, _ = evaluate_policy(model, venv, n_eval_episodes=episodes, deterministic=True,
+                                 return_episode_rewards=True)
+    env, baseline = gym.make(ENV_ID, max_episode_steps=steps), []
+    for i in range(episodes):
+        env.reset(seed=seed + i)
+        env.action_space.seed(seed + i)
+        total, done = 0.0, False
+        while not done:
+            _, reward, term, trunc, _ = env.step(env.action_space.sample())
+            total, done = total + float(reward), term or trunc
+        baseline.append(total)
+    return {"policy_returns": [float(r) for r in returns], "baseline_returns": baseline}
+
+
+def seed000_video_child(checkpoint: str, vecnormalize: str, steps: int, seed: int, width: int,
+                        height: int, out: str) -> dict[str, Any]:
+    """Seed-000 process 2: replay episode 0 by re-running the policy, keep every frame, then
+    encode the list."""
+    import resource
+
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from .encode import open_writer
+
+    venv = VecNormalize.load(vecnormalize, DummyVecEnv([lambda: gym.make(
+        ENV_ID, max_episode_steps=steps, render_mode="rgb_array", width=width, height=height)]))
+    venv.training, venv.norm_reward = False, False
+    model = PPO.load(checkpoint, device="cpu")
+    venv.seed(seed)
+    obs = venv.reset()
+    frames = [venv.render()]
+    for _ in range(steps):
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, dones, _ = venv.step(action)
+        if dones[0]:
+            break  # the VecEnv has already reset: its next frame is a new episode
+        frames.append(venv.render())
+    with open_writer(out, fps=venv.envs[0].metadata["render_fps"], overwrite=True) as writer:
+        for frame in frames:
+            writer.write(frame)
+    venv.close()
+    return {"frames": len(frames),
+            "video_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_end_to_end(ctx: Context) -> dict[str, Any]:
+    """evaluate() with a baseline and one verified video vs the seed-000 way."""
+    from .evaluate import evaluate
+
+    cfg = ctx.config
+    ckpt, vecnorm = ctx.checkpoint()
+    started = time.perf_counter()
+    with track_workers() as workers:
+        run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=cfg.e2e_episodes,
+                       seed=SEED, baseline="random", max_episode_steps=cfg.e2e_steps, video=1,
+                       width=cfg.width, height=cfg.height, out=ctx.dir("rolltape"),
+                       overwrite=True)
+    wall = time.perf_counter() - started
+    folder = ctx.dir("seed000")
+    old = seed000_way(ckpt, vecnorm, cfg.e2e_episodes, cfg.e2e_steps, SEED, cfg.width,
+                      cfg.height, folder / "episode0.mp4", folder, ctx.backend)
+    video = run.results["videos"][0]
+    render_peak = max((w["peak_rss_kb"] or 0 for w in workers
+                       if w["target"] == "render_worker"), default=0) / 1024
+    return _result(
+        title="end to end", ratio=wall / old["wall_s"], target=0.5, op="<=", gating=False,
+        ratio_of="rolltape evaluate() wall time / seed-000 way wall time",
+        baseline=f"seed-000 way {old['wall_s']:.1f} s",
+        measured=f"rolltape.evaluate {wall:.1f} s",
+        raw={"episodes": cfg.e2e_episodes, "steps": cfg.e2e_steps,
+             "size": [cfg.width, cfg.height], "rolltape_wall_s": wall,
+             "rolltape_timings": run.metadata["timings"], "rolltape_video": {
+                 k: video.get(k) for k in ("frames", "backend", "verified", "seconds")},
+             "rolltape_render_peak_rss_mb": render_peak, "seed000": old},
+        notes=[f"{cfg.e2e_episodes} episodes + {cfg.e2e_episodes}-episode random baseline + one "
+               f"{cfg.width}x{cfg.height} video of episode 0; rolltape also writes tapes and "
+               "statistics and verifies the replay; the seed-000 way verifies nothing",
+               f"memory while drawing: rolltape's render worker peaked at {render_peak:.0f} MB, "
+               f"the seed-000 video process (all frames in a list) at "
+               f"{old['video_peak_rss_mb']:.0f} MB",
+               "informational: the <= 0.5 target is for later (pass 2 overlapping pass 1, "
+               "faster inference)", POLICY_NOTE])
+
+
+# --------------------------------------------------------------------------------------
+# Running, reporting
+# --------------------------------------------------------------------------------------
+
+BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
+    "pass1_overhead": bench_pass1_overhead,
+    "pass1_video_requested": bench_pass1_video_requested,
+    "pass2_throughput": bench_pass2_throughput,
+    "render_rss": bench_render_rss,
+    "pass1_vs_sb3_evaluate_policy": bench_pass1_vs_sb3_evaluate_policy,
+    "end_to_end": bench_end_to_end,
+}
+
+
+def select(only: str | Sequence[str] | None) -> list[str]:
+    """The benchmark names ``--only`` asks for (all when None), in their standard order."""
+    if only is None:
+        return list(BENCHMARKS)
+    words = only.split(",") if isinstance(only, str) else list(only)
+    wanted = [w.strip() for w in words if w.strip()]
+    unknown = [w for w in wanted if w not in BENCHMARKS]
+    if unknown or not wanted:
+        raise UsageError(f"--only {','.join(unknown) or repr(only)} is not a benchmark; choose "
+                         f"from {', '.join(BENCHMARKS)}.")
+    return [name for name in BENCHMARKS if name in wanted]
+
+
+def _machine() -> dict[str, Any]:
+    from .envs import package_version
+
+    return {"platform": platform.platform(), "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "versions": {p: package_version(p) for p in (
+                "gymnasium", "mujoco", "torch", "stable_baselines3", "av", "numpy")}}
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def run(only: str | Sequence[str] | None = None, *, quick: bool = False,
+        out: str | Path = "bench-out", config: Config | None = None,
+        log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the benchmarks, write ``OUT/bench.json`` and ``OUT/bench.png``, return the report.
+
+    A benchmark that raises is kept as ``{"error": ...}`` (with ``ratio`` None) and the others
+    still run. Targets are reported, never enforced: the caller decides what a miss means.
+    """
+    names = select(only)
+    config = config or (QUICK if quick else FULL)
+    log = log or (lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "schema_version": BENCH_SCHEMA_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": list(sys.argv), "quick": config.quick, "config": asdict(config),
+        "env_id": ENV_ID, "seed": SEED, "policy": POLICY_NOTE, "machine": _machine(),
+        "loadavg_start": _loadavg(), "benchmarks": {}}
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="rolltape-bench-"))
+    try:
+        ctx = Context(config, work, log)
+        for name in names:
+            log(f"{name} ...")
+            t0 = time.perf_counter()
+            try:
+                result = BENCHMARKS[name](ctx)
+            except Exception as exc:  # keep going: one broken benchmark must not hide the rest
+                result = {"title": name, "error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc(), "ratio": None, "value": None,
+                          "target": None, "passed": False, "gating": True, "notes": []}
+            result["name"] = name
+            result["seconds"] = time.perf_counter() - t0
+            report["benchmarks"][name] = result
+            log(f"{name}: {_verdict(result)} in {result['seconds']:.1f} s")
+            write_json(out / "bench.json", report)  # partial results survive an interruption
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report["seconds"] = time.perf_counter() - started
+    report["loadavg_end"] = _loadavg()
+    report["chart"] = draw_chart(report, out / "bench.png")
+    write_json(out / "bench.json", report)
+    return report
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")
+    tmp.replace(path)
+
+
+def _verdict(r: dict[str, Any]) -> str:
+    if r.get("error"):
+        return "ERROR"
+    if r["passed"]:
+        return "PASS"
+    return "FAIL" if r["gating"] else "below target (informational)"
+
+
+def _fmt(r: dict[str, Any], key: str) -> str:
+    value = r.get(key)
+    if value is None:
+        return "-"
+    return f"{value:.1f} MB" if r.get("unit") == "MB" and key in ("value", "target") \
+        else f"{value:.3f}"
+
+
+def format_table(report: dict[str, Any]) -> Any:
+    """The report as a rich Table."""
+    from rich.table import Table
+
+    quick = " (--quick: tiny sizes, numbers are not meaningful)" if report["quick"] else ""
+    table = Table(title=f"rolltape bench{quick}")
+    for col, justify in (("benchmark", "left"), ("baseline", "left"), ("measured", "left"),
+                         ("value", "right"), ("target", "right"), ("result", "left")):
+        table.add_column(col, justify=justify)
+    for name, r in report["benchmarks"].items():
+        target = "-" if r.get("target") is None else f"{r['op']} {_fmt(r, 'target')}"
+        table.add_row(name, r.get("baseline", "-"), r.get("measured", r.get("error", "-")),
+                      _fmt(r, "value"), target, _verdict(r))
+    return table
+
+
+def print_report(report: dict[str, Any], out: Path) -> None:
+    """Print the table, each benchmark's notes and where the files went."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = 120
+    console.print(format_table(report))
+    for name, r in report["benchmarks"].items():
+        if r.get("error"):
+            console.print(f"[red]{name}: {r['error']}[/red]", highlight=False)
+        for note in dict.fromkeys(r.get("notes", [])):
+            if note != POLICY_NOTE:
+                console.print(f"{name}: {note}", highlight=False, markup=False)
+    console.print(POLICY_NOTE, highlight=False)
+    console.print(f"load average {report['loadavg_start']} -> {report['loadavg_end']} on "
+                  f"{report['machine']['cpu_count']} CPUs; {report['seconds']:.0f} s in all",
+                  highlight=False)
+    chart = report.get("chart") or {}
+    png = f", {out / 'bench.png'}" if chart.get("path") else f" (no chart: {chart.get('error')})"
+    console.print(f"wrote {out / 'bench.json'}{png}", highlight=False)
+
+
+def draw_chart(report: dict[str, Any], path: Path) -> dict[str, Any]:
+    """One bar per benchmark (its judged value) with its target as a dashed line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {"path": None, "error": "matplotlib is not installed (pip install matplotlib)"}
+    rows = [(n, r) for n, r in report["benchmarks"].items() if not r.get("error")]
+    if not rows:
+        return {"path": None, "error": "no benchmark finished"}
+    fig, axes = plt.subplots(len(rows), 1, figsize=(8, 1.25 * len(rows) + 0.9), squeeze=False)
+    for ax, (name, r) in zip(axes[:, 0], rows):
+        colour = "#2e7d32" if r["passed"] else "#c62828" if r["gating"] else "#9e9e9e"
+        ax.barh([0], [r["value"]], color=colour, height=0.6)
+        ax.axvline(r["target"], color="black", linestyle="--", linewidth=1)
+        top = max(r["value"], r["target"]) * 1.25 or 1.0
+        ax.set_xlim(0, top)
+        ax.set_yticks([])
+        unit = " MB" if r["unit"] == "MB" else "x"
+        value = f"{r['value']:.1f}" if r["unit"] == "MB" else f"{r['value']:.3f}"
+        ax.set_title(f"{name}: {value}{unit} (target {r['op']} {r['target']:g}{unit}) "
+                     f"{_verdict(r)}", fontsize=9, loc="left")
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle("rolltape bench" + (" (--quick)" if report["quick"] else ""), fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return {"path": path.name, "error": None}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rolltape.bench`` / ``benchmarks/run.py``: the same as ``rolltape bench``."""
+    parser = argparse.ArgumentParser(prog="rolltape bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench-out", help="folder for bench.json and bench.png")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds), for tests")
+    parser.add_argument("--only", default=None, help="NAME[,NAME]: " + ", ".join(BENCHMARKS))
+    parser.add_argument("--rss-frames", default=None, metavar="SHORT,LONG",
+                        help="steps of the short and long render_rss tapes (default 1000,5000)")
+    args = parser.parse_args(argv)
+    config = QUICK if args.quick else FULL
+    if args.rss_frames:
+        short, _, long = args.rss_frames.partition(",")
+        config = _replace(config, rss_short=int(short), rss_long=int(long))
+    try:
+        return run_and_print(args.only, quick=args.quick, out=args.out, config=config)
+    except UsageError as exc:
+        print(f"rolltape bench: {exc}", file=sys.stderr)
+        return 2
+
+
+def _replace(config: Config, **changes: Any) -> Config:
+    from dataclasses import replace
+
+    return replace(config, **changes)
+
+
+def run_and_print(only: str | None = None, *, quick: bool = False, out: str | Path = "bench-out",
+                  config: Config | None = None) -> int:
+    """Run, print the table; exit status 1 when a benchmark could not run, else 0."""
+    report = run(only, quick=quick, out=out, config=config)
+    print_report(report, Path(out))
+    return 1 if any(r.get("error") for r in report["benchmarks"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
