@@ -74,6 +74,7 @@ class Config:
     video_size: tuple[int, int]  # pass 2 of the video=1 run (pass-1 time cannot depend on it)
     inline_steps: int  # the inline-render contrast
     throughput_steps: int
+    throughput_reps: int  # interleaved repetitions of rolltape / bare
     rss_short: int  # steps of the short / long tape
     rss_long: int
     sb3_episodes: int
@@ -85,13 +86,13 @@ class Config:
 
 FULL = Config(quick=False, width=640, height=480, overhead_episodes=7, overhead_steps=1000,
               video_episodes=5, video_steps=1000, video_reps=3, video_size=(64, 48),
-              inline_steps=1000, throughput_steps=1000, rss_short=1000, rss_long=5000,
+              inline_steps=1000, throughput_steps=1000, throughput_reps=2, rss_short=1000, rss_long=5000,
               sb3_episodes=10, sb3_steps=1000, sb3_reps=2, e2e_episodes=30, e2e_steps=1000)
 # Quick: seconds, for tests. MuJoCo on llvmpipe pays ~40 ms a frame whatever the size (the
 # 4096x4096 shadow map), so frames are few; 160x120 trims the rest.
 QUICK = Config(quick=True, width=160, height=120, overhead_episodes=2, overhead_steps=200,
                video_episodes=1, video_steps=20, video_reps=1, video_size=(64, 48),
-               inline_steps=20, throughput_steps=30, rss_short=30, rss_long=80,
+               inline_steps=20, throughput_steps=30, throughput_reps=1, rss_short=30, rss_long=80,
                sb3_episodes=2, sb3_steps=50, sb3_reps=1, e2e_episodes=3, e2e_steps=20)
 
 
@@ -192,13 +193,23 @@ def _vmhwm_kb(pid: int) -> int | None:
     return None
 
 
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (all its threads), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @contextlib.contextmanager
 def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
-    """Record every worker rolltape spawns (pass 1 and render) and its peak RSS.
+    """Record every worker rolltape spawns (pass 1 and render), its peak RSS and CPU time.
 
     Wraps ``spawn_worker``/``stop_worker`` where rolltape's modules look them up, reads each
-    worker's VmHWM every ``poll_s`` and once more just before it is stopped (when it has
-    finished all its work).
+    worker's VmHWM and CPU time every ``poll_s`` and once more just before it is stopped
+    (when it has finished all its work).
     """
     import importlib
 
@@ -215,13 +226,16 @@ def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
         kb = _vmhwm_kb(entry["pid"])
         if kb is not None:
             entry["peak_rss_kb"] = max(entry["peak_rss_kb"] or 0, kb)
+        cpu = _cpu_s(entry["pid"])
+        if cpu is not None:
+            entry["cpu_s"] = max(entry["cpu_s"] or 0.0, cpu)
 
     def spawn(target: Callable[..., None], *args: Any, env: Any = None) -> Any:
         worker = executors.spawn_worker(target, *args, env=env)
         with lock:
             workers.append({"pid": worker.proc.pid, "target": target.__name__,
                             "env": {k: v for k, v in (env or {}).items()},
-                            "peak_rss_kb": None, "alive": True})
+                            "peak_rss_kb": None, "cpu_s": None, "alive": True})
         return worker
 
     def stop(worker: Any, grace: float = 2.0) -> None:
@@ -330,8 +344,8 @@ def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
              "pairwise_ratios": pairwise, "median_pairwise_ratio": _median(pairwise),
              "overhead_us_per_step": per_step_us, "bare_cpu_s": cpu["bare"],
              "record_cpu_s": cpu["record"], "cpu_time_ratio": cpu_ratio},
-        notes=[f"recording costs {per_step_us:+.1f} us a step (digest, copies of qpos/qvel/"
-               f"action) on top of {_median(times['bare']) / cfg.overhead_steps * 1e6:.0f} us "
+        notes=[f"recording costs {per_step_us:+.1f} us a step (observation digest, copies of "
+               f"the action, qpos, qvel and physics state) on top of {_median(times['bare']) / cfg.overhead_steps * 1e6:.0f} us "
                "for policy.act + env.step",
                f"CPU-time ratio (process_time, insensitive to other load on the machine): "
                f"{cpu_ratio:.3f}", POLICY_NOTE])
@@ -349,17 +363,22 @@ def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
     ckpt, vecnorm = ctx.checkpoint()
     vw, vh = cfg.video_size
     pass1: dict[int, list[float]] = {0: [], 1: []}
+    pass1_cpu: dict[int, list[float]] = {0: [], 1: []}
     pass2: list[float] = []
     for rep in range(cfg.video_reps):
         for video in ((0, 1) if rep % 2 == 0 else (1, 0)):
-            run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
-                           episodes=cfg.video_episodes, seed=SEED,
-                           max_episode_steps=cfg.video_steps, video=video, width=vw, height=vh,
-                           out=ctx.dir(f"video{video}"), overwrite=True)
+            with track_workers() as workers:
+                run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                               episodes=cfg.video_episodes, seed=SEED,
+                               max_episode_steps=cfg.video_steps, video=video, width=vw,
+                               height=vh, out=ctx.dir(f"video{video}"), overwrite=True)
             pass1[video].append(run.metadata["timings"]["pass1_s"])
+            pass1_cpu[video].append(sum(w["cpu_s"] or 0.0 for w in workers
+                                        if w["target"] == "policy_worker"))
             if video:
                 pass2.append(run.metadata["timings"]["pass2_s"])
     ratio = _median(pass1[0]) / _median(pass1[1])  # speed(video=1) / speed(video=0)
+    cpu_ratio = _median(pass1_cpu[0]) / _median(pass1_cpu[1])
 
     inline, _ = run_child("inline_render_child", {
         "checkpoint": str(ckpt), "vecnormalize": str(vecnorm), "steps": cfg.inline_steps,
@@ -373,9 +392,14 @@ def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
         measured=f"video=1: pass 1 {_median(pass1[1]):.2f} s",
         raw={"episodes": cfg.video_episodes, "steps": cfg.video_steps, "reps": cfg.video_reps,
              "pass1_s_video0": pass1[0], "pass1_s_video1": pass1[1], "pass2_s_video1": pass2,
+             "pass1_worker_cpu_s_video0": pass1_cpu[0], "pass1_worker_cpu_s_video1": pass1_cpu[1],
+             "cpu_ratio": cpu_ratio,
              "pass2_size": [vw, vh], "inline": inline, "inline_slowdown": slowdown},
         notes=[f"pass-1 time includes starting the worker (interpreter, torch import, policy "
                f"load); pass 2 of the video=1 runs drew {vw}x{vh} frames after pass 1 ended",
+               f"pass-1 worker CPU time (less disturbed by other load): video=0 "
+               f"{_median(pass1_cpu[0]):.2f} s, video=1 {_median(pass1_cpu[1]):.2f} s, ratio "
+               f"{cpu_ratio:.3f}",
                f"contrast: {inline['label']} at {cfg.width}x{cfg.height} for "
                f"{inline['steps']} steps is {slowdown:.1f}x slower than the bare loop "
                f"({inline['inline_s']:.2f} s vs {inline['bare_s']:.2f} s, backend "
@@ -457,45 +481,67 @@ def _record_random_tape(ctx: Context, steps: int) -> Path:
 
 
 def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
-    """rolltape.render frames/s vs a bare render+encode loop in a subprocess."""
+    """rolltape.render frames/s vs a bare render+encode loop in a subprocess (A B B A ...)."""
     from .render import RenderRequest, render
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.throughput_steps)
-    folder = ctx.dir("throughput")
-    started = time.perf_counter()
-    result = render([RenderRequest(str(tape), (str(folder / "rolltape.mp4"),), width=cfg.width,
-                                   height=cfg.height, overwrite=True)],
-                    backends=(ctx.backend, "osmesa") if ctx.backend != "osmesa" else ("osmesa",))[0]
-    wall = time.perf_counter() - started
-    assert result is not None
-    bare, bare_wall = run_child("bare_render_child", {
-        "tape": str(tape), "width": cfg.width, "height": cfg.height,
-        "out": str(folder / "bare.mp4")}, folder, gl=result.backend)
-    fps, bare_fps = result.frames / wall, bare["frames"] / bare_wall
-    inner, bare_inner = result.frames / result.seconds, bare["frames"] / bare["loop_s"]
+    backend = ctx.backend
+    runs: dict[str, list[dict[str, float]]] = {"rolltape": [], "bare": []}
+    frames = 0
+    for rep in range(cfg.throughput_reps):
+        for who in (("rolltape", "bare") if rep % 2 == 0 else ("bare", "rolltape")):
+            folder = ctx.dir(f"throughput-{who}")
+            if who == "rolltape":
+                started = time.perf_counter()
+                with track_workers() as workers:
+                    result = render([RenderRequest(
+                        str(tape), (str(folder / "rolltape.mp4"),), width=cfg.width,
+                        height=cfg.height, overwrite=True)],
+                        backends=(backend, "osmesa") if backend != "osmesa" else ("osmesa",))[0]
+                wall = time.perf_counter() - started
+                assert result is not None and result.verified
+                backend, frames = result.backend or backend, result.frames
+                cpu = sum(w["cpu_s"] or 0.0 for w in workers if w["target"] == "render_worker")
+                runs[who].append({"wall_s": wall, "loop_s": result.seconds, "cpu_s": cpu,
+                                  "frames": result.frames})
+            else:
+                bare, wall = run_child("bare_render_child", {
+                    "tape": str(tape), "width": cfg.width, "height": cfg.height,
+                    "out": str(folder / "bare.mp4")}, folder, gl=backend)
+                runs[who].append({"wall_s": wall, **bare})
+
+    def rate(who: str, key: str) -> float:
+        return _median([r["frames"] / r[key] for r in runs[who]])
+
+    fps, bare_fps = rate("rolltape", "wall_s"), rate("bare", "wall_s")
+    inner, bare_inner = rate("rolltape", "loop_s"), rate("bare", "loop_s")
+    per_cpu, bare_per_cpu = rate("rolltape", "cpu_s"), rate("bare", "cpu_s")
     return _result(
         title="pass-2 throughput", ratio=fps / bare_fps, target=0.9, op=">=",
-        ratio_of="rolltape.render frames/s / bare loop frames/s (wall time of each call, "
-                 "process start included on both sides)",
+        ratio_of="median rolltape.render frames/s / median bare-loop frames/s (wall time of "
+                 "each call, process start included on both sides)",
         baseline=f"bare loop {bare_fps:.1f} frames/s",
         measured=f"rolltape.render {fps:.1f} frames/s",
-        raw={"frames": result.frames, "size": [cfg.width, cfg.height],
-             "backend": result.backend, "verified": result.verified,
-             "rolltape_wall_s": wall, "rolltape_worker_s": result.seconds,
-             "bare_wall_s": bare_wall, "bare_loop_s": bare["loop_s"],
-             "bare_frames": bare["frames"], "fps": fps, "bare_fps": bare_fps,
-             "fps_in_worker": inner, "bare_fps_in_loop": bare_inner,
-             "ratio_in_worker": inner / bare_inner},
-        notes=[f"both draw {cfg.width}x{cfg.height} with MUJOCO_GL={result.backend} and write "
-               "mp4 via rolltape.encode.open_writer; rolltape also verifies every step",
+        raw={"frames": frames, "size": [cfg.width, cfg.height], "backend": backend,
+             "reps": cfg.throughput_reps, "rolltape": runs["rolltape"], "bare": runs["bare"],
+             "fps": fps, "bare_fps": bare_fps, "fps_in_worker": inner,
+             "bare_fps_in_loop": bare_inner, "ratio_in_worker": inner / bare_inner,
+             "frames_per_cpu_s": per_cpu, "bare_frames_per_cpu_s": bare_per_cpu,
+             "cpu_ratio": per_cpu / bare_per_cpu},
+        notes=[f"both draw {cfg.width}x{cfg.height} with MUJOCO_GL={backend} and write mp4 via "
+               "rolltape.encode.open_writer; rolltape also verifies every step",
                f"in-process only (no start-up): rolltape {inner:.1f} vs bare {bare_inner:.1f} "
-               f"frames/s, ratio {inner / bare_inner:.3f}"])
+               f"frames/s, ratio {inner / bare_inner:.3f}; frames per CPU-second (all threads, "
+               f"start-up included, less disturbed by other load): ratio "
+               f"{per_cpu / bare_per_cpu:.3f}"])
 
 
 def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str, Any]:
     """(In a child with MUJOCO_GL set.) gym.make + reset(seed) + step(actions) + render +
     streaming mp4, nothing else."""
+    import resource
+
     import gymnasium as gym
 
     from .encode import open_writer
@@ -513,7 +559,10 @@ def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str,
             env.step(action)
             writer.write(env.render())
     env.close()
-    return {"loop_s": time.perf_counter() - started, "frames": writer.frames_written}
+    loop_s = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"loop_s": loop_s, "frames": writer.frames_written,
+            "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 # --------------------------------------------------------------------------------------
