@@ -141,23 +141,55 @@ def mujoco_data(env: Any) -> Any | None:
     return data if data is not None and hasattr(data, "qpos") else None
 
 
-def physics_reader(env: Any) -> Any | None:
-    """A function returning the env's full MuJoCo integration state (time, qpos, qvel, act,
-    warm start, controls...), enough to continue the simulation bit for bit; None if not MuJoCo."""
-    data = mujoco_data(env)
-    if data is None:
-        return None
+def physics_spec() -> int:
+    """The parts of MuJoCo's state a tape keeps per frame: time, qpos, qvel, act (plus
+    plugin/history state), the solver's warm start, and mocap/equality state. With the
+    action of the next step (which sets ctrl) that continues the simulation bit for bit.
+    Applied forces (xfrc/qfrc_applied) are left out: Gymnasium envs never set them, and
+    they are most of the size; a replay that needed them is caught by verification."""
     import mujoco
 
-    model, spec = env.unwrapped.model, mujoco.mjtState.mjSTATE_INTEGRATION
-    size = mujoco.mj_stateSize(model, spec)
+    S = mujoco.mjtState
+    return int(S.mjSTATE_FULLPHYSICS | S.mjSTATE_WARMSTART | S.mjSTATE_MOCAP_POS
+               | S.mjSTATE_MOCAP_QUAT | S.mjSTATE_EQ_ACTIVE)
 
-    def read() -> np.ndarray:
-        state = np.empty(size)
-        mujoco.mj_getState(model, data, state, spec)
-        return state
 
-    return read
+class PhysicsLog:
+    """Records a MuJoCo env's state (:func:`physics_spec`) once per frame into a
+    preallocated buffer; qpos/qvel for drawing come out of it for free."""
+
+    def __init__(self, env: Any, expected_frames: int = 1001) -> None:
+        import mujoco
+
+        self._get = mujoco.mj_getState
+        self._model, self._data = env.unwrapped.model, env.unwrapped.data
+        self._spec = physics_spec()
+        size = mujoco.mj_stateSize(self._model, self._spec)
+        # Layout: [time, qpos, qvel, act, ...] (the mjtState bit order).
+        self._nq, self._nv = self._model.nq, self._model.nv
+        self._buf = np.empty((max(2, expected_frames), size))
+        self._rows = list(self._buf)  # row views made once, not one per step
+        self.frames = 0
+
+    @classmethod
+    def for_env(cls, env: Any) -> PhysicsLog | None:
+        if mujoco_data(env) is None:
+            return None
+        limit = getattr(env.spec, "max_episode_steps", None) if env.spec else None
+        return cls(env, (limit or 1000) + 1)
+
+    def record(self) -> None:
+        if self.frames == len(self._rows):
+            self._buf = np.concatenate([self._buf, np.empty_like(self._buf)])
+            self._rows = list(self._buf)
+        self._get(self._model, self._data, self._rows[self.frames], self._spec)
+        self.frames += 1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(physics, qpos, qvel), one row per recorded frame."""
+        physics = self._buf[:self.frames].copy()
+        nq, nv = self._nq, self._nv
+        return physics, physics[:, 1:1 + nq].copy(), physics[:, 1 + nq:1 + nq + nv].copy()
 
 
 def continue_from(env: Any, physics: np.ndarray) -> None:
@@ -166,7 +198,7 @@ def continue_from(env: Any, physics: np.ndarray) -> None:
     import mujoco
 
     base = env.unwrapped
-    mujoco.mj_setState(base.model, base.data, physics, mujoco.mjtState.mjSTATE_INTEGRATION)
+    mujoco.mj_setState(base.model, base.data, physics, physics_spec())
 
 
 def restore_state(env: Any, qpos: np.ndarray, qvel: np.ndarray) -> None:
@@ -179,16 +211,44 @@ def restore_state(env: Any, qpos: np.ndarray, qvel: np.ndarray) -> None:
     mujoco.mj_forward(base.model, base.data)
 
 
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def obs_digests(rows: np.ndarray) -> np.ndarray:
+    """64-bit digests of many same-shaped array observations at once (one per row).
+
+    FNV-1a over the 64-bit words of each row's exact bytes, vectorised across rows: each
+    step (xor, then multiply by an odd prime) is a bijection, so two observations that
+    differ in a single word always get different digests. Cheap enough to keep pass 1 as
+    fast as a bare loop.
+    """
+    rows = np.ascontiguousarray(rows)
+    flat = rows.reshape(rows.shape[0], -1).view(np.uint8)
+    pad = (-flat.shape[1]) % 8
+    if pad:
+        flat = np.concatenate([flat, np.zeros((flat.shape[0], pad), np.uint8)], axis=1)
+    words = flat.view("<u8")
+    h = np.full(words.shape[0], _FNV_OFFSET, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(words.shape[1]):
+            h = (h ^ words[:, j]) * _FNV_PRIME
+        h ^= h >> np.uint64(29)  # final mix so that low bits depend on every word
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(32)
+    return h
+
+
 def obs_digest(obs: Any) -> int:
-    """A 64-bit digest of an observation's exact bytes (dict observations by sorted key)."""
-    h = hashlib.blake2b(digest_size=8)
+    """The digest of one observation: :func:`obs_digests` for arrays, blake2b of the sorted
+    keys' bytes for dict observations."""
     if isinstance(obs, dict):
+        h = hashlib.blake2b(digest_size=8)
         for key in sorted(obs):
             h.update(key.encode())
             h.update(np.ascontiguousarray(obs[key]).tobytes())
-    else:
-        h.update(np.ascontiguousarray(obs).tobytes())
-    return int.from_bytes(h.digest(), "little")
+        return int.from_bytes(h.digest(), "little")
+    return int(obs_digests(np.asarray(obs)[None])[0])
 
 
 def json_safe(value: Any) -> Any:

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .envs import (json_safe, make_env, mujoco_data, mujoco_warnings, obs_digest,
-                   physics_reader)
+from .envs import (PhysicsLog, json_safe, make_env, mujoco_warnings, obs_digest,
+                   obs_digests)
 from .errors import UsageError
 from .executors import describe_exit, spawn_worker, stop_worker
 from .policies import Policy, load_policy
@@ -57,28 +57,23 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options=options)
     policy.reset(seed)
-    data = mujoco_data(env)
-    read_physics = physics_reader(env)
-    digests = [obs_digest(obs)]
-    qpos = [data.qpos.copy()] if data is not None else None
-    qvel = [data.qvel.copy()] if data is not None else None
-    physics = [read_physics()] if read_physics is not None else None
-    actions, rewards, terminated, truncated = [], [], [], []
+    physics = PhysicsLog.for_env(env)
+    if physics is not None:
+        physics.record()
+    first = _kept(obs)
+    steps = []  # one tuple per step: fewer appends keep the loop as lean as a bare one
     done = False
     while not done:
         action = policy.act(obs)
         obs, reward, term, trunc, info = env.step(action)
-        actions.append(np.array(action, copy=True))
-        rewards.append(reward)
-        terminated.append(term)
-        truncated.append(trunc)
-        digests.append(obs_digest(obs))
-        if data is not None:
-            qpos.append(data.qpos.copy())
-            qvel.append(data.qvel.copy())
-            physics.append(read_physics())
+        steps.append((np.array(action, copy=True), reward, term, trunc, _kept(obs)))
+        if physics is not None:
+            physics.record()
         done = term or trunc
+    actions, rewards, terminated, truncated, observations = zip(*steps)
+    digests = _digest_all([first, *observations])
     wall = time.perf_counter() - start
+    state, qpos, qvel = physics.arrays() if physics is not None else (None, None, None)
     success = info.get("is_success")
     metrics = info.get("metrics")
     return {
@@ -88,14 +83,30 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         "rewards": np.asarray(rewards, dtype=np.float64),
         "terminated": np.asarray(terminated, dtype=bool),
         "truncated": np.asarray(truncated, dtype=bool),
-        "obs_digest": np.asarray(digests, dtype=np.uint64),
-        "qpos": np.stack(qpos) if qpos is not None else None,
-        "qvel": np.stack(qvel) if qvel is not None else None,
-        "physics": np.stack(physics) if physics is not None else None,
+        "obs_digest": digests,
+        "qpos": qpos,
+        "qvel": qvel,
+        "physics": state,
         "success": None if success is None else bool(success),
         "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
         "wall_s": wall,
     }
+
+
+def _kept(obs: Any) -> Any:
+    """A copy of an array observation (an env may reuse its buffer), else its digest now."""
+    return obs.copy() if isinstance(obs, np.ndarray) else obs_digest(obs)
+
+
+def _digest_all(observations: list[Any]) -> np.ndarray:
+    """Digests of every observation; array observations in one vectorised pass."""
+    first = observations[0]
+    if isinstance(first, np.ndarray) and all(
+            isinstance(o, np.ndarray) and o.shape == first.shape and o.dtype == first.dtype
+            for o in observations):
+        return obs_digests(np.stack(observations))
+    return np.asarray([o if isinstance(o, int) else obs_digest(o) for o in observations],
+                      dtype=np.uint64)
 
 
 def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:

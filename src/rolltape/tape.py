@@ -43,8 +43,8 @@ class Tape:
         terminated, truncated: (T,) bool flags as the env returned them.
         obs_digest: (T+1,) uint64 digests of the reset observation and each step's, or None.
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
-        physics: (T+1, n) full MuJoCo integration state per frame (``mjSTATE_INTEGRATION``),
-            from which stepping continues bit for bit; lets one episode render in segments.
+        physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.physics_spec`), from
+            which stepping continues bit for bit; lets one episode render in segments.
         success: ``info["is_success"]`` at the last step, None when the env does not say.
         metrics: ``info["metrics"]`` at the last step (JSON-safe), or None.
         policy: what produced the actions: kind, source, sha256, deterministic.
