@@ -65,7 +65,8 @@ def eval_(
         None, help="Ray cluster (host:port, auto, ray://host:10001); default RAY_ADDRESS, else a "
                    "private local Ray."),
     ray_render_gpus: float = typer.Option(0.0, help="GPUs each Ray render task asks for."),
-    render_workers: int = typer.Option(1, help="Pass-2 render processes."),
+    render_workers: int = typer.Option(
+        0, help="Pass-2 render processes; 0 (default): one per CPU core, splitting long videos."),
     video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median, or 0,3,7."),
     video_format: str = typer.Option("mp4", "--format",
                                      help="Comma-separated: mp4, webm, gif, png, npz, jsonl."),

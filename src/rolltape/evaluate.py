@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -108,7 +109,7 @@ class EvalConfig:
     mode: str = "resim"
     quality: str = "full"
     backends: tuple[str, ...] = DEFAULT_ORDER
-    render_workers: int = 1
+    render_workers: int = 0  # 0: one per CPU core (a long video is split across them)
     rtol: float = 0.0
     atol: float = 0.0
     on_divergence: str = "warn"
@@ -121,8 +122,9 @@ class EvalConfig:
         notes = []
         if self.episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
-        if self.workers < 1 or self.render_workers < 1:
-            raise UsageError("--workers and --render-workers must be at least 1.")
+        if self.workers < 1 or self.render_workers < 0:
+            raise UsageError("--workers must be at least 1 and --render-workers 0 (one per "
+                             "core) or more.")
         if self.executor not in EXECUTORS:
             raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, "
                              f"got '{self.executor}'.")
@@ -284,7 +286,8 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i]["length"] + 1 for i in picked])
     try:
-        rendered = render(requests, backends=cfg.backends, workers=cfg.render_workers,
+        workers = cfg.render_workers or os.cpu_count() or 1
+        rendered = render(requests, backends=cfg.backends, workers=workers,
                           timeout=cfg.render_timeout, executor=cfg.executor,
                           ray_num_gpus=cfg.ray_render_gpus,
                           on_progress=on_progress, on_result=on_result)
