@@ -37,6 +37,7 @@ This module imports neither torch nor mujoco, so render workers can import it ch
 
 from __future__ import annotations
 
+import abc
 import itertools
 import math
 import os
@@ -173,7 +174,7 @@ def _is_frame_dir(path: Path) -> bool:
     )
 
 
-class FrameWriter:
+class FrameWriter(abc.ABC):
     """Base class of the streaming writers; make one with :func:`open_writer`.
 
     A writer is a context manager. Leaving the ``with`` block normally calls
@@ -302,8 +303,9 @@ class FrameWriter:
     def _start(self, frame: np.ndarray) -> None:
         """Sets up the encoder once the first frame tells the size."""
 
+    @abc.abstractmethod
     def _write(self, frame: np.ndarray) -> None:
-        raise NotImplementedError
+        """Encodes one validated frame."""
 
     def _finish(self) -> None:
         """Flushes and closes the temporary; runs once, on close() and on abort()."""
