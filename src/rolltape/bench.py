@@ -3,9 +3,9 @@ baseline that runs in the same invocation, on the same machine, right beside it.
 
 Timed unit tests are flaky because machines differ; a ratio against a baseline measured a
 moment earlier (or interleaved with it: A B B A ...) is not. Every benchmark returns a dict
-with the raw timings, the judged ``value`` (a ratio, or a difference for memory), the
-``target`` and whether it was met; :func:`run` writes them all to ``bench.json`` and draws
-``bench.png``.
+with the raw timings, the judged ``value`` (a ratio; a difference for memory; seconds for
+the one absolute budget, ``report_build``), the ``target`` and whether it was met;
+:func:`run` writes them all to ``bench.json`` and draws ``bench.png``.
 
 Benchmarks (:data:`BENCHMARKS`):
 
@@ -13,12 +13,26 @@ Benchmarks (:data:`BENCHMARKS`):
   same env and policy (target: record / bare <= 1.05).
 - ``pass1_video_requested``: pass-1 time of :func:`rolltape.evaluate` with ``video=0`` vs
   ``video=1`` (target: speed ratio >= 0.97); for contrast, rendering inline every step.
+- ``pass1_workers``: pass-1 time with ``workers=1`` vs ``workers=2`` (target: speed-up
+  >= 1.7); the tapes of both must be bitwise identical (checked, an error otherwise).
+- ``ray_vs_local``: a fresh process running :func:`rolltape.evaluate` with
+  ``executor="ray"`` vs ``"local"``, Ray's start and shutdown included (target: <= 1.15;
+  informational in ``--quick``).
 - ``pass2_throughput``: frames/s of :func:`rolltape.render` vs a bare render+encode loop in a
   subprocess with the same ``MUJOCO_GL`` (target: >= 0.9).
+- ``render_quality``: frames/s of :func:`rolltape.render` at each ``quality`` preset and of
+  the bare loop (target: fast >= 6x full).
+- ``pass2_workers``: two tapes rendered on 1 vs 2 render workers (target: >= 1.7).
+- ``pass2_segments``: one episode rendered whole vs split across 2 workers and joined
+  (target: >= 1.6; the joined video must have steps + 1 frames).
 - ``render_rss``: peak RSS of the render worker for a short vs a long episode
   (target: difference <= 50 MB).
+- ``gif_vs_mp4``: writing the same real frames as gif vs mp4 (target: <= 2.0).
+- ``report_build``: :func:`rolltape.report.build_report` on a 100-episode run with 3 videos
+  (target: <= 10 s, an absolute budget, not a ratio).
 - ``pass1_vs_sb3_evaluate_policy``: pass 1 vs SB3's ``evaluate_policy`` (informational).
-- ``end_to_end``: :func:`rolltape.evaluate` vs "the seed-000 way" (informational).
+- ``end_to_end``: :func:`rolltape.evaluate` with its defaults vs "the seed-000 way"
+  (informational).
 
 The policy is an untrained SB3 PPO ``MlpPolicy`` (64x64) with fresh VecNormalize statistics,
 made in a temporary folder: its inference cost is the same as a trained one's.
@@ -82,18 +96,40 @@ class Config:
     sb3_reps: int
     e2e_episodes: int
     e2e_steps: int
+    quality_steps: int  # render_quality: tape steps (frames = steps + 1) drawn per preset
+    quality_reps: int  # interleaved repetitions of bare, full, balanced, fast
+    workers_episodes: int  # pass1_workers: episodes per evaluate() (PPO checkpoint)
+    workers_steps: int
+    workers_reps: int  # interleaved repetitions of workers=1 / workers=2
+    p2_workers_steps: int  # pass2_workers: steps of each of the 2 tapes
+    p2_workers_reps: int  # interleaved repetitions of K=1 / K=2
+    segments_steps: int  # pass2_segments: steps of the one episode
+    segments_reps: int  # interleaved repetitions of unsplit / split
+    ray_episodes: int  # ray_vs_local: random-policy episodes, 2 workers
+    ray_steps: int
+    gif_frames: int  # gif_vs_mp4: real frames, held in memory
+    gif_reps: int  # interleaved repetitions of mp4 / gif
+    report_episodes: int  # report_build: episodes (and baseline episodes) of 50 steps
 
 
 FULL = Config(quick=False, width=640, height=480, overhead_episodes=7, overhead_steps=1000,
               video_episodes=5, video_steps=1000, video_reps=3, video_size=(64, 48),
               inline_steps=1000, throughput_steps=1000, throughput_reps=2, rss_short=1000, rss_long=5000,
-              sb3_episodes=10, sb3_steps=1000, sb3_reps=2, e2e_episodes=30, e2e_steps=1000)
+              sb3_episodes=10, sb3_steps=1000, sb3_reps=2, e2e_episodes=30, e2e_steps=1000,
+              quality_steps=199, quality_reps=2, workers_episodes=16, workers_steps=1000,
+              workers_reps=2, p2_workers_steps=300, p2_workers_reps=2, segments_steps=1000,
+              segments_reps=2, ray_episodes=1500, ray_steps=1000, gif_frames=100, gif_reps=3,
+              report_episodes=100)
 # Quick: seconds, for tests. MuJoCo on llvmpipe pays ~40 ms a frame whatever the size (the
 # 4096x4096 shadow map), so frames are few; 160x120 trims the rest.
 QUICK = Config(quick=True, width=160, height=120, overhead_episodes=2, overhead_steps=200,
                video_episodes=1, video_steps=20, video_reps=1, video_size=(64, 48),
                inline_steps=20, throughput_steps=30, throughput_reps=1, rss_short=30, rss_long=80,
-               sb3_episodes=2, sb3_steps=50, sb3_reps=1, e2e_episodes=3, e2e_steps=20)
+               sb3_episodes=2, sb3_steps=50, sb3_reps=1, e2e_episodes=3, e2e_steps=20,
+               quality_steps=19, quality_reps=1, workers_episodes=4, workers_steps=100,
+               workers_reps=1, p2_workers_steps=40, p2_workers_reps=1, segments_steps=100,
+               segments_reps=1, ray_episodes=4, ray_steps=100, gif_frames=20, gif_reps=2,
+               report_episodes=20)
 
 
 # --------------------------------------------------------------------------------------
@@ -110,7 +146,7 @@ class Context:
         self.log = log
         self.backend = backend
         self._checkpoint: tuple[Path, Path] | None = None
-        self.tapes: dict[int, Path] = {}  # steps -> a random-policy tape
+        self.tapes: dict[tuple[int, int], list[Path]] = {}  # (steps, n) -> random tapes
         self._n = 0
 
     def dir(self, name: str) -> Path:
@@ -468,16 +504,26 @@ def inline_render_child(checkpoint: str, vecnormalize: str, steps: int, width: i
 # 3. pass2_throughput
 # --------------------------------------------------------------------------------------
 
-def _record_random_tape(ctx: Context, steps: int) -> Path:
-    """A random-policy HalfCheetah tape of ``steps`` steps (pass 2 does not care who acted),
-    recorded by pass 1 once per run and size."""
+def _random_tapes(ctx: Context, steps: int, n: int = 1) -> list[Path]:
+    """``n`` random-policy HalfCheetah tapes of ``steps`` steps (seeds SEED, SEED + 1, ...;
+    pass 2 does not care who acted), recorded by pass 1 once per run, size and count."""
     from .evaluate import evaluate
 
-    if steps not in ctx.tapes:
-        run = evaluate(ENV_ID, "random", episodes=1, seed=SEED, max_episode_steps=steps,
-                       out=ctx.dir(f"tape{steps}"), overwrite=True)
-        ctx.tapes[steps] = run.path / run.results["episodes_rows"][0]["tape"]
-    return ctx.tapes[steps]
+    if (steps, n) not in ctx.tapes:
+        run = evaluate(ENV_ID, "random", episodes=n, seed=SEED, max_episode_steps=steps,
+                       out=ctx.dir(f"tape{steps}x{n}"), overwrite=True, report=False)
+        ctx.tapes[(steps, n)] = [run.path / row["tape"] for row in run.results["episodes_rows"]]
+    return ctx.tapes[(steps, n)]
+
+
+def _record_random_tape(ctx: Context, steps: int) -> Path:
+    """One random-policy tape of ``steps`` steps (see :func:`_random_tapes`)."""
+    return _random_tapes(ctx, steps, 1)[0]
+
+
+def _backends(ctx: Context) -> tuple[str, ...]:
+    """The bench's GL backend, then osmesa as rolltape's own fallback."""
+    return (ctx.backend, "osmesa") if ctx.backend != "osmesa" else ("osmesa",)
 
 
 def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
@@ -785,7 +831,11 @@ def seed000_video_child(checkpoint: str, vecnormalize: str, steps: int, seed: in
 
 
 def bench_end_to_end(ctx: Context) -> dict[str, Any]:
-    """evaluate() with a baseline and one verified video vs the seed-000 way."""
+    """evaluate() with a baseline and one verified video vs the seed-000 way.
+
+    rolltape runs with its defaults for everything not named here: 1 pass-1 worker,
+    quality full, render_workers 0 (one per core, so the one video is split across them),
+    the report and notebook written."""
     from .evaluate import evaluate
 
     cfg = ctx.config
@@ -797,6 +847,7 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
                        width=cfg.width, height=cfg.height, out=ctx.dir("rolltape"),
                        overwrite=True)
     wall = time.perf_counter() - started
+    render_workers = run.metadata["config"]["render_workers"]
     folder = ctx.dir("seed000")
     old = seed000_way(ckpt, vecnorm, cfg.e2e_episodes, cfg.e2e_steps, SEED, cfg.width,
                       cfg.height, folder / "episode0.mp4", folder, ctx.backend)
@@ -811,16 +862,438 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
         raw={"episodes": cfg.e2e_episodes, "steps": cfg.e2e_steps,
              "size": [cfg.width, cfg.height], "rolltape_wall_s": wall,
              "rolltape_timings": run.metadata["timings"], "rolltape_video": {
-                 k: video.get(k) for k in ("frames", "backend", "verified", "seconds")},
+                 k: video.get(k) for k in ("frames", "backend", "verified", "seconds",
+                                           "segments")},
+             "rolltape_render_workers": render_workers, "cpu_count": os.cpu_count(),
              "rolltape_render_peak_rss_mb": render_peak, "seed000": old},
         notes=[f"{cfg.e2e_episodes} episodes + {cfg.e2e_episodes}-episode random baseline + one "
-               f"{cfg.width}x{cfg.height} video of episode 0; rolltape also writes tapes and "
-               "statistics and verifies the replay; the seed-000 way verifies nothing",
+               f"{cfg.width}x{cfg.height} video of episode 0; rolltape also writes tapes, "
+               "statistics, report.html and report.ipynb and verifies the replay; the "
+               "seed-000 way verifies nothing",
+               f"rolltape's defaults: render_workers={render_workers} (0: one per core, "
+               f"{os.cpu_count()} here), so the video was drawn in "
+               f"{video.get('segments')} segment(s); pass 1 on 1 worker, quality full",
                f"memory while drawing: rolltape's render worker peaked at {render_peak:.0f} MB, "
                f"the seed-000 video process (all frames in a list) at "
                f"{old['video_peak_rss_mb']:.0f} MB",
                "informational: the <= 0.5 target is for later (pass 2 overlapping pass 1, "
                "faster inference)", POLICY_NOTE])
+
+
+# --------------------------------------------------------------------------------------
+# 7. render_quality
+# --------------------------------------------------------------------------------------
+
+PRESETS = ("full", "balanced", "fast")
+
+
+def _timed_render(requests: Sequence[Any], backends: tuple[str, ...], workers: int,
+                  split: bool = True) -> tuple[list[Any], float, float]:
+    """``rolltape.render`` with wall time around the call and the render workers' CPU time
+    (all their threads, llvmpipe's included)."""
+    from .render import render
+
+    started = time.perf_counter()
+    with track_workers() as spawned:
+        results = render(list(requests), backends=backends, workers=workers, split=split)
+    wall = time.perf_counter() - started
+    cpu = sum(w["cpu_s"] or 0.0 for w in spawned if w["target"] == "render_worker")
+    if any(r is None or r.verified is False for r in results):
+        raise RuntimeError("a bench render failed or diverged from pass 1")
+    return results, wall, cpu
+
+
+def bench_render_quality(ctx: Context) -> dict[str, Any]:
+    """frames/s of rolltape.render at each --quality preset vs a bare env.render() loop."""
+    from .render import QUALITY, RenderRequest
+
+    cfg = ctx.config
+    tape = _record_random_tape(ctx, cfg.quality_steps)
+    backend = ctx.backend
+    order = ["bare", *PRESETS]
+    runs: dict[str, list[dict[str, float]]] = {who: [] for who in order}
+    for rep in range(cfg.quality_reps):
+        for who in (order if rep % 2 == 0 else order[::-1]):  # A B C D D C B A ...
+            folder = ctx.dir(f"quality-{who}")
+            if who == "bare":
+                bare, wall = run_child("bare_render_child", {
+                    "tape": str(tape), "width": cfg.width, "height": cfg.height,
+                    "out": str(folder / "bare.mp4")}, folder, gl=backend)
+                runs[who].append({"wall_s": wall, "loop_s": bare["loop_s"],
+                                  "cpu_s": bare["cpu_s"], "frames": bare["frames"]})
+                continue
+            (result,), wall, cpu = _timed_render([RenderRequest(
+                str(tape), (str(folder / f"{who}.mp4"),), width=cfg.width, height=cfg.height,
+                quality=who, overwrite=True)], _backends(ctx), workers=1, split=False)
+            backend = result.backend or backend
+            runs[who].append({"wall_s": wall, "loop_s": result.seconds, "cpu_s": cpu,
+                              "frames": result.frames})
+
+    def fps(who: str, key: str = "wall_s") -> float:
+        return _median([r["frames"] / r[key] for r in runs[who]])
+
+    bare_fps = fps("bare")
+    per_preset = {q: {"fps": fps(q), "fps_in_worker": fps(q, "loop_s"),
+                      "frames_per_cpu_s": fps(q, "cpu_s"), "ratio_to_bare_full": fps(q) / bare_fps,
+                      "settings": QUALITY[q]} for q in PRESETS}
+    ratio = per_preset["fast"]["fps"] / per_preset["full"]["fps"]
+    inner = per_preset["fast"]["fps_in_worker"] / per_preset["full"]["fps_in_worker"]
+    return _result(
+        title="render quality presets", ratio=ratio, target=6.0, op=">=",
+        ratio_of="median frames/s of rolltape.render at quality=fast / at quality=full (wall "
+                 "time of each call: worker start, GL context, drawing, verifying, mp4)",
+        baseline=f"bare env.render() {bare_fps:.1f} frames/s (full)",
+        measured=" / ".join(f"{q} {per_preset[q]['fps']:.1f}" for q in PRESETS) + " frames/s",
+        raw={"frames": runs["full"][0]["frames"], "size": [cfg.width, cfg.height],
+             "backend": backend, "reps": cfg.quality_reps, "bare_fps": bare_fps,
+             "bare_fps_in_loop": fps("bare", "loop_s"), "presets": per_preset,
+             "fast_over_full_in_worker": inner, "runs": runs},
+        notes=[f"{runs['full'][0]['frames']} frames at {cfg.width}x{cfg.height}, "
+               f"MUJOCO_GL={backend}, one render worker, split=False; mp4 encoding on both "
+               "sides (the bare loop is bare_render_child: gym.make(render_mode='rgb_array') + "
+               "step the tape's actions + env.render() + open_writer, in a subprocess)",
+               "frames/s vs bare full: " + ", ".join(
+                   f"{q} {per_preset[q]['ratio_to_bare_full']:.2f}x" for q in PRESETS),
+               f"in the worker only (no process start): full "
+               f"{per_preset['full']['fps_in_worker']:.1f}, balanced "
+               f"{per_preset['balanced']['fps_in_worker']:.1f}, fast "
+               f"{per_preset['fast']['fps_in_worker']:.1f} frames/s; fast / full {inner:.2f}x"])
+
+
+# --------------------------------------------------------------------------------------
+# 8. pass1_workers
+# --------------------------------------------------------------------------------------
+
+def _tape_arrays(path: Path) -> dict[str, Any]:
+    """Every array of a tape file except its JSON header (whose wall_s always differs)."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files if name != "header"}
+
+
+def compare_tapes(a: Sequence[Path], b: Sequence[Path]) -> list[str]:
+    """Where two lists of tapes differ, array by array and bit for bit; [] when identical."""
+    problems = []
+    if len(a) != len(b):
+        problems.append(f"{len(a)} tapes vs {len(b)}")
+    for x, y in zip(a, b):
+        ax, ay = _tape_arrays(x), _tape_arrays(y)
+        if set(ax) != set(ay):
+            problems.append(f"{x.name}: arrays {sorted(ax)} vs {sorted(ay)}")
+        for name in sorted(set(ax) & set(ay)):
+            u, v = ax[name], ay[name]
+            if u.dtype != v.dtype or u.shape != v.shape or u.tobytes() != v.tobytes():
+                problems.append(f"{x.name}: {name} differs")
+    return problems
+
+
+def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
+    """Pass-1 time with workers=1 vs workers=2 (PPO checkpoint); the tapes must be identical."""
+    from .evaluate import evaluate
+
+    cfg = ctx.config
+    ckpt, vecnorm = ctx.checkpoint()
+    pass1: dict[int, list[float]] = {1: [], 2: []}
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    loops: dict[int, list[float]] = {1: [], 2: []}
+    cpu: dict[int, list[float]] = {1: [], 2: []}
+    tapes: dict[int, list[Path]] = {}
+    for rep in range(cfg.workers_reps):
+        for workers in ((1, 2) if rep % 2 == 0 else (2, 1)):
+            started = time.perf_counter()
+            with track_workers() as spawned:
+                run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                               episodes=cfg.workers_episodes, seed=SEED,
+                               max_episode_steps=cfg.workers_steps, workers=workers,
+                               out=ctx.dir(f"workers{workers}"), overwrite=True, report=False)
+            walls[workers].append(time.perf_counter() - started)
+            pass1[workers].append(run.metadata["timings"]["pass1_s"])
+            rows = run.results["episodes_rows"]
+            loops[workers].append(sum(r["wall_s"] for r in rows))
+            cpu[workers].append(sum(w["cpu_s"] or 0.0 for w in spawned
+                                    if w["target"] == "policy_worker"))
+            tapes.setdefault(workers, [run.path / r["tape"] for r in rows])
+    problems = compare_tapes(tapes[1], tapes[2])
+    identical = not problems
+    if not identical:  # a correctness failure, not a slow run: make it an error
+        raise AssertionError(f"tapes of workers=1 and workers=2 differ: {problems[:5]} "
+                             f"(pass1_s workers=1 {pass1[1]}, workers=2 {pass1[2]})")
+    one, two = _median(pass1[1]), _median(pass1[2])
+    start_up = one - _median(loops[1])
+    return _result(
+        title="pass 1 on 2 workers", ratio=one / two, target=1.7, op=">=",
+        ratio_of="median pass1_s with workers=1 / with workers=2 (a speed-up; worker start "
+                 "included)",
+        baseline=f"workers=1: pass 1 {one:.2f} s",
+        measured=f"workers=2: pass 1 {two:.2f} s",
+        raw={"episodes": cfg.workers_episodes, "steps": cfg.workers_steps,
+             "reps": cfg.workers_reps, "pass1_s_workers1": pass1[1], "pass1_s_workers2": pass1[2],
+             "wall_s_workers1": walls[1], "wall_s_workers2": walls[2],
+             "episode_loops_s_workers1": loops[1], "episode_loops_s_workers2": loops[2],
+             "worker_cpu_s_workers1": cpu[1], "worker_cpu_s_workers2": cpu[2],
+             "startup_s_workers1": start_up, "tapes_compared": len(tapes[1]),
+             "tapes_identical": identical},
+        notes=[f"{cfg.workers_episodes} episodes x {cfg.workers_steps} steps, report=False; "
+               f"all {len(tapes[1])} tapes bitwise identical between workers=1 and workers=2 "
+               "(every array; the header's wall_s differs by nature)",
+               f"workers=1 spends ~{start_up:.1f} s of its {one:.1f} s outside episodes "
+               "(spawning the worker, importing torch, loading the policy); two workers pay "
+               "that at once, on 2 cores, so the speed-up grows with the episode count",
+               POLICY_NOTE])
+
+
+# --------------------------------------------------------------------------------------
+# 9. ray_vs_local
+# --------------------------------------------------------------------------------------
+
+def pass1_executor_child(executor: str, episodes: int, steps: int, seed: int, workers: int,
+                         out: str) -> dict[str, Any]:
+    """(In a fresh child.) rolltape.evaluate with the random policy and ``executor``; with
+    Ray, ray.init (inside evaluate) and ray.shutdown are part of this process's time."""
+    started = time.perf_counter()
+    from .evaluate import evaluate
+
+    imported = time.perf_counter()
+    run = evaluate(ENV_ID, "random", episodes=episodes, seed=seed, max_episode_steps=steps,
+                   workers=workers, executor=executor, out=out, overwrite=True, report=False)
+    evaluated = time.perf_counter()
+    if executor == "ray":
+        import ray
+
+        ray.shutdown()
+    rows = run.results["episodes_rows"]
+    return {"import_s": imported - started, "evaluate_s": evaluated - imported,
+            "pass1_s": run.metadata["timings"]["pass1_s"],
+            "shutdown_s": time.perf_counter() - evaluated,
+            "returns": [r["return"] for r in rows], "lengths": [r["length"] for r in rows]}
+
+
+def bench_ray_vs_local(ctx: Context) -> dict[str, Any]:
+    """The same pass-1 workload with the local executor vs Ray, each from a fresh process."""
+    cfg = ctx.config
+    runs: dict[str, dict[str, Any]] = {}
+    for executor in ("local", "ray"):
+        folder = ctx.dir(f"executor-{executor}")
+        result, wall = run_child("pass1_executor_child", {
+            "executor": executor, "episodes": cfg.ray_episodes, "steps": cfg.ray_steps,
+            "seed": SEED, "workers": 2, "out": str(folder / "run")}, folder)
+        shutil.rmtree(folder / "run", ignore_errors=True)  # ~0.4 MB a 1000-step tape
+        runs[executor] = {"wall_s": wall, **result}
+    local, ray = runs["local"], runs["ray"]
+    same = local["returns"] == ray["returns"] and local["lengths"] == ray["lengths"]
+    for r in runs.values():
+        del r["returns"], r["lengths"]
+    gating = not cfg.quick
+    return _result(
+        title="Ray executor vs local", ratio=ray["wall_s"] / local["wall_s"], target=1.15,
+        op="<=", gating=gating,
+        ratio_of="wall time of a fresh process running rolltape.evaluate(executor='ray') / "
+                 "the same with executor='local' (Ray start and shutdown included)",
+        baseline=f"local {local['wall_s']:.1f} s",
+        measured=f"ray {ray['wall_s']:.1f} s",
+        raw={"episodes": cfg.ray_episodes, "steps": cfg.ray_steps, "workers": 2,
+             "local": local, "ray": ray, "same_returns_and_lengths": same},
+        notes=[f"{cfg.ray_episodes} random-policy episodes x {cfg.ray_steps} steps, "
+               f"workers=2, report=False; pass1_s (Ray already up) local "
+               f"{local['pass1_s']:.1f} s, ray {ray['pass1_s']:.1f} s; Ray's start-up and "
+               f"shutdown: {ray['evaluate_s'] - ray['pass1_s'] + ray['shutdown_s']:.1f} s",
+               f"episode returns and lengths {'identical' if same else 'DIFFER'} between "
+               "the executors"]
+        + ([] if gating else ["informational in --quick: Ray's start-up (seconds) dominates "
+                              "a tiny run"]))
+
+
+# --------------------------------------------------------------------------------------
+# 10. pass2_workers, pass2_segments
+# --------------------------------------------------------------------------------------
+
+def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
+    """Render 2 tapes on K=1 vs K=2 render workers (no splitting)."""
+    from .render import RenderRequest
+
+    cfg = ctx.config
+    tapes = _random_tapes(ctx, cfg.p2_workers_steps, 2)
+    runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    for rep in range(cfg.p2_workers_reps):
+        for k in ((1, 2) if rep % 2 == 0 else (2, 1)):
+            folder = ctx.dir(f"k{k}")
+            results, wall, cpu = _timed_render([RenderRequest(
+                str(t), (str(folder / f"{i}.mp4"),), width=cfg.width, height=cfg.height,
+                overwrite=True) for i, t in enumerate(tapes)], _backends(ctx), workers=k,
+                split=False)
+            runs[k].append({"wall_s": wall, "cpu_s": cpu,
+                            "worker_s": [r.seconds for r in results],
+                            "frames": sum(r.frames for r in results)})
+    one, two = _median([r["wall_s"] for r in runs[1]]), _median([r["wall_s"] for r in runs[2]])
+    cpu1, cpu2 = _median([r["cpu_s"] for r in runs[1]]), _median([r["cpu_s"] for r in runs[2]])
+    return _result(
+        title="pass 2 on 2 render workers", ratio=one / two, target=1.7, op=">=",
+        ratio_of="median wall time of render(2 tapes, workers=1) / render(2 tapes, workers=2), "
+                 "split=False (a speed-up)",
+        baseline=f"K=1 {one:.1f} s", measured=f"K=2 {two:.1f} s",
+        raw={"tapes": 2, "steps_each": cfg.p2_workers_steps, "size": [cfg.width, cfg.height],
+             "quality": "full", "reps": cfg.p2_workers_reps, "k1": runs[1], "k2": runs[2],
+             "cpu_s_k1": cpu1, "cpu_s_k2": cpu2,
+             "cpu_per_wall_k1": cpu1 / one, "cpu_per_wall_k2": cpu2 / two},
+        notes=[f"2 tapes x {cfg.p2_workers_steps + 1} frames at {cfg.width}x{cfg.height}, "
+               f"quality full, mp4; render workers' CPU time (all threads): K=1 {cpu1:.1f} s "
+               f"in {one:.1f} s wall ({cpu1 / one:.2f} cores busy), K=2 {cpu2:.1f} s in "
+               f"{two:.1f} s ({cpu2 / two:.2f} cores): llvmpipe rasterizes on several threads, "
+               "so one worker already uses part of the second core"])
+
+
+def bench_pass2_segments(ctx: Context) -> dict[str, Any]:
+    """One long episode rendered whole on one worker vs split across 2 workers and joined."""
+    from .encode import count_frames
+    from .render import RenderRequest
+
+    cfg = ctx.config
+    tape = _record_random_tape(ctx, cfg.segments_steps)
+    runs: dict[str, list[dict[str, Any]]] = {"unsplit": [], "split": []}
+    outputs: dict[str, Path] = {}
+    for rep in range(cfg.segments_reps):
+        for who in (("unsplit", "split") if rep % 2 == 0 else ("split", "unsplit")):
+            out = ctx.dir(f"segments-{who}") / f"{who}.mp4"
+            (result,), wall, cpu = _timed_render([RenderRequest(
+                str(tape), (str(out),), width=cfg.width, height=cfg.height, overwrite=True)],
+                _backends(ctx), workers=1 if who == "unsplit" else 2)
+            runs[who].append({"wall_s": wall, "cpu_s": cpu, "worker_s": result.seconds,
+                              "frames": result.frames, "segments": result.segments})
+            outputs.setdefault(who, out)
+    expected = cfg.segments_steps + 1
+    counted = count_frames(outputs["split"])  # decoded from the joined file itself
+    frames_ok = counted == expected and all(r["frames"] == expected
+                                            for rs in runs.values() for r in rs)
+    same_bytes = outputs["split"].read_bytes() == outputs["unsplit"].read_bytes()
+    one = _median([r["wall_s"] for r in runs["unsplit"]])
+    two = _median([r["wall_s"] for r in runs["split"]])
+    segments = runs["split"][0]["segments"]
+    return _result(
+        title="one video split across 2 workers", ratio=one / two, target=1.6, op=">=",
+        ratio_of="median wall time of render(workers=1) / render(workers=2) of one episode "
+                 "(split into segments, joined frame-exactly; a speed-up)",
+        baseline=f"unsplit {one:.1f} s", measured=f"{segments} segments {two:.1f} s",
+        raw={"steps": cfg.segments_steps, "size": [cfg.width, cfg.height],
+             "reps": cfg.segments_reps, "unsplit": runs["unsplit"], "split": runs["split"],
+             "segments": segments, "expected_frames": expected,
+             "joined_frames_counted": counted, "joined_has_steps_plus_1_frames": frames_ok,
+             "joined_mp4_bytes_identical_to_unsplit": same_bytes},
+        notes=[f"{cfg.segments_steps}-step episode at {cfg.width}x{cfg.height}, quality full; "
+               f"the joined video has {counted} frames (decoded; steps + 1 = {expected}: "
+               f"{'yes' if frames_ok else 'NO'}); its mp4 is "
+               f"{'byte-identical to' if same_bytes else 'not byte-identical to'} the unsplit "
+               "one", "the split run includes writing each segment as PNG frames and "
+               "re-encoding the joined mp4 in the parent"])
+
+
+# --------------------------------------------------------------------------------------
+# 11. gif_vs_mp4
+# --------------------------------------------------------------------------------------
+
+def bench_gif_vs_mp4(ctx: Context) -> dict[str, Any]:
+    """Encode the same real frames as mp4 and as gif with rolltape.encode.open_writer."""
+    from .encode import open_writer, read_frames
+    from .render import RenderRequest
+
+    cfg = ctx.config
+    tape = _record_random_tape(ctx, cfg.gif_frames - 1)
+    folder = ctx.dir("gif-frames")
+    (result,), _, _ = _timed_render([RenderRequest(
+        str(tape), (str(folder / "frames") + "/",), width=cfg.width, height=cfg.height,
+        overwrite=True)], _backends(ctx), workers=1, split=False)
+    frames = list(read_frames(folder / "frames"))  # lossless PNGs, held in memory
+    fps = result.fps
+    times: dict[str, list[float]] = {"mp4": [], "gif": []}
+    sizes: dict[str, int] = {}
+    out = ctx.dir("gif-vs-mp4")
+    for rep in range(cfg.gif_reps):
+        for fmt in (("mp4", "gif") if rep % 2 == 0 else ("gif", "mp4")):
+            path = out / f"episode.{fmt}"
+            started = time.perf_counter()
+            with open_writer(path, fps=fps, overwrite=True) as writer:
+                for frame in frames:
+                    writer.write(frame)
+            times[fmt].append(time.perf_counter() - started)
+            sizes[fmt] = path.stat().st_size
+    mp4, gif = _median(times["mp4"]), _median(times["gif"])
+    return _result(
+        title="gif vs mp4 encoding", ratio=gif / mp4, target=2.0, op="<=",
+        ratio_of="median time to write the frames as gif / as mp4 (open_writer to close)",
+        baseline=f"mp4 {mp4 * 1e3 / len(frames):.1f} ms/frame",
+        measured=f"gif {gif * 1e3 / len(frames):.1f} ms/frame",
+        raw={"frames": len(frames), "size": [cfg.width, cfg.height], "fps": fps,
+             "reps": cfg.gif_reps, "mp4_s": times["mp4"], "gif_s": times["gif"],
+             "bytes": sizes},
+        notes=[f"{len(frames)} frames drawn once by rolltape.render (quality full, PNG "
+               f"frames) at {cfg.width}x{cfg.height} and held in memory; files: mp4 "
+               f"{sizes['mp4'] / 1e3:.0f} kB, gif {sizes['gif'] / 1e3:.0f} kB"])
+
+
+# --------------------------------------------------------------------------------------
+# 12. report_build
+# --------------------------------------------------------------------------------------
+
+REPORT_BUDGET_S = 10.0
+
+# Its own script rather than run_child: the clock starts before ``import rolltape``, as for
+# ``rolltape report RUN``.
+_REPORT_CHILD = """
+import json, sys, time
+started = time.perf_counter()
+from rolltape.report import build_report
+imported = time.perf_counter()
+path = build_report(sys.argv[1])
+first = time.perf_counter()
+build_report(sys.argv[1])
+second = time.perf_counter()
+from pathlib import Path
+print(json.dumps({"import_s": imported - started, "first_s": first - imported,
+                  "second_s": second - first, "html_bytes": Path(path).stat().st_size}))
+"""
+
+
+def _time_report_build(run_dir: Path, cwd: Path) -> dict[str, Any]:
+    """Import rolltape.report and build the report twice in a fresh interpreter."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _REPORT_CHILD, str(run_dir)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"the report_build child exited with status {proc.returncode}:\n"
+                           f"{tail}")
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_wall_s": wall}
+
+
+def bench_report_build(ctx: Context) -> dict[str, Any]:
+    """build_report on a run of many episodes with 3 videos; an absolute budget."""
+    from .evaluate import evaluate
+
+    cfg = ctx.config
+    run = evaluate(ENV_ID, "random", episodes=cfg.report_episodes, max_episode_steps=50,
+                   baseline="random", video=3, workers=2, report=False, quality="fast",
+                   width=160, height=120, seed=SEED, out=ctx.dir("report-run"), overwrite=True)
+    child = _time_report_build(run.path, ctx.dir("report-build"))
+    cold = child["import_s"] + child["first_s"]
+    return _result(
+        title="report build", ratio=cold / REPORT_BUDGET_S, value=cold, unit="s",
+        target=REPORT_BUDGET_S, op="<=",
+        ratio_of="seconds of `import rolltape.report` + the first build_report in a fresh "
+                 "interpreter / the 10 s budget (judged: the seconds; an ABSOLUTE budget, not a "
+                 "ratio against a baseline)",
+        baseline=f"budget {REPORT_BUDGET_S:.0f} s (absolute)",
+        measured=f"build_report {cold:.2f} s",
+        raw={"episodes": cfg.report_episodes, "steps": 50, "videos": len(run.results["videos"]),
+             "size": [160, 120], **child},
+        notes=[f"the run: {cfg.report_episodes} random-policy episodes x 50 steps + "
+               f"{cfg.report_episodes} baseline episodes + 3 videos (160x120, quality fast); "
+               f"timed in a fresh process: import rolltape.report {child['import_s']:.2f} s, "
+               f"first build {child['first_s']:.2f} s, second {child['second_s']:.2f} s; "
+               f"the whole process (interpreter start, two builds) {child['process_wall_s']:.2f} s",
+               "an absolute budget (<= 10 s), not a ratio: it holds on any machine that is "
+               "not far slower than this one"])
 
 
 # --------------------------------------------------------------------------------------
@@ -830,8 +1303,15 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
 BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "pass1_overhead": bench_pass1_overhead,
     "pass1_video_requested": bench_pass1_video_requested,
+    "pass1_workers": bench_pass1_workers,
+    "ray_vs_local": bench_ray_vs_local,
     "pass2_throughput": bench_pass2_throughput,
+    "render_quality": bench_render_quality,
+    "pass2_workers": bench_pass2_workers,
+    "pass2_segments": bench_pass2_segments,
     "render_rss": bench_render_rss,
+    "gif_vs_mp4": bench_gif_vs_mp4,
+    "report_build": bench_report_build,
     "pass1_vs_sb3_evaluate_policy": bench_pass1_vs_sb3_evaluate_policy,
     "end_to_end": bench_end_to_end,
 }
@@ -929,8 +1409,12 @@ def _fmt(r: dict[str, Any], key: str) -> str:
     value = r.get(key)
     if value is None:
         return "-"
-    return f"{value:.1f} MB" if r.get("unit") == "MB" and key in ("value", "target") \
-        else f"{value:.3f}"
+    unit = r.get("unit") if key in ("value", "target") else "x"
+    if unit == "MB":
+        return f"{value:.1f} MB"
+    if unit == "s":
+        return f"{value:.2f} s"
+    return f"{value:.3f}"
 
 
 def format_table(report: dict[str, Any]) -> Any:
@@ -972,33 +1456,60 @@ def print_report(report: dict[str, Any], out: Path) -> None:
     console.print(f"wrote {out / 'bench.json'}{png}", highlight=False)
 
 
+def _headroom(r: dict[str, Any]) -> float:
+    """How far a result is from its target, as a factor where 1 is exactly on target and
+    more is better: value / target for ">=", target / value for "<=" (clipped to 1e-2..1e2,
+    so a zero or negative difference still gets a bar)."""
+    value, target = float(r["value"]), float(r["target"])
+    if r["op"] == ">=":
+        score = value / target if target > 0 else math.inf
+    else:
+        score = target / value if value > 0 else math.inf
+    return min(max(score, 1e-2), 1e2)
+
+
 def draw_chart(report: dict[str, Any], path: Path) -> dict[str, Any]:
-    """One bar per benchmark (its judged value) with its target as a dashed line."""
+    """One row per benchmark on one axis: its distance from its target as a factor (1 on the
+    dashed line is exactly on target, right of it is met), labelled with the judged value."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
     except ImportError:
         return {"path": None, "error": "matplotlib is not installed (pip install matplotlib)"}
     rows = [(n, r) for n, r in report["benchmarks"].items() if not r.get("error")]
     if not rows:
         return {"path": None, "error": "no benchmark finished"}
-    fig, axes = plt.subplots(len(rows), 1, figsize=(8, 1.25 * len(rows) + 0.9), squeeze=False)
-    for ax, (name, r) in zip(axes[:, 0], rows):
-        colour = "#2e7d32" if r["passed"] else "#c62828" if r["gating"] else "#9e9e9e"
-        ax.barh([0], [r["value"]], color=colour, height=0.6)
-        ax.axvline(r["target"], color="black", linestyle="--", linewidth=1)
-        top = max(r["value"], r["target"]) * 1.25 or 1.0
-        ax.set_xlim(0, top)
-        ax.set_yticks([])
-        unit = " MB" if r["unit"] == "MB" else "x"
-        value = f"{r['value']:.1f}" if r["unit"] == "MB" else f"{r['value']:.3f}"
-        ax.set_title(f"{name}: {value}{unit} (target {r['op']} {r['target']:g}{unit}) "
-                     f"{_verdict(r)}", fontsize=9, loc="left")
-        ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle("rolltape bench" + (" (--quick)" if report["quick"] else ""), fontsize=11)
-    fig.tight_layout()
+    rows = rows[::-1]  # the first benchmark at the top
+    scores = [_headroom(r) for _, r in rows]
+    height = 0.4 * len(rows) + 1.3
+    fig, ax = plt.subplots(figsize=(11, height))
+    # Names on the left, the bars in the middle, each row's value and verdict in a column
+    # of its own on the right (so no label crosses the target line or a long bar).
+    fig.subplots_adjust(left=0.2, right=0.63, top=1 - 0.55 / height, bottom=0.7 / height)
+    colours = ["#2e7d32" if r["passed"] else "#c62828" if r["gating"] else "#9e9e9e"
+               for _, r in rows]
+    ax.barh(range(len(rows)), scores, color=colours, height=0.6)
+    ax.set_xscale("log")
+    ax.set_xlim(min(scores + [1.0]) / 1.6, max(scores + [1.0]) * 1.6)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([n for n, _ in rows], fontsize=9)
+    for y, (name, r) in enumerate(rows):
+        unit = {"MB": " MB", "s": " s"}.get(r["unit"], "x")
+        value = _fmt(r, "value").replace(" MB", "").replace(" s", "")
+        ax.text(1.02, y, f"{value}{unit}  (target {r['op']} {r['target']:g}{unit})  "
+                f"{_verdict(r)}", va="center", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.set_xlabel("distance from target: value / target for >=, target / value for <= "
+                  "(log; dashed = on target)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_title("rolltape bench" + (" --quick (tiny sizes, not meaningful)"
+                                     if report["quick"] else "")
+                 + ":  green met, red missed, grey informational", fontsize=10, loc="left")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return {"path": path.name, "error": None}
