@@ -515,6 +515,10 @@ class _Pool:
         if slot.worker is None or slot.backend != backend or not slot.worker.alive():
             self._kill(slot)
             env = gl_environment(backend) if backend else {}
+            if "LP_NUM_THREADS" not in os.environ:
+                # Mesa's llvmpipe draws on every core by default; with several workers that
+                # oversubscribes the machine, so each gets its share of the cores.
+                env["LP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(self.slots)))
             slot.worker = spawn_worker(render_worker, backend, env=env)
             slot.backend = backend
         slot.job, slot.last_heard = i, time.monotonic()
