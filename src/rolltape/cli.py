@@ -200,7 +200,6 @@ def render(
                                       layout=layout, overlay=overlay, fps=fps, rtol=rtol,
                                       atol=atol, overwrite=overwrite, env_id=env,
                                       quality=quality))
-    _check_tapes(tapes)
     results = _run_with_bar(requests, backends, workers, quiet)
     diverged = _print_replays(results)
     if diverged and on_divergence == "fail":
@@ -218,19 +217,10 @@ def verify(
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
     from .render import RenderRequest
 
-    _check_tapes(tapes)
     requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol, env_id=env) for t in tapes]
     results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
     if _print_replays(results):
         raise DivergenceError("Some tapes did not replay exactly; see the first divergent step above.")
-
-
-def _check_tapes(tapes: list[Path]) -> None:
-    """Load each tape once up front so a bad one is reported before any work starts."""
-    from .tape import Tape
-
-    for tape in tapes:
-        Tape.load(tape)
 
 
 def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,
@@ -239,8 +229,9 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
     from .render import check_requests, render as render_tapes
     from .tape import Tape
 
+    # Loading every tape first also reports a bad one before any work or progress bar.
     totals = [Tape.load(r.tape).length + 1 for r in requests]
-    check_requests(requests, backends, workers)  # bad input before any progress bar
+    check_requests(requests, backends, workers)
     with Progress(not quiet) as bar:
         on_progress, on_result = bar.frames(f"replaying {len(requests)} tape(s)", totals)
         return render_tapes(requests, backends=backends, workers=workers,

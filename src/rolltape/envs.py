@@ -112,22 +112,23 @@ def mujoco_warnings() -> list[str]:
     return list(_MUJOCO_WARNINGS)
 
 
-def _declared_render_modes(env_id: str) -> list[str]:
+def _env_creator(env_id: str) -> Any:
+    """The class (or function) registered for an env id ("module:EnvId" ids included)."""
     import gymnasium as gym
     from gymnasium.envs.registration import load_env_creator
 
     entry = gym.spec(env_id.rpartition(":")[2]).entry_point
-    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return load_env_creator(entry) if isinstance(entry, str) else entry
+
+
+def _declared_render_modes(env_id: str) -> list[str]:
+    creator = _env_creator(env_id)
     return list(getattr(creator, "metadata", {}).get("render_modes", []))
 
 
 def _accepts(env_id: str, name: str) -> bool:
     """True when the env's constructor takes ``name`` (MuJoCo envs take width/height)."""
-    import gymnasium as gym
-    from gymnasium.envs.registration import load_env_creator
-
-    entry = gym.spec(env_id.rpartition(":")[2]).entry_point
-    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    creator = _env_creator(env_id)
     try:
         params = inspect.signature(creator).parameters.values()
     except (TypeError, ValueError):

@@ -104,13 +104,17 @@ class SB3Policy(Policy):
 
     def predict_action(self, obs: Any) -> Any:
         """Exactly SB3's evaluation path: VecNormalize.normalize_obs, then model.predict."""
-        if self.obs_normalizer is not None:
-            obs = self.obs_normalizer.normalize_obs(obs)
-        action, _ = self.model.predict(obs, deterministic=self.deterministic)
-        return action
+        return _sb3_predict(self.model, self.obs_normalizer, self.deterministic, obs)
 
     def act(self, obs: Any) -> Any:
         return self._lean(obs) if self._lean is not None else self.predict_action(obs)
+
+
+def _sb3_predict(model: Any, normalizer: Any | None, deterministic: bool, obs: Any) -> Any:
+    if normalizer is not None:
+        obs = normalizer.normalize_obs(obs)
+    action, _ = model.predict(obs, deterministic=deterministic)
+    return action
 
 
 def _lean_actor(model: Any, normalizer: Any | None, deterministic: bool
@@ -173,12 +177,9 @@ def _lean_actor(model: Any, normalizer: Any | None, deterministic: bool
     rng = np.random.default_rng(0)
     probe = rng.standard_normal((64, *obs_space.shape)) * rng.choice([0.1, 1.0, 10.0], (64, 1))
     probe = probe.astype(obs_space.dtype)
-    reference = SB3Policy.predict_action
-    holder = type("_Probe", (), {})()
-    holder.model, holder.obs_normalizer, holder.deterministic = model, normalizer, True
     try:
         for obs in probe:
-            expected = reference(holder, obs)
+            expected = _sb3_predict(model, normalizer, True, obs)
             got = act(obs)
             if got.dtype != expected.dtype or not np.array_equal(got, expected):
                 return None

@@ -576,17 +576,17 @@ def plan_segments(requests: Sequence[RenderRequest], workers: int
     per_request = max(1, workers // max(1, len(requests)))
     jobs = []
     for i, req in enumerate(requests):
-        n = 1
+        n, total = 1, 0
         if (per_request > 1 and req.outputs and req.mode in ("resim", "restore")
                 and req.layout != "separate"):
             tape = Tape.load(req.tape)
+            total = tape.length + 1
             ok = tape.physics is not None if req.mode == "resim" else tape.has_state
             if ok:
-                n = max(1, min(per_request, (tape.length + 1) // MIN_SEGMENT))
+                n = max(1, min(per_request, total // MIN_SEGMENT))
         if n == 1:
             jobs.append((i, req))
             continue
-        total = Tape.load(req.tape).length + 1
         bounds = [round(k * total / n) for k in range(n + 1)]
         for k in range(n):
             # A trailing slash makes the writer draw PNG frames into a folder (lossless).
@@ -599,7 +599,6 @@ def plan_segments(requests: Sequence[RenderRequest], workers: int
 def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
     """Concatenate segment outputs (PNG frame folders) in order into the requested files."""
     from .encode import open_writer, read_frames
-    from .tape import Tape
 
     fps = req.fps or parts[0].fps
     writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs]
@@ -625,7 +624,7 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
                    verified=verified, divergence=divergences[0] if divergences else None,
                    replay_return=None if req.mode == "restore" else math.fsum(rewards),
                    seconds=max(p.seconds for p in parts), segments=len(parts),
-                   steps=Tape.load(req.tape).length, rewards=tuple(rewards),
+                   rewards=tuple(rewards),
                    failures=tuple(f for p in parts for f in p.failures))
 
 
