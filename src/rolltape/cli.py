@@ -60,6 +60,9 @@ def eval_(
     env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs", help="KEY=VALUE, repeatable."),
     max_episode_steps: Optional[int] = typer.Option(None, help="Override the env's time limit."),
     workers: int = typer.Option(1, "--workers", "-w", help="Pass-1 processes (tapes are identical for any count)."),
+    batched_inference: bool = typer.Option(
+        False, help="One policy process acting on --workers env processes in one forward pass "
+                    "per step; actions can differ in the last bits from per-row inference."),
     executor: str = typer.Option("local", help="local (process pool) or ray."),
     ray_address: Optional[str] = typer.Option(
         None, help="Ray cluster (host:port, auto, ray://host:10001); default RAY_ADDRESS, else a "
@@ -97,7 +100,8 @@ def eval_(
         out=out_dir or Path("runs") / f"{env}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
-        workers=workers, executor=executor, ray_address=ray_address,
+        workers=workers, batched_inference=batched_inference, executor=executor,
+        ray_address=ray_address,
         ray_render_gpus=ray_render_gpus, render_workers=render_workers, video=video,
         video_format=video_format, width=width, height=height, cameras=tuple(camera or ()),
         layout=layout, overlay=overlay, mode=mode,

@@ -96,6 +96,7 @@ class EvalConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
     workers: int = 1
+    batched_inference: bool = False  # one policy process, `workers` env processes (opt-in)
     executor: str = "local"
     ray_address: str | None = None  # host:port, auto or ray://...; default RAY_ADDRESS or local
     ray_render_gpus: float = 0.0  # GPUs each Ray render task asks for
@@ -148,6 +149,14 @@ class EvalConfig:
                            (self.vecnormalize, "VecNormalize statistics")):
             if path and str(path).endswith((".zip", ".pkl")) and not Path(path).is_file():
                 raise UsageError(f"{what} '{path}' does not exist; check the path.")
+        if self.batched_inference:
+            if self.executor != "local":
+                raise UsageError("--batched-inference runs on the local executor; drop "
+                                 "--executor ray or --batched-inference.")
+            notes.append(f"--batched-inference: the policy acts on {self.workers} observations "
+                         "in one forward pass, which can round differently from one at a time; "
+                         "tapes may differ in the last bits of their actions from a run "
+                         "without it (they still replay exactly).")
         if self.workers > self.episodes:
             notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
                          f"using {self.episodes}.")
@@ -257,8 +266,14 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
     descriptions = json.loads(described.read_text()) if described.is_file() else {}
     if jobs:
         total = sum(len(j.episodes) for j in jobs)
-        task = bar.add(f"pass 1 (rendering off, {cfg.workers} worker(s))", total)
-        for kind, payload in run_pass1(split_jobs(jobs, cfg.workers), executor=cfg.executor):
+        how = (f"{cfg.workers} env process(es), batched inference" if cfg.batched_inference
+               else f"{cfg.workers} worker(s)")
+        task = bar.add(f"pass 1 (rendering off, {how})", total)
+        if cfg.batched_inference:
+            messages = run_pass1([jobs], batch_envs=cfg.workers)
+        else:
+            messages = run_pass1(split_jobs(jobs, cfg.workers), executor=cfg.executor)
+        for kind, payload in messages:
             if kind == "episode":
                 payload["tape"] = str(Path(payload["tape"]).relative_to(root))
                 append_jsonl(jsonl, payload)

@@ -60,18 +60,18 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     physics = PhysicsLog.for_env(env)
     if physics is not None:
         physics.record()
-    first = _kept(obs)
+    first = kept_obs(obs)
     steps = []  # one tuple per step: fewer appends keep the loop as lean as a bare one
     done = False
     while not done:
         action = policy.act(obs)
         obs, reward, term, trunc, info = env.step(action)
-        steps.append((np.array(action, copy=True), reward, term, trunc, _kept(obs)))
+        steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
         if physics is not None:
             physics.record()
         done = term or trunc
     actions, rewards, terminated, truncated, observations = zip(*steps)
-    digests = _digest_all([first, *observations])
+    digests = digest_all([first, *observations])
     wall = time.perf_counter() - start
     state, qpos, qvel = physics.arrays() if physics is not None else (None, None, None)
     success = info.get("is_success")
@@ -93,12 +93,12 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     }
 
 
-def _kept(obs: Any) -> Any:
+def kept_obs(obs: Any) -> Any:
     """A copy of an array observation (an env may reuse its buffer), else its digest now."""
     return obs.copy() if isinstance(obs, np.ndarray) else obs_digest(obs)
 
 
-def _digest_all(observations: list[Any]) -> np.ndarray:
+def digest_all(observations: list[Any]) -> np.ndarray:
     """Digests of every observation; array observations in one vectorised pass."""
     first = observations[0]
     if isinstance(first, np.ndarray) and all(
@@ -177,18 +177,25 @@ def split_jobs(jobs: list[PolicyJob], workers: int) -> list[list[PolicyJob]]:
     return [c for c in chunks if c]
 
 
-def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local"
+def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local", batch_envs: int = 0
               ) -> Iterator[tuple[str, Any]]:
     """Run each chunk in its own worker; yield ("policy"|"episode"|"done", payload) messages
-    as they arrive. Bad input inside a worker is raised here as :class:`UsageError`."""
+    as they arrive. Bad input inside a worker is raised here as :class:`UsageError`.
+
+    With ``batch_envs`` N > 0 each chunk's worker instead plays its episodes on N env
+    processes with one batched forward pass per step (:mod:`rolltape.batched`, opt-in)."""
     if executor == "ray":
         from .ray_executor import run_pass1_on_ray
 
         yield from run_pass1_on_ray(chunks)
         return
-    # Pass 1 never renders: no GL variable reaches a policy process.
-    workers = [spawn_worker(policy_worker, chunk, env={"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None})
-               for chunk in chunks]
+    no_gl = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}  # pass 1 never renders
+    if batch_envs:
+        from .batched import batched_worker
+
+        workers = [spawn_worker(batched_worker, chunk, batch_envs, env=no_gl) for chunk in chunks]
+    else:
+        workers = [spawn_worker(policy_worker, chunk, env=no_gl) for chunk in chunks]
     running = {w.conn: w for w in workers}
     try:
         while running:

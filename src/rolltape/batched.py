@@ -1,0 +1,246 @@
+"""Opt-in batched inference for pass 1: one policy process, N env processes, one forward
+pass per step for all of them (``--batched-inference``).
+
+Per-row inference (:mod:`rolltape.rollout`) stays the default because a batched matrix
+product may round differently from a one-row one: a tape recorded here can differ in the
+last bits of its actions from the same episode played alone, and from a run with another
+number of envs. Everything else holds. Each episode is reset with its own seed. Its tape
+holds exactly the actions that were stepped, so pass 2 replays and verifies it as usual.
+
+The envs run in Gymnasium's ``AsyncVectorEnv`` with autoreset disabled; a sub-env that
+finishes is reset with the next episode's seed. Only SB3 policies have a batched forward
+pass; other policies (the random baseline, callables, tapes) act row by row, one instance
+per sub-env, and their tapes are identical to per-row ones.
+
+Example:
+    >>> for kind, payload in run_pass1([jobs], batch_envs=4):   # see rollout.run_pass1
+    ...     print(kind)
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import numpy as np
+
+from .envs import json_safe, make_env, mujoco_data, mujoco_warnings, physics_spec
+from .errors import UsageError
+from .policies import Policy, SB3Policy, load_policy
+from .rollout import EpisodeJob, PolicyJob, digest_all, episode_row, kept_obs
+from .tape import Tape
+
+_INFO_KEY = "rolltape"  # what each sub-env adds to its info: (state, is_success, metrics)
+
+
+def _recording_env(spec: dict[str, Any]) -> Any:
+    """A sub-env that reports, in ``info``, the MuJoCo state and end-of-episode facts a tape
+    keeps: the env lives in another process, so nothing else can read them."""
+    import gymnasium as gym
+
+    env = make_env(spec)
+    data = mujoco_data(env)
+    state: Callable[[], np.ndarray | None] = lambda: None  # noqa: E731
+    if data is not None:
+        import mujoco
+
+        model, what = env.unwrapped.model, physics_spec()
+        size = mujoco.mj_stateSize(model, what)
+
+        def state() -> np.ndarray:
+            out = np.empty(size)
+            mujoco.mj_getState(model, data, out, what)
+            return out
+
+    class ReportState(gym.Wrapper):
+        def reset(self, **kwargs: Any) -> Any:
+            obs, info = self.env.reset(**kwargs)
+            return obs, {**info, _INFO_KEY: (state(), None, None)}
+
+        def step(self, action: Any) -> Any:
+            obs, reward, term, trunc, info = self.env.step(action)
+            facts = (state(), info.get("is_success"), info.get("metrics"))
+            return obs, reward, term, trunc, {**info, _INFO_KEY: facts}
+
+    return ReportState(env)
+
+
+@dataclass
+class _Playing:
+    """One episode in progress on one sub-env."""
+
+    job: EpisodeJob
+    nq: int  # MuJoCo sizes, to cut qpos/qvel out of the state rows (0 for other envs)
+    nv: int
+    first_obs: Any = None
+    states: list[Any] = field(default_factory=list)
+    steps: list[tuple[Any, ...]] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    def fields(self, options: dict[str, Any] | None, facts: tuple[Any, Any, Any]
+               ) -> dict[str, Any]:
+        """The fields of the tape, as :func:`rollout.record_episode` returns them."""
+        actions, rewards, terminated, truncated, observations = zip(*self.steps)
+        _, success, metrics = facts
+        physics = None if self.states[0] is None else np.stack(self.states)
+        nq, nv = self.nq, self.nv
+        return {
+            "seed": self.job.seed,
+            "options": options,
+            "actions": np.stack(actions),
+            "rewards": np.asarray(rewards, dtype=np.float64),
+            "terminated": np.asarray(terminated, dtype=bool),
+            "truncated": np.asarray(truncated, dtype=bool),
+            "obs_digest": digest_all([self.first_obs, *observations]),
+            "qpos": None if physics is None else physics[:, 1:1 + nq].copy(),
+            "qvel": None if physics is None else physics[:, 1 + nq:1 + nq + nv].copy(),
+            "physics": physics,
+            "success": None if success is None else bool(success),
+            "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
+            "wall_s": time.perf_counter() - self.started,
+        }
+
+
+def run_batched_job(jobs: list[PolicyJob], num_envs: int, send: Callable[[Any], None]) -> None:
+    """Play every episode of ``jobs`` on ``num_envs`` sub-envs; ``send`` reports as
+    :func:`rollout.run_policy_job` does."""
+    for job in jobs:
+        _run_one(job, num_envs, send)
+
+
+def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None:
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+    from gymnasium.vector.utils import iterate
+
+    probe = make_env(job.env)  # for the spaces and checks; never stepped
+    try:
+        if job.needs_rgb_array and "rgb_array" not in probe.metadata.get("render_modes", []):
+            raise UsageError(f"Env '{job.env['id']}' cannot render 'rgb_array' frames, so it "
+                             "cannot make a video; drop --video or choose an env that can.")
+        act_batch, description = _batch_actor(job, probe, num_envs)
+        data = mujoco_data(probe)
+        nq, nv = (probe.unwrapped.model.nq, probe.unwrapped.model.nv) if data is not None \
+            else (0, 0)
+    finally:
+        probe.close()
+    role = job.episodes[0].role if job.episodes else None
+    send(("policy", {"role": role, **description}))
+    envs = AsyncVectorEnv([functools.partial(_recording_env, job.env)] * num_envs,
+                          autoreset_mode=AutoresetMode.DISABLED, context="spawn")
+    try:
+        space = envs.single_observation_space
+        waiting = deque(job.episodes)
+        playing: list[_Playing | None] = [None] * num_envs
+
+        def reset(slots: np.ndarray) -> Any:
+            """Start the next episode on each slot in ``slots`` (an idle slot just resets)."""
+            seeds: list[int | None] = [None] * num_envs
+            for s in np.flatnonzero(slots):
+                episode = waiting.popleft() if waiting else None
+                playing[s] = None if episode is None else _Playing(episode, nq, nv)
+                seeds[s] = None if episode is None else episode.seed
+            options = {**(job.reset_options or {}), "reset_mask": slots}
+            obs, infos = envs.reset(seed=seeds, options=options)
+            rows = list(iterate(space, obs))
+            for s in np.flatnonzero(slots):
+                if playing[s] is not None:
+                    playing[s].first_obs = kept_obs(rows[s])
+                    playing[s].states.append(infos[_INFO_KEY][s][0])
+            return obs, rows
+
+        obs, rows = reset(np.ones(num_envs, dtype=bool))
+        while any(p is not None for p in playing):
+            active = np.array([p is not None for p in playing])
+            actions = act_batch(obs, rows, active, playing)
+            obs, rewards, terminated, truncated, infos = envs.step(actions)
+            rows = list(iterate(space, obs))
+            done = terminated | truncated
+            for s, episode in enumerate(playing):
+                if episode is None:
+                    continue
+                episode.steps.append((np.array(actions[s], copy=True), rewards[s],
+                                      bool(terminated[s]), bool(truncated[s]),
+                                      kept_obs(rows[s])))
+                facts = infos[_INFO_KEY][s]
+                episode.states.append(facts[0])
+                if done[s]:
+                    tape = Tape(env=job.env, policy=description,
+                                meta={"role": episode.job.role, "index": episode.job.index,
+                                      **job.extra_meta},
+                                **episode.fields(job.reset_options, facts))
+                    tape.save(episode.job.tape_path)
+                    send(("episode", episode_row(tape, episode.job)))
+            if done.any():
+                obs, rows = reset(done)
+    finally:
+        envs.close()
+
+
+def _batch_actor(job: PolicyJob, env: Any, num_envs: int
+                 ) -> tuple[Callable[..., np.ndarray], dict[str, Any]]:
+    """``act(obs, rows, active, playing) -> actions`` for all sub-envs, and the description
+    stored in each tape. SB3 policies run one forward pass; others act row by row with one
+    instance per sub-env (so per-episode state such as a random seed stays per episode)."""
+    def load() -> Policy:
+        # Each instance gets its own copy of the spaces: a random policy seeds its action
+        # space per episode, and sub-envs must not reseed each other's.
+        view = SimpleNamespace(action_space=copy.deepcopy(env.action_space),
+                               observation_space=env.observation_space, spec=env.spec,
+                               metadata=env.metadata, unwrapped=env.unwrapped)
+        return load_policy(job.policy, view, vecnormalize=job.vecnormalize, algo=job.algo,
+                           deterministic=job.deterministic)
+
+    first = load()
+    if isinstance(first, SB3Policy):
+        if not first.deterministic:
+            raise UsageError("--batched-inference needs deterministic actions: sampled actions "
+                             "for a batch draw from one generator, so an episode could not be "
+                             "played again alone; drop --stochastic or --batched-inference.")
+        description = {**first.description, "inference": f"batched ({num_envs} envs)"}
+
+        def act_sb3(obs: Any, rows: list[Any], active: np.ndarray, playing: list[Any]
+                    ) -> np.ndarray:
+            return first.predict_action(obs)
+
+        return act_sb3, description
+
+    policies = [first] + [load() for _ in range(num_envs - 1)]
+    started: list[Any] = [None] * num_envs
+    idle_space = copy.deepcopy(env.action_space)
+
+    def act_rows(obs: Any, rows: list[Any], active: np.ndarray, playing: list[Any]
+                 ) -> np.ndarray:
+        actions = []
+        for s, (policy, row) in enumerate(zip(policies, rows)):
+            if not active[s]:  # a finished sub-env still steps; its results are dropped
+                actions.append(idle_space.sample())
+                continue
+            if started[s] is not playing[s]:
+                policy.reset(playing[s].job.seed)
+                started[s] = playing[s]
+            actions.append(policy.act(row))
+        return np.stack([np.asarray(a) for a in actions])
+
+    return act_rows, dict(first.description)
+
+
+def batched_worker(jobs: list[PolicyJob], num_envs: int, conn: Any) -> None:
+    """Entry point of the spawned batched pass-1 process (see :func:`rollout.policy_worker`)."""
+    for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
+        os.environ.pop(var, None)
+    try:
+        run_batched_job(jobs, num_envs, conn.send)
+        conn.send(("done", mujoco_warnings()))
+    except UsageError as exc:
+        conn.send(("usage_error", str(exc)))
+    except BaseException as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    finally:
+        conn.close()
