@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,16 @@ from rolltape.encode import count_frames, read_frames
 @pytest.fixture(scope="module")
 def tape_path(random_run):
     return random_run.path / random_run.results["episodes_rows"][1]["tape"]
+
+
+@pytest.fixture(scope="module")
+def long_tape(tmp_path_factory):
+    """A 120-step random episode: long enough to split into segments of MIN_SEGMENT frames."""
+    from rolltape import evaluate
+
+    run = evaluate("HalfCheetah-v5", "random", episodes=1, seed=3, max_episode_steps=120,
+                   out=tmp_path_factory.mktemp("long") / "run", report=False)
+    return run.path / run.results["episodes_rows"][0]["tape"]
 
 
 @pytest.mark.parametrize("backend", ["egl", "osmesa"])
@@ -138,15 +149,15 @@ def test_restore_needs_state(tmp_path):
         render([RenderRequest(str(path), (str(tmp_path / "c.mp4"),), mode="restore")])
 
 
-def test_segments_joined_match_the_unsplit_render_frame_for_frame(tape_path, tmp_path):
-    tape = Tape.load(tape_path)
+def test_segments_joined_match_the_unsplit_render_frame_for_frame(long_tape, tmp_path):
+    tape = Tape.load(long_tape)
     assert tape.physics is not None  # pass 1 records the full integration state
-    whole, = render([RenderRequest(str(tape_path), (str(tmp_path / "whole/"),), width=80,
+    whole, = render([RenderRequest(str(long_tape), (str(tmp_path / "whole/"),), width=80,
                                    height=60)], workers=1)
-    # MIN_SEGMENT frames per segment at least: ask for small segments through many workers
-    split, = render([RenderRequest(str(tape_path), (str(tmp_path / "split/"),), width=80,
+    # MIN_SEGMENT (50) frames per segment at least, however many workers there are
+    split, = render([RenderRequest(str(long_tape), (str(tmp_path / "split/"),), width=80,
                                    height=60)], workers=8)
-    assert split.segments == (tape.length + 1) // 50 >= 2 or split.segments == 1
+    assert split.segments == (tape.length + 1) // 50 == 2
     assert split.frames == whole.frames == tape.length + 1
     assert split.verified is True and split.replay_return == tape.total_return
     a, b = list(read_frames(tmp_path / "whole")), list(read_frames(tmp_path / "split"))
@@ -155,11 +166,42 @@ def test_segments_joined_match_the_unsplit_render_frame_for_frame(tape_path, tmp
     assert left == ["split", "whole"]  # no segment folder left behind
 
 
-def test_segments_of_an_altered_tape_report_the_first_divergence(tape_path, tmp_path):
-    bad = altered(tape_path, tmp_path, step=30)
+def test_segment_videos_are_joined_by_copying_packets(long_tape, tmp_path):
+    """mp4/webm segments are joined without re-encoding (each part keeps its opening
+    keyframe), so they are as close to the drawn frames as an unsplit video; gif is drawn
+    from the segments' lossless frames, so it equals the unsplit one byte for byte."""
+    import av
+
+    tape = Tape.load(long_tape)
+    outs = {k: (*(str(tmp_path / f"{k}.{f}") for f in ("mp4", "webm", "gif")),
+                str(tmp_path / k) + "/") for k in ("whole", "split")}
+    whole, = render([RenderRequest(str(long_tape), outs["whole"], width=80, height=60)])
+    split, = render([RenderRequest(str(long_tape), outs["split"], width=80, height=60)],
+                    workers=2)
+    assert split.segments == 2 and split.frames == whole.frames == tape.length + 1
+    drawn = list(read_frames(tmp_path / "whole"))
+    assert all(np.array_equal(x, y) for x, y in zip(drawn, read_frames(tmp_path / "split")))
+    for fmt in ("mp4", "webm"):
+        error = {}
+        for k in ("whole", "split"):
+            frames = list(read_frames(tmp_path / f"{k}.{fmt}"))
+            assert len(frames) == tape.length + 1, (fmt, k)
+            error[k] = max(np.abs(x.astype(int) - y).mean() for x, y in zip(frames, drawn))
+        assert error["split"] <= 1.2 * error["whole"], (fmt, error)
+        with av.open(str(tmp_path / f"split.{fmt}")) as video:
+            keys = [p.is_keyframe for p in video.demux(video=0) if p.dts is not None]
+        assert keys[0] and sum(keys) == 2, fmt  # one opening keyframe per segment
+    assert (tmp_path / "split.gif").read_bytes() == (tmp_path / "whole.gif").read_bytes()
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".metadata.json"))
+    assert left == sorted(Path(p.rstrip("/")).name for o in outs.values() for p in o)
+
+
+def test_segments_of_an_altered_tape_report_the_first_divergence(long_tape, tmp_path):
+    bad = altered(long_tape, tmp_path, step=80)  # in the second segment
     [result] = render([RenderRequest(bad, (str(tmp_path / "s/"),), width=64, height=48)],
                       workers=4)
-    assert result.verified is False and result.divergence.step == 30
+    assert result.segments == 2
+    assert result.verified is False and result.divergence.step == 80
 
 
 def test_quality_presets_change_the_picture(tape_path, tmp_path):

@@ -60,6 +60,7 @@ __all__ = [
     "FrameWriter",
     "count_frames",
     "format_from_path",
+    "join_videos",
     "open_writer",
     "read_frames",
 ]
@@ -626,6 +627,65 @@ def open_writer(
     if fmt == "gif":
         return _GifWriter(path, fps, overwrite=overwrite)
     return _PngWriter(path, fps, overwrite=overwrite)
+
+
+def join_videos(
+    parts: list[str | os.PathLike[str]], path: str | os.PathLike[str], *, overwrite: bool = False
+) -> int:
+    """Joins mp4 or webm files made by :func:`open_writer` into one, end to end, without
+    decoding: their compressed packets are copied with shifted timestamps, as
+    ``ffmpeg -f concat -c copy`` does. Every part opens with a keyframe (each writer starts
+    a new stream), so the joined video decodes from start to end. Returns the frame count.
+
+    Atomic like the writers: the result is renamed into place only when complete.
+
+    >>> join_videos(["a.mp4", "b.mp4"], "ab.mp4")  # doctest: +SKIP
+    250
+
+    Raises:
+      UsageError: ``path`` is not mp4/webm, a part has another format, no parts were
+        given, or ``path`` exists and ``overwrite`` is False.
+    """
+    out = Path(os.fspath(path))
+    fmt = format_from_path(out)
+    if fmt not in ("mp4", "webm") or not parts:
+        raise UsageError(f"Only mp4 and webm files can be joined without re-encoding, into "
+                         f"{out}; give one or more parts of the same format.")
+    for part in parts:
+        if _existing(part)[1] != fmt:
+            raise UsageError(f"{part} is not {fmt}; every part must have the output's format.")
+    if os.path.lexists(out) and not overwrite:
+        raise UsageError(f"{out} already exists; pass --overwrite to replace it.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temp = out.with_name(f"{out.stem}.partial-{os.getpid()}-{next(_temp_counter)}{out.suffix}")
+    options = {"movflags": "+faststart"} if fmt == "mp4" else {}
+    frames = 0
+    try:
+        with av.open(str(temp), mode="w", format=fmt, options=options) as joined:
+            stream, offset = None, Fraction(0)  # offset: where the next part starts, in s
+            for part in parts:
+                with av.open(os.fspath(part)) as source:
+                    source_stream = source.streams.video[0]
+                    if stream is None:
+                        stream = joined.add_stream_from_template(source_stream)
+                    time_base = source_stream.time_base
+                    shift = int(offset / time_base)
+                    end = shift
+                    for packet in source.demux(source_stream):
+                        if packet.dts is None:  # the demuxer's empty end-of-stream packet
+                            continue
+                        packet.pts += shift
+                        packet.dts += shift
+                        end = max(end, packet.pts + (packet.duration or 0))
+                        packet.stream = stream
+                        joined.mux(packet)
+                        frames += 1
+                    offset = end * time_base
+        os.replace(temp, out)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return frames
 
 
 def _check_crf(crf: int, maximum: int, fmt: str) -> int:

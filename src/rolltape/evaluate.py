@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from . import stats
 from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
@@ -216,14 +217,24 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
     timings: dict[str, float] = {}
     with Progress(show_progress) as bar:
         started = time.perf_counter()
-        rows, descriptions = _pass1(root, spec, cfg, warnings, bar)
+        early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
+        try:
+            rows, descriptions = _pass1(root, spec, cfg, warnings, bar,
+                                        on_row=early.offer if early else None)
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
         timings["pass1_s"] = time.perf_counter() - started
         results = _results(spec, rows, descriptions, cfg.episodes, cfg.seed)
         write_json(root / "results.json", results)  # the numbers are safe before any rendering
         videos: list[dict[str, Any]] = []
-        if cfg.wants_video:
+        if early is not None:
+            videos = early.finish(timings)
+        elif cfg.wants_video:
             started = time.perf_counter()
-            videos = _pass2(root, rows["policy"], cfg, warnings, bar)
+            videos = _pass2(root, rows["policy"], select_episodes(cfg.video, rows["policy"]),
+                            cfg, warnings, bar)
             timings["pass2_s"] = time.perf_counter() - started
     results["videos"] = videos
     results["warnings"] = warnings
@@ -243,10 +254,15 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
 
 
 def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
-           bar: Progress) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
-    """Run (or, when resuming, finish) every episode; return the rows per role."""
+           bar: Progress, on_row: Callable[[dict[str, Any]], None] | None = None
+           ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Run (or, when resuming, finish) every episode; return the rows per role.
+    ``on_row`` sees each episode's row as soon as its tape is saved."""
     jsonl = root / "episodes.jsonl"
     done = {(r["role"], r["index"]): r for r in read_jsonl(jsonl) if (root / r["tape"]).is_file()}
+    for row in done.values():
+        if on_row is not None:
+            on_row(row)
     # Rewrite what survived (a torn last line from an interrupted run is dropped).
     write_text(jsonl, "".join(json.dumps(r, allow_nan=False) + "\n" for r in done.values()))
     roles = [("policy", cfg.policy)] + ([("baseline", "random")] if cfg.baseline else [])
@@ -279,6 +295,8 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
                 append_jsonl(jsonl, payload)
                 done[(payload["role"], payload["index"])] = payload
                 bar.advance(task)
+                if on_row is not None:
+                    on_row(payload)
             elif kind == "policy":
                 descriptions[payload.pop("role")] = payload
                 write_json(described, descriptions)
@@ -288,10 +306,85 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
     return rows, descriptions
 
 
-def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: list[str],
-           bar: Progress) -> list[dict[str, Any]]:
+class _EarlyRender:
+    """Pass 2 started while pass 1 is still running.
+
+    When the episodes to render are known before their returns are (a count or indices,
+    not best/worst/median), each one's tape is final as soon as pass 1 saves it, so its
+    video can be drawn while the other episodes play. Pass 2 runs in a thread of this
+    process (its work is in render workers) and uses cores pass 1 leaves idle (the policy
+    process's start-up, the end of the last episodes). No number depends on it: rendering
+    still only replays tapes.
+    """
+
+    def __init__(self, root: Path, cfg: EvalConfig, picked: list[int], warnings: list[str],
+                 bar: Progress, started: float) -> None:
+        self.root, self.cfg, self.picked = root, cfg, picked
+        self.warnings, self.bar, self.started = warnings, bar, started
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.videos: list[dict[str, Any]] = []
+        self.error: BaseException | None = None
+        self.began = self.ended = 0.0
+
+    @classmethod
+    def for_config(cls, root: Path, cfg: EvalConfig, warnings: list[str], bar: Progress,
+                   started: float) -> _EarlyRender | None:
+        if not cfg.wants_video or cfg.executor != "local" or _needs_returns(cfg.video):
+            return None
+        placeholder = [{"return": 0.0}] * cfg.episodes  # indices only: returns are unused
+        return cls(root, cfg, select_episodes(cfg.video, placeholder), warnings, bar, started)
+
+    def offer(self, row: dict[str, Any]) -> None:
+        """A finished pass-1 episode: start pass 2 once every chosen tape exists."""
+        if row["role"] != "policy" or row["index"] not in self.picked or self.thread:
+            return
+        self.rows[row["index"]] = row
+        if len(self.rows) == len(self.picked):
+            self.thread = threading.Thread(target=self._render, name="rolltape-pass2",
+                                           daemon=True)
+            self.thread.start()
+
+    def _render(self) -> None:
+        self.began = time.perf_counter()
+        try:
+            self.videos = _pass2(self.root, self.rows, self.picked, self.cfg, self.warnings,
+                                 self.bar, self.stop)
+        except BaseException as exc:  # re-raised in the caller's thread by finish()
+            self.error = exc
+        self.ended = time.perf_counter()
+
+    def cancel(self) -> None:
+        """Pass 1 failed: stop the render workers and wait for the thread."""
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+
+    def finish(self, timings: dict[str, float]) -> list[dict[str, Any]]:
+        if self.thread is None:  # cannot happen after a complete pass 1; kept safe
+            self._render()
+        else:
+            self.thread.join()
+        if self.error is not None:
+            raise self.error
+        timings["pass2_s"] = self.ended - self.began
+        timings["pass2_started_after_s"] = self.began - self.started
+        return self.videos
+
+
+def _needs_returns(selection: Any) -> bool:
+    """True when picking the episodes to render needs their returns (best/worst/median)."""
+    if not isinstance(selection, str):
+        return False
+    words = {w.strip() for w in selection.lower().split(",")}
+    return bool(words & {"best", "worst", "median"})
+
+
+def _pass2(root: Path, rows: Mapping[int, dict[str, Any]] | list[dict[str, Any]],
+           picked: list[int], cfg: EvalConfig, warnings: list[str], bar: Progress,
+           cancel: threading.Event | None = None) -> list[dict[str, Any]]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers."""
-    picked = select_episodes(cfg.video, rows)
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
         outputs=artifact_paths(root / "videos" / f"policy-{i:04d}", cfg.video_format),
@@ -305,7 +398,7 @@ def _pass2(root: Path, rows: list[dict[str, Any]], cfg: EvalConfig, warnings: li
         rendered = render(requests, backends=cfg.backends, workers=workers,
                           timeout=cfg.render_timeout, executor=cfg.executor,
                           ray_num_gpus=cfg.ray_render_gpus,
-                          on_progress=on_progress, on_result=on_result)
+                          on_progress=on_progress, on_result=on_result, cancel=cancel)
     except UsageError as exc:
         rendered = [None] * len(requests)
         warnings.append(str(exc))

@@ -30,8 +30,10 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 import traceback
+from pathlib import Path
 from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.connection import wait
@@ -473,8 +475,9 @@ class _Pool:
 
     def __init__(self, jobs: Sequence[RenderRequest], order: list[str], workers: int,
                  timeout: float, on_progress: Callable[[int, int], None],
-                 on_done: Callable[[int, RenderResult], None]) -> None:
-        self.jobs, self.order, self.timeout = jobs, order, timeout
+                 on_done: Callable[[int, RenderResult], None],
+                 cancel: threading.Event | None = None) -> None:
+        self.jobs, self.order, self.timeout, self.cancel = jobs, order, timeout, cancel
         self.on_progress, self.on_done = on_progress, on_done
         self.slots = [_Slot() for _ in range(min(workers, max(1, len(jobs))))]
         self.pending = deque(range(len(jobs)))
@@ -485,6 +488,8 @@ class _Pool:
     def run(self) -> None:
         try:
             while self.pending or any(s.job is not None for s in self.slots):
+                if self.cancel is not None and self.cancel.is_set():
+                    break  # the caller gave up (pass 1 failed): stop the workers
                 for slot in self.slots:
                     if slot.job is None and self.pending:
                         self._start(slot, self.pending.popleft())
@@ -589,34 +594,61 @@ def plan_segments(requests: Sequence[RenderRequest], workers: int
             continue
         bounds = [round(k * total / n) for k in range(n + 1)]
         for k in range(n):
-            # A trailing slash makes the writer draw PNG frames into a folder (lossless).
-            parts = tuple(f"{out.rstrip('/')}-segment{k}-{os.getpid()}/" for out in req.outputs)
-            jobs.append((i, replace(req, outputs=parts[:1], frames=(bounds[k], bounds[k + 1]),
-                                    overwrite=True)))
+            jobs.append((i, replace(req, outputs=_segment_outputs(req.outputs, k),
+                                    frames=(bounds[k], bounds[k + 1]), overwrite=True)))
     return jobs
 
 
+def _segment_outputs(outputs: Sequence[str], k: int) -> tuple[str, ...]:
+    """Where segment ``k`` draws. mp4 and webm get a file of their own format each (joined
+    later by copying packets, no re-encoding); gif and PNG outputs share one lossless PNG
+    folder (a trailing slash makes the writer draw PNG frames) that the join reads back."""
+    parts, lossless = [], None
+    for out in outputs:
+        path = Path(out.rstrip("/"))
+        if _joined_by_packets(out):
+            parts.append(str(path.with_name(f".{path.stem}.segment{k}-{os.getpid()}{path.suffix}")))
+        elif lossless is None:
+            lossless = str(path.with_name(f".{path.name}.segment{k}-{os.getpid()}")) + "/"
+            parts.append(lossless)
+    return tuple(parts)
+
+
 def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
-    """Concatenate segment outputs (PNG frame folders) in order into the requested files."""
-    from .encode import open_writer, read_frames
+    """Put segment outputs together, in order, into the requested files: mp4/webm by
+    copying packets, gif/PNG by reading back the PNG frames the segments drew."""
+    from .encode import join_videos, open_writer, read_frames
 
     fps = req.fps or parts[0].fps
-    writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs]
+    drawn = [p.outputs for p in parts]  # drawn[k][j]: segment k's j-th output
+    frames = sum(p.frames for p in parts)
+    frame_counts = []
     try:
-        for part in parts:
-            for frame in read_frames(part.outputs[0]):
-                for w in writers:
-                    w.write(frame)
-        frames = writers[0].frames_written
-        for w in writers:
-            w.close()
-    except BaseException:
-        for w in writers:
-            w.abort()
-        raise
+        lossless = [j for j, out in enumerate(drawn[0]) if out.endswith("/")]
+        writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs
+                   if not _joined_by_packets(path)]
+        try:
+            for k in range(len(parts)):
+                for frame in (read_frames(drawn[k][lossless[0]]) if writers else ()):
+                    for w in writers:
+                        w.write(frame)
+            frame_counts += [w.frames_written for w in writers]
+            for w in writers:
+                w.close()
+        except BaseException:
+            for w in writers:
+                w.abort()
+            raise
+        for j, path in enumerate(req.outputs):
+            if _joined_by_packets(path):
+                frame_counts.append(join_videos([d[j] for d in drawn], path,
+                                                overwrite=req.overwrite))
     finally:
-        for part in parts:
-            shutil.rmtree(part.outputs[0], ignore_errors=True)
+        for outputs in drawn:
+            _remove(outputs)
+    if any(count != frames for count in frame_counts):
+        raise RuntimeError(f"Joining the segments of '{req.tape}' gave {frame_counts} frames "
+                           f"where they drew {frames}; please report this.")
     divergences = [p.divergence for p in parts if p.divergence is not None]
     rewards = [r for p in parts for r in p.rewards]
     verified = None if req.mode == "restore" else not divergences
@@ -626,6 +658,22 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
                    seconds=max(p.seconds for p in parts), segments=len(parts),
                    rewards=tuple(rewards),
                    failures=tuple(f for p in parts for f in p.failures))
+
+
+def _joined_by_packets(path: str) -> bool:
+    from .encode import format_from_path
+
+    return format_from_path(path) in ("mp4", "webm")
+
+
+def _remove(paths: Sequence[str]) -> None:
+    """Delete segment outputs (files or PNG folders); missing ones are fine."""
+    for out in paths:
+        target = Path(out.rstrip("/"))
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
 
 
 def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[str],
@@ -689,6 +737,7 @@ def render(
     split: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, RenderResult], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[RenderResult | None]:
     """Replay each request in spawned workers; return one result per request, in order.
 
@@ -697,6 +746,7 @@ def render(
     None and the reasons are raised at the end as one :class:`UsageError` (after every other
     request has finished), so that results already made are kept. ``on_progress(i, frames)``
     and ``on_result(i, result)`` let a caller show progress and save results as they come.
+    Setting ``cancel`` (from another thread) stops the workers; unfinished requests get None.
     """
     order = check_requests(requests, backends, workers)
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
@@ -737,14 +787,14 @@ def render(
         if on_result is not None:
             on_result(i, results[i])
 
-    pool = _Pool([job for _, job in jobs], order, workers, timeout, job_progress, job_done)
+    pool = _Pool([job for _, job in jobs], order, workers, timeout, job_progress, job_done,
+                 cancel)
     try:
         pool.run()
     finally:
-        for i, job in jobs:  # segment folders of a request that could not finish
+        for i, job in jobs:  # segment outputs of a request that could not finish
             if job is not drawn[i]:
-                for out in job.outputs:
-                    shutil.rmtree(out, ignore_errors=True)
+                _remove(job.outputs)
     problems = list(pool.errors)
     unfinished = [i for i, r in enumerate(results) if r is None and requests[i].outputs]
     if unfinished and len(pool.dead) == len(order):
