@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rolltape import RenderRequest, UsageError, render
-from rolltape.cameras import Compositor, compose, separate_path
+from rolltape.cameras import Compositor, compose, rgb_only, separate_path
 from rolltape.encode import count_frames, read_frames
 
 
@@ -83,3 +83,46 @@ def test_a_stream_that_ends_holds_its_last_frame():
 def test_separate_paths():
     assert separate_path("v/ep.mp4", "track:torso") == "v/ep-track-torso.mp4"
     assert separate_path("v/frames/", "free") == "v/frames-free/"
+
+
+_RGB_ONLY_CHECK = """
+import sys
+import gymnasium as gym, numpy as np
+from rolltape.cameras import rgb_only
+from rolltape.render import _prepare_view
+quality, camera_id = sys.argv[1], None if sys.argv[2] == "none" else int(sys.argv[2])
+env = gym.make("HalfCheetah-v5", render_mode="rgb_array", width=96, height=72)
+env.reset(seed=4)
+_prepare_view(env, quality)
+env.unwrapped.mujoco_renderer.camera_id = camera_id
+draw = rgb_only(env)
+same = [np.array_equal(draw(), env.render()) for a in np.random.default_rng(0).uniform(-1, 1, (3, 6))
+        if env.step(a)]
+print("equal" if draw is not None and all(same) else f"differ {same}", flush=True)
+env.close()
+"""
+
+
+@pytest.mark.parametrize("backend", ["egl", "osmesa"])
+@pytest.mark.parametrize("quality, camera_id", [("full", "none"), ("fast", "-1")])
+def test_rgb_only_draws_env_render_pixels(backend, quality, camera_id):
+    """The faster readback (RGBA, no depth) gives exactly env.render()'s pixels, with and
+    without multisampling, from the default and the free camera, on both Mesa backends.
+    (In a child process: the GL backend must be chosen before MuJoCo is imported.)"""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MUJOCO_GL": backend, "PYOPENGL_PLATFORM": backend}
+    done = subprocess.run([sys.executable, "-c", _RGB_ONLY_CHECK, quality, camera_id],
+                          capture_output=True, text=True, env=env, timeout=120)
+    # (OSMesa's PyOpenGL may print noise while the interpreter shuts down: first line only.)
+    assert done.stdout.splitlines()[:1] == ["equal"], done.stderr[-2000:]
+
+
+def test_rgb_only_is_for_mujoco_envs_only():
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1", render_mode="rgb_array")
+    assert rgb_only(env) is None
+    env.close()

@@ -17,9 +17,11 @@ from PIL import Image
 import rolltape.encode as encode
 from rolltape.encode import (
     FORMATS,
+    BackgroundWriter,
     FrameWriter,
     count_frames,
     format_from_path,
+    join_videos,
     open_writer,
     read_frames,
 )
@@ -534,3 +536,81 @@ def test_does_not_import_torch_or_mujoco():
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not imported & {"torch", "mujoco", "gymnasium", "stable_baselines3"}
+
+
+# --- BackgroundWriter ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["mp4", "gif", "png"])
+def test_background_writer_writes_what_the_writer_writes(tmp_path, fmt):
+    direct, threaded = output_path(tmp_path, fmt, "direct"), output_path(tmp_path, fmt, "bg")
+    write_video(direct, fmt, 48, 64)
+    with BackgroundWriter(open_writer(threaded, fps=20), depth=2) as writer:
+        for i in range(N_FRAMES):
+            writer.write(make_frame(i))
+    assert writer.frames_written == N_FRAMES
+    a, b = list(read_frames(direct)), list(read_frames(threaded))
+    assert len(a) == len(b) == N_FRAMES and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_background_writer_error_reaches_the_caller_and_publishes_nothing(tmp_path):
+    out = tmp_path / "bad.mp4"
+    writer = BackgroundWriter(open_writer(out, fps=20))
+    writer.write(make_frame(0))
+    writer.write(make_frame(1, 32, 32))  # another size: refused on the encoding thread
+    with pytest.raises(ValueError):
+        for i in range(2, 10):
+            writer.write(make_frame(i))
+        writer.close()
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_background_writer_abort_leaves_the_old_file(tmp_path):
+    out = tmp_path / "keep.gif"
+    out.write_bytes(b"old")
+    with pytest.raises(RuntimeError, match="stop"):
+        with BackgroundWriter(open_writer(out, fps=20, overwrite=True)) as writer:
+            writer.write(make_frame(0))
+            raise RuntimeError("stop")
+    assert out.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["keep.gif"]
+
+
+# --- join_videos --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["mp4", "webm"])
+def test_join_videos_copies_every_part_in_order(tmp_path, fmt):
+    parts = []
+    for k, (first, stop) in enumerate([(0, 12), (12, 30), (30, N_FRAMES)]):
+        path = tmp_path / f"part{k}.{fmt}"
+        with open_writer(path, fps=20) as writer:
+            for i in range(first, stop):
+                writer.write(make_frame(i))
+        parts.append(path)
+    joined = tmp_path / f"joined.{fmt}"
+    assert join_videos(parts, joined) == N_FRAMES
+    frames = list(read_frames(joined))
+    assert len(frames) == N_FRAMES
+    # In order: each decoded frame is closest to its own source frame.
+    for i, frame in enumerate(frames):
+        errors = [np.abs(frame.astype(int) - make_frame(j)).mean() for j in range(N_FRAMES)]
+        assert int(np.argmin(errors)) == i
+    with av.open(str(joined)) as video:
+        stream = video.streams.video[0]
+        assert stream.average_rate == 20
+        times = [float(f.pts * f.time_base) for f in video.decode(stream)]
+    assert times == pytest.approx([i / 20 for i in range(N_FRAMES)], abs=1e-3)
+
+
+def test_join_videos_refuses_bad_input(tmp_path):
+    part = tmp_path / "a.mp4"
+    write_video(part, "mp4", 48, 64)
+    gif = tmp_path / "a.gif"
+    write_video(gif, "gif", 48, 64)
+    with pytest.raises(UsageError, match="Only mp4 and webm"):
+        join_videos([gif], tmp_path / "j.gif")
+    with pytest.raises(UsageError, match="must have the output's format"):
+        join_videos([part, gif], tmp_path / "j.mp4")
+    with pytest.raises(UsageError, match="already exists"):
+        join_videos([part], part)
+    assert not (tmp_path / "j.mp4").exists()

@@ -50,6 +50,7 @@ class CameraRig:
             raise UsageError(f"Env '{env.spec.id}' is not a MuJoCo env, so only its default "
                              "camera can be drawn; drop --camera.")
         self.views = [self._resolve(name) for name in self.names]
+        self._render: Any = None  # env.render, or the same pixels for less (see _rgb_only)
 
     def _resolve(self, name: str) -> tuple[str, int]:
         if name == "default":
@@ -77,13 +78,25 @@ class CameraRig:
 
     def frames(self) -> list[np.ndarray]:
         """One frame per camera, in order."""
+        if self._render is None:
+            self._render = self._choose_render()
         if self.views == [("default", 0)]:
-            return [self.env.render()]  # exactly env.render(), nothing touched
+            return [self._render()]  # env.render()'s pixels, camera untouched
         return [self._draw(kind, ident) for kind, ident in self.views]
+
+    def _choose_render(self) -> Any:
+        """``env.render``, or :func:`rgb_only` when it gives the same pixels here.
+
+        Checked on this env's first frame: both draw the same state and must agree bit for
+        bit, as the lean policy path must agree with ``predict``."""
+        fast = rgb_only(self.env)
+        if fast is None:
+            return self.env.render
+        return fast if np.array_equal(fast(), self.env.render()) else self.env.render
 
     def _draw(self, kind: str, ident: int) -> np.ndarray:
         if kind == "default":
-            return self.env.render()
+            return self._render()
         import mujoco
 
         renderer = self.renderer
@@ -98,12 +111,73 @@ class CameraRig:
                 cam.trackbodyid = ident
             else:
                 renderer.camera_id = ident  # -1: free; >= 0: a model camera
-            return self.env.render()
+            return self._render()
         finally:
             for f, value in saved.items():
                 setattr(cam, f, value)
             cam.lookat[:] = saved_lookat
             renderer.camera_id = saved_id
+
+
+def rgb_only(env: Any) -> Any:
+    """A function drawing what ``env.render()`` returns for a Gymnasium MuJoCo env in
+    ``rgb_array`` mode, or None for any other env.
+
+    Gymnasium's offscreen viewer reads back the depth buffer with every frame (and drops it
+    for ``rgb_array``) and reads colour as 3-byte RGB, which Mesa converts pixel by pixel.
+    This does what the viewer does (update the scene with its camera, draw, resolve the
+    multisample buffer, read, flip) but reads 4-byte RGBA, Mesa's plain copy, and no depth:
+    about 20% more frames/s at the ``fast`` preset and 40% at ``full`` on OSMesa. It relies
+    on the viewer's attributes, so :class:`CameraRig` uses it only after comparing it with
+    ``env.render()`` bit for bit.
+    """
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+    from gymnasium.envs.mujoco.mujoco_rendering import OffScreenViewer
+
+    base = env.unwrapped
+    renderer = getattr(base, "mujoco_renderer", None)
+    if (not isinstance(base, MujocoEnv) or type(base).render is not MujocoEnv.render
+            or base.render_mode != "rgb_array" or renderer is None):
+        return None
+    import mujoco
+
+    try:
+        from OpenGL import GL
+    except Exception:  # PyOpenGL missing or unusable here: keep env.render()
+        return None
+
+    def read_rgb(viewer: Any) -> np.ndarray:
+        con, width, height = viewer.con, viewer.viewport.width, viewer.viewport.height
+        GL.glBindFramebuffer(GL.GL_READ_FRAMEBUFFER, con.offFBO)
+        GL.glReadBuffer(GL.GL_COLOR_ATTACHMENT0)
+        if con.offSamples:  # resolve into the plain buffer first, as mjr_readPixels does
+            GL.glBindFramebuffer(GL.GL_DRAW_FRAMEBUFFER, con.offFBO_r)
+            GL.glDrawBuffer(GL.GL_COLOR_ATTACHMENT0)
+            GL.glBlitFramebuffer(0, 0, width, height, 0, 0, width, height,
+                                 GL.GL_COLOR_BUFFER_BIT, GL.GL_NEAREST)
+            GL.glBindFramebuffer(GL.GL_READ_FRAMEBUFFER, con.offFBO_r)
+            GL.glReadBuffer(GL.GL_COLOR_ATTACHMENT0)
+        rgba = np.empty((height, width, 4), dtype=np.uint8)
+        GL.glReadPixels(0, 0, width, height, GL.GL_RGBA, GL.GL_UNSIGNED_BYTE, rgba)
+        GL.glBindFramebuffer(GL.GL_FRAMEBUFFER, con.offFBO)  # where MuJoCo left it
+        return rgba[::-1, :, :3]  # OpenGL's rows run bottom-up
+
+    def draw() -> np.ndarray:
+        viewer = renderer._get_viewer(render_mode="rgb_array")
+        if not isinstance(viewer, OffScreenViewer) or viewer._markers or viewer._overlays:
+            return env.render()
+        if renderer.camera_id is not None:  # as OffScreenViewer.render applies it
+            if renderer.camera_id == -1:
+                viewer.cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+            else:
+                viewer.cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
+            viewer.cam.fixedcamid = renderer.camera_id
+        mujoco.mjv_updateScene(base.model, base.data, viewer.vopt, viewer.pert, viewer.cam,
+                               mujoco.mjtCatBit.mjCAT_ALL, viewer.scn)
+        mujoco.mjr_render(viewer.viewport, viewer.scn, viewer.con)
+        return read_rgb(viewer)
+
+    return draw
 
 
 class Compositor:

@@ -41,8 +41,10 @@ import abc
 import itertools
 import math
 import os
+import queue
 import re
 import shutil
+import threading
 import types
 from collections.abc import Iterator
 from fractions import Fraction
@@ -57,6 +59,7 @@ from rolltape.errors import UsageError
 
 __all__ = [
     "FORMATS",
+    "BackgroundWriter",
     "FrameWriter",
     "count_frames",
     "format_from_path",
@@ -553,6 +556,75 @@ class _PngWriter(FrameWriter):
         Image.fromarray(frame).save(
             self._temp / _FRAME_NAME.format(self.frames_written), compress_level=1
         )
+
+
+class BackgroundWriter:
+    """Feeds a :class:`FrameWriter` from a thread of its own, so that drawing the next frame
+    overlaps encoding this one (PyAV and libx264 release the GIL while they encode).
+
+    Same interface as the writer it wraps: ``write``, ``close``, ``abort``,
+    ``frames_written``, context manager. At most ``depth`` frames wait in between, so memory
+    stays flat. An error in the encoding thread is raised by the next ``write`` or by
+    ``close``; the output is then not published.
+
+    >>> with BackgroundWriter(open_writer("ep.mp4", fps=20)) as writer:  # doctest: +SKIP
+    ...     for frame in frames:
+    ...         writer.write(frame)
+    """
+
+    def __init__(self, writer: FrameWriter, depth: int = 4) -> None:
+        self.writer = writer
+        self.path = writer.path
+        self.frames_written = 0  # frames accepted; all of them are encoded once close() returns
+        self._queue: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name=f"encode {writer.path.name}",
+                                         daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while (frame := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self.writer.write(frame)
+                except BaseException as exc:  # kept for the caller's thread
+                    self._error = exc
+
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def write(self, frame: np.ndarray) -> None:
+        if self._error is not None:
+            self.abort()
+            raise self._error
+        if not self._thread.is_alive():
+            raise RuntimeError(f"The writer for {self.path} is closed; open a new one.")
+        self._queue.put(frame)
+        self.frames_written += 1
+
+    def close(self) -> None:
+        """Encodes what is queued, then closes the writer (publishing the output)."""
+        self._stop()
+        if self._error is not None:
+            self.writer.abort()
+            raise self._error
+        self.writer.close()
+
+    def abort(self) -> None:
+        self._stop()
+        self.writer.abort()
+
+    def __enter__(self) -> BackgroundWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def open_writer(

@@ -225,7 +225,7 @@ class _Replayer:
         return obs
 
     def run(self, req: RenderRequest) -> RenderResult:
-        from .encode import open_writer
+        from .encode import BackgroundWriter, open_writer
         from .envs import mujoco_warnings
         from .tape import Tape
 
@@ -252,8 +252,9 @@ class _Replayer:
         outputs = [p for paths in streams for p in paths]
 
         def open_all() -> list[list[Any]]:
-            return [[open_writer(p, fps=fps, overwrite=req.overwrite) for p in paths]
-                    for paths in streams]
+            # Encoding runs on a thread per output, overlapping the drawing of the next frame.
+            return [[BackgroundWriter(open_writer(p, fps=fps, overwrite=req.overwrite))
+                     for p in paths] for paths in streams]
 
         writers = open_all()
         compositor = Compositor(req.layout)
@@ -417,6 +418,7 @@ def render_worker(backend: str | None, conn: Any) -> None:
             except Exception as exc:
                 conn.send(("backend_failed", None, f"import mujoco failed: {exc}"))
                 return
+        _import_what_jobs_need(backend)
         replayer = _Replayer(backend, lambda n: conn.send(("progress", current[0], n)))
         current: list[Any] = [None]
         while True:
@@ -437,6 +439,20 @@ def render_worker(backend: str | None, conn: Any) -> None:
         replayer.close()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
+
+
+def _import_what_jobs_need(backend: str | None) -> None:
+    """Import once, while the process starts, what every job would otherwise import on its
+    first tape (PyAV, Gymnasium, PyOpenGL for the frame readback)."""
+    import gymnasium  # noqa: F401
+
+    from . import cameras, encode, envs, tape  # noqa: F401
+
+    if backend is not None:
+        try:
+            from OpenGL import GL  # noqa: F401
+        except Exception:
+            pass  # cameras.rgb_only falls back to env.render()
 
 
 def _inject_fault(backend: str) -> None:
