@@ -33,7 +33,9 @@ model.learn({steps})
 model.save({str(out / "model.zip")!r})
 venv.save({str(out / "vecnormalize.pkl")!r})
 """
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=out)
+    # SB3_LOGDIR: learn() otherwise leaves an empty SB3-<date> folder in the system temp dir.
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=out,
+                   env={**os.environ, "SB3_LOGDIR": str(out / "sb3-log")})
 
 
 @pytest.fixture(scope="session")

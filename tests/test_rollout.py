@@ -445,3 +445,18 @@ def test_failed_resume_of_a_finished_run_leaves_nothing_behind(tmp_path):
                  resume=True)
     assert sorted(p.name for p in out.rglob("*")) == before  # the finished run is intact
     assert not (tmp_path / ".run.partial").exists()
+
+
+def test_pass_two_starts_early_at_low_priority_when_videos_are_picked_by_index(tmp_path):
+    """video=1 needs only episode 0's tape: its render starts while pass 1 still plays the
+    other episodes, in workers at nice +10 so that pass 1 keeps its speed; 'best' must wait
+    for every return and renders at normal priority."""
+    kw = dict(episodes=6, seed=3, max_episode_steps=150, report=False, width=64, height=48)
+    early = evaluate(ENV_ID, "random", video=1, out=tmp_path / "early", **kw)
+    timings = early.metadata["timings"]
+    assert timings["pass2_started_after_s"] < timings["pass1_s"]
+    [video] = early.results["videos"]
+    assert video["verified"] is True and video["niceness"] >= 10
+    late = evaluate(ENV_ID, "random", video="best", out=tmp_path / "late", **kw)
+    assert "pass2_started_after_s" not in late.metadata["timings"]
+    assert late.results["videos"][0]["niceness"] == os.nice(0)

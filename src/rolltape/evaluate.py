@@ -312,9 +312,9 @@ class _EarlyRender:
     When the episodes to render are known before their returns are (a count or indices,
     not best/worst/median), each one's tape is final as soon as pass 1 saves it, so its
     video can be drawn while the other episodes play. Pass 2 runs in a thread of this
-    process (its work is in render workers) and uses cores pass 1 leaves idle (the policy
-    process's start-up, the end of the last episodes). No number depends on it: rendering
-    still only replays tapes.
+    process (its work is in render workers, at a lower CPU priority), so it takes the cores
+    pass 1 leaves idle and pass 1 keeps its speed. No number depends on it: rendering still
+    only replays tapes.
     """
 
     def __init__(self, root: Path, cfg: EvalConfig, picked: list[int], warnings: list[str],
@@ -384,7 +384,9 @@ def _needs_returns(selection: Any) -> bool:
 def _pass2(root: Path, rows: Mapping[int, dict[str, Any]] | list[dict[str, Any]],
            picked: list[int], cfg: EvalConfig, warnings: list[str], bar: Progress,
            cancel: threading.Event | None = None) -> list[dict[str, Any]]:
-    """Render and verify the chosen episodes; a rendering failure never loses the numbers."""
+    """Render and verify the chosen episodes; a rendering failure never loses the numbers.
+    With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
+    CPU priority, so that pass 1 keeps its speed."""
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
         outputs=artifact_paths(root / "videos" / f"policy-{i:04d}", cfg.video_format),
@@ -398,7 +400,8 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]] | list[dict[str, Any]]
         rendered = render(requests, backends=cfg.backends, workers=workers,
                           timeout=cfg.render_timeout, executor=cfg.executor,
                           ray_num_gpus=cfg.ray_render_gpus,
-                          on_progress=on_progress, on_result=on_result, cancel=cancel)
+                          on_progress=on_progress, on_result=on_result, cancel=cancel,
+                          background=cancel is not None)
     except UsageError as exc:
         rendered = [None] * len(requests)
         warnings.append(str(exc))

@@ -109,6 +109,7 @@ class RenderResult:
     rewards: tuple[float, ...] = ()  # the replay's rewards (to join segments' returns exactly)
     fps: float = 0.0  # frame rate the outputs were written at
     segments: int = 1  # how many workers drew parts of this episode
+    niceness: int = 0  # the worker's CPU priority (10 when it ran beside pass 1)
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -306,6 +307,7 @@ class _Replayer:
             replay_return=None if rewards is None else math.fsum(rewards),
             seconds=time.perf_counter() - start, warnings=tuple(mujoco_warnings()),
             torch_loaded="torch" in sys.modules, rewards=tuple(rewards or ()), fps=fps,
+            niceness=os.nice(0),
         )
 
     def _resim(self, tape: Any, env: Any, req: RenderRequest, first: int, stop: int,
@@ -402,10 +404,13 @@ def _keep_warning(message: Any, *args: Any, **kwargs: Any) -> None:
     _WARNED.append(str(message).strip())
 
 
-def render_worker(backend: str | None, conn: Any) -> None:
-    """Entry point of a spawned render process: one GL backend, many tapes."""
+def render_worker(backend: str | None, niceness: int, conn: Any) -> None:
+    """Entry point of a spawned render process: one GL backend, many tapes. A positive
+    ``niceness`` lowers its CPU priority (and its GL threads', which inherit it)."""
     import warnings
 
+    if niceness:
+        os.nice(niceness)
     # Kept and folded into failure reasons instead of printed: GLFW, for one, says the real
     # cause ("DISPLAY ... is missing") only as a warning.
     warnings.showwarning = _keep_warning
@@ -492,8 +497,9 @@ class _Pool:
     def __init__(self, jobs: Sequence[RenderRequest], order: list[str], workers: int,
                  timeout: float, on_progress: Callable[[int, int], None],
                  on_done: Callable[[int, RenderResult], None],
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None, niceness: int = 0) -> None:
         self.jobs, self.order, self.timeout, self.cancel = jobs, order, timeout, cancel
+        self.niceness = niceness
         self.on_progress, self.on_done = on_progress, on_done
         self.slots = [_Slot() for _ in range(min(workers, max(1, len(jobs))))]
         self.pending = deque(range(len(jobs)))
@@ -540,7 +546,7 @@ class _Pool:
                 # Mesa's llvmpipe draws on every core by default; with several workers that
                 # oversubscribes the machine, so each gets its share of the cores.
                 env["LP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(self.slots)))
-            slot.worker = spawn_worker(render_worker, backend, env=env)
+            slot.worker = spawn_worker(render_worker, backend, self.niceness, env=env)
             slot.backend = backend
         slot.job, slot.last_heard = i, time.monotonic()
         slot.worker.conn.send((i, self.jobs[i]))
@@ -754,6 +760,7 @@ def render(
     on_progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, RenderResult], None] | None = None,
     cancel: threading.Event | None = None,
+    background: bool = False,
 ) -> list[RenderResult | None]:
     """Replay each request in spawned workers; return one result per request, in order.
 
@@ -763,6 +770,9 @@ def render(
     request has finished), so that results already made are kept. ``on_progress(i, frames)``
     and ``on_result(i, result)`` let a caller show progress and save results as they come.
     Setting ``cancel`` (from another thread) stops the workers; unfinished requests get None.
+    ``background`` runs the workers at a lower CPU priority (nice +10), so that work beside
+    them (pass 1, when rendering starts early) keeps its speed and rendering takes what is
+    left.
     """
     order = check_requests(requests, backends, workers)
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
@@ -804,7 +814,7 @@ def render(
             on_result(i, results[i])
 
     pool = _Pool([job for _, job in jobs], order, workers, timeout, job_progress, job_done,
-                 cancel)
+                 cancel, niceness=10 if background else 0)
     try:
         pool.run()
     finally:
