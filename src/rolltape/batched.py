@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import time
-import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -31,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .envs import json_safe, make_env, mujoco_data, mujoco_warnings, physics_spec
+from .envs import json_safe, make_env, mujoco_data, physics_spec
 from .errors import UsageError
 from .policies import Policy, SB3Policy, load_policy
 from .rollout import EpisodeJob, PolicyJob, digest_all, episode_row, kept_obs
@@ -46,18 +44,7 @@ def _recording_env(spec: dict[str, Any]) -> Any:
     import gymnasium as gym
 
     env = make_env(spec)
-    data = mujoco_data(env)
-    state: Callable[[], np.ndarray | None] = lambda: None  # noqa: E731
-    if data is not None:
-        import mujoco
-
-        model, what = env.unwrapped.model, physics_spec()
-        size = mujoco.mj_stateSize(model, what)
-
-        def state() -> np.ndarray:
-            out = np.empty(size)
-            mujoco.mj_getState(model, data, out, what)
-            return out
+    state = _state_reader(env)
 
     class ReportState(gym.Wrapper):
         def reset(self, **kwargs: Any) -> Any:
@@ -70,6 +57,24 @@ def _recording_env(spec: dict[str, Any]) -> Any:
             return obs, reward, term, trunc, {**info, _INFO_KEY: facts}
 
     return ReportState(env)
+
+
+def _state_reader(env: Any) -> Callable[[], np.ndarray | None]:
+    """A function returning the MuJoCo state a tape keeps per frame (None for other envs)."""
+    data = mujoco_data(env)
+    if data is None:
+        return lambda: None
+    import mujoco
+
+    model, what = env.unwrapped.model, physics_spec()
+    size = mujoco.mj_stateSize(model, what)
+
+    def state() -> np.ndarray:
+        out = np.empty(size)
+        mujoco.mj_getState(model, data, out, what)
+        return out
+
+    return state
 
 
 @dataclass
@@ -229,18 +234,3 @@ def _batch_actor(job: PolicyJob, env: Any, num_envs: int
         return np.stack([np.asarray(a) for a in actions])
 
     return act_rows, dict(first.description)
-
-
-def batched_worker(jobs: list[PolicyJob], num_envs: int, conn: Any) -> None:
-    """Entry point of the spawned batched pass-1 process (see :func:`rollout.policy_worker`)."""
-    for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
-        os.environ.pop(var, None)
-    try:
-        run_batched_job(jobs, num_envs, conn.send)
-        conn.send(("done", mujoco_warnings()))
-    except UsageError as exc:
-        conn.send(("usage_error", str(exc)))
-    except BaseException as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-    finally:
-        conn.close()

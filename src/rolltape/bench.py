@@ -1025,7 +1025,7 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
             rows = run.results["episodes_rows"]
             loops[name].append(sum(r["wall_s"] for r in rows))
             cpu[name].append(sum(w["cpu_s"] or 0.0 for w in spawned
-                                 if w["target"] in ("policy_worker", "batched_worker")))
+                                 if w["target"] == "policy_worker"))
             tapes.setdefault(name, [run.path / r["tape"] for r in rows])
     problems = compare_tapes(tapes["1"], tapes["2"])
     identical = not problems

@@ -8,7 +8,7 @@ and the child's environment (``MUJOCO_GL``...) is fixed before its interpreter s
 Parent and child talk over a socket pair with small pickled messages.
 
 Example:
-    >>> worker = spawn_worker(policy_worker, jobs, env={"MUJOCO_GL": None})
+    >>> worker = spawn_worker(policy_worker, jobs, 0, env={"MUJOCO_GL": None})
     >>> message = worker.conn.recv()
 """
 

@@ -147,14 +147,20 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
         env.close()
 
 
-def policy_worker(jobs: list[PolicyJob], conn: Any) -> None:
-    """Entry point of a spawned pass-1 process: run the jobs in order, report over ``conn``."""
+def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
+    """Entry point of a spawned pass-1 process: run the jobs in order, report over ``conn``.
+    With ``batch_envs`` N > 0 they run batched on N env processes (:mod:`rolltape.batched`)."""
     # Pass 1 never renders: a GL backend in the environment could only add risk.
     for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
         os.environ.pop(var, None)
     try:
-        for job in jobs:
-            run_policy_job(job, conn.send)
+        if batch_envs:
+            from .batched import run_batched_job
+
+            run_batched_job(jobs, batch_envs, conn.send)
+        else:
+            for job in jobs:
+                run_policy_job(job, conn.send)
         conn.send(("done", mujoco_warnings()))
     except UsageError as exc:
         conn.send(("usage_error", str(exc)))
@@ -190,12 +196,7 @@ def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local", batch_envs
         yield from run_pass1_on_ray(chunks)
         return
     no_gl = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}  # pass 1 never renders
-    if batch_envs:
-        from .batched import batched_worker
-
-        workers = [spawn_worker(batched_worker, chunk, batch_envs, env=no_gl) for chunk in chunks]
-    else:
-        workers = [spawn_worker(policy_worker, chunk, env=no_gl) for chunk in chunks]
+    workers = [spawn_worker(policy_worker, chunk, batch_envs, env=no_gl) for chunk in chunks]
     running = {w.conn: w for w in workers}
     try:
         while running:
