@@ -93,6 +93,7 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(
     assert rep["raw"]["videos"] == 3
 
     assert b["end_to_end"]["raw"]["rolltape_render_workers"] == 0  # rolltape's default
+    assert b["end_to_end"]["raw"]["render_early_same_returns"] is True
 
 
 def test_compare_tapes_is_bitwise(tmp_path: Path) -> None:

@@ -447,11 +447,12 @@ def test_failed_resume_of_a_finished_run_leaves_nothing_behind(tmp_path):
     assert not (tmp_path / ".run.partial").exists()
 
 
-def test_pass_two_starts_early_at_low_priority_when_videos_are_picked_by_index(tmp_path):
-    """video=1 needs only episode 0's tape: its render starts while pass 1 still plays the
-    other episodes, in workers at nice +10 so that pass 1 keeps its speed; 'best' must wait
-    for every return and renders at normal priority."""
-    kw = dict(episodes=6, seed=3, max_episode_steps=150, report=False, width=64, height=48)
+def test_render_early_starts_pass_two_beside_pass_one_at_low_priority(tmp_path):
+    """With render_early, video=1 needs only episode 0's tape: its render starts while pass
+    1 still plays the other episodes, in workers at nice +10; 'best' must wait for every
+    return and renders at normal priority, as does every run without render_early."""
+    kw = dict(episodes=6, seed=3, max_episode_steps=150, report=False, width=64, height=48,
+              render_early=True)
     early = evaluate(ENV_ID, "random", video=1, out=tmp_path / "early", **kw)
     timings = early.metadata["timings"]
     assert timings["pass2_started_after_s"] < timings["pass1_s"]
@@ -460,3 +461,6 @@ def test_pass_two_starts_early_at_low_priority_when_videos_are_picked_by_index(t
     late = evaluate(ENV_ID, "random", video="best", out=tmp_path / "late", **kw)
     assert "pass2_started_after_s" not in late.metadata["timings"]
     assert late.results["videos"][0]["niceness"] == os.nice(0)
+    plain = evaluate(ENV_ID, "random", video=1, out=tmp_path / "plain",
+                     **{**kw, "render_early": False})
+    assert "pass2_started_after_s" not in plain.metadata["timings"]

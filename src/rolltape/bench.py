@@ -846,13 +846,21 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
-    started = time.perf_counter()
-    with track_workers() as workers:
-        run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=cfg.e2e_episodes,
-                       seed=SEED, baseline="random", max_episode_steps=cfg.e2e_steps, video=1,
-                       width=cfg.width, height=cfg.height, out=ctx.dir("rolltape"),
-                       overwrite=True)
-    wall = time.perf_counter() - started
+
+    def rolltape(render_early: bool) -> tuple[Any, float, list[dict[str, Any]]]:
+        started = time.perf_counter()
+        with track_workers() as workers:
+            run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                           episodes=cfg.e2e_episodes, seed=SEED, baseline="random",
+                           max_episode_steps=cfg.e2e_steps, video=1, width=cfg.width,
+                           height=cfg.height, out=ctx.dir(f"rolltape-early{render_early}"),
+                           overwrite=True, render_early=render_early)
+        return run, time.perf_counter() - started, workers
+
+    run, wall, workers = rolltape(render_early=False)
+    early, early_wall, _ = rolltape(render_early=True)
+    same = [r["return"] for r in run.results["episodes_rows"]] == \
+        [r["return"] for r in early.results["episodes_rows"]]
     render_workers = run.metadata["config"]["render_workers"]
     folder = ctx.dir("seed000")
     old = seed000_way(ckpt, vecnorm, cfg.e2e_episodes, cfg.e2e_steps, SEED, cfg.width,
@@ -871,7 +879,10 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
                  k: video.get(k) for k in ("frames", "backend", "verified", "seconds",
                                            "segments")},
              "rolltape_render_workers": render_workers, "cpu_count": os.cpu_count(),
-             "rolltape_render_peak_rss_mb": render_peak, "seed000": old},
+             "rolltape_render_peak_rss_mb": render_peak, "seed000": old,
+             "render_early_wall_s": early_wall, "render_early_ratio": early_wall / old["wall_s"],
+             "render_early_timings": early.metadata["timings"],
+             "render_early_same_returns": same},
         notes=[f"{cfg.e2e_episodes} episodes + {cfg.e2e_episodes}-episode random baseline + one "
                f"{cfg.width}x{cfg.height} video of episode 0; rolltape also writes tapes, "
                "statistics, report.html and report.ipynb and verifies the replay; the "
@@ -882,9 +893,12 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
                f"memory while drawing: rolltape's render worker peaked at {render_peak:.0f} MB, "
                f"the seed-000 video process (all frames in a list) at "
                f"{old['video_peak_rss_mb']:.0f} MB",
-               "rolltape starts pass 2 on episode 0's tape while pass 1 plays the other "
-               f"episodes (pass 2 began {run.metadata['timings'].get('pass2_started_after_s', 0):.1f} s "
-               f"in; pass 1 took {run.metadata['timings']['pass1_s']:.1f} s)", POLICY_NOTE])
+               f"with --render-early (opt-in: pass 2 on episode 0's tape beside pass 1): "
+               f"{early_wall:.1f} s, ratio {early_wall / old['wall_s']:.3f}; pass 2 began "
+               f"{early.metadata['timings']['pass2_started_after_s']:.1f} s in, pass 1 took "
+               f"{early.metadata['timings']['pass1_s']:.1f} s (without: "
+               f"{run.metadata['timings']['pass1_s']:.1f} s); returns "
+               f"{'identical' if same else 'DIFFERENT'}", POLICY_NOTE])
 
 
 # --------------------------------------------------------------------------------------

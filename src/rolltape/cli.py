@@ -70,6 +70,9 @@ def eval_(
     ray_render_gpus: float = typer.Option(0.0, help="GPUs each Ray render task asks for."),
     render_workers: int = typer.Option(
         0, help="Pass-2 render processes; 0 (default): one per CPU core, splitting long videos."),
+    render_early: bool = typer.Option(
+        False, help="Start rendering videos picked by count or index while pass 1 still runs: "
+                    "the run ends sooner, pass 1 itself may slow a little."),
     video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median, or 0,3,7."),
     video_format: str = typer.Option("mp4", "--format",
                                      help="Comma-separated: mp4, webm, gif, png, npz, jsonl."),
@@ -102,7 +105,8 @@ def eval_(
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         workers=workers, batched_inference=batched_inference, executor=executor,
         ray_address=ray_address,
-        ray_render_gpus=ray_render_gpus, render_workers=render_workers, video=video,
+        ray_render_gpus=ray_render_gpus, render_workers=render_workers,
+        render_early=render_early, video=video,
         video_format=video_format, width=width, height=height, cameras=tuple(camera or ()),
         layout=layout, overlay=overlay, mode=mode,
         quality=quality,
