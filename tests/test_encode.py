@@ -550,7 +550,11 @@ def test_background_writer_writes_what_the_writer_writes(tmp_path, fmt):
             writer.write(make_frame(i))
     assert writer.frames_written == N_FRAMES
     a, b = list(read_frames(direct)), list(read_frames(threaded))
-    assert len(a) == len(b) == N_FRAMES and all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert len(a) == len(b) == N_FRAMES
+    if fmt == "mp4":  # x264 on several threads need not give the same bytes twice
+        assert max(np.abs(x.astype(int) - y).mean() for x, y in zip(a, b)) < 2.0
+    else:
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
 def test_background_writer_error_reaches_the_caller_and_publishes_nothing(tmp_path):

@@ -115,7 +115,7 @@ class Config:
 FULL = Config(quick=False, width=640, height=480, overhead_episodes=7, overhead_steps=1000,
               video_episodes=5, video_steps=1000, video_reps=3, video_size=(64, 48),
               inline_steps=1000, throughput_steps=1000, throughput_reps=2, rss_short=1000, rss_long=5000,
-              sb3_episodes=10, sb3_steps=1000, sb3_reps=2, e2e_episodes=30, e2e_steps=1000,
+              sb3_episodes=30, sb3_steps=1000, sb3_reps=2, e2e_episodes=30, e2e_steps=1000,
               quality_steps=199, quality_reps=2, workers_episodes=120, workers_steps=1000,
               workers_reps=2, p2_workers_steps=300, p2_workers_reps=2, segments_steps=1000,
               segments_reps=2, ray_episodes=1500, ray_steps=1000, gif_frames=100, gif_reps=3,
