@@ -149,6 +149,26 @@ def test_restore_needs_state(tmp_path):
         render([RenderRequest(str(path), (str(tmp_path / "c.mp4"),), mode="restore")])
 
 
+def test_one_worker_switching_between_envs_draws_each_with_its_own_context(tape_path,
+                                                                           tmp_path):
+    """A worker keeps one env and GL context per env: HalfCheetah, then Hopper, then
+    HalfCheetah again must draw the second HalfCheetah tape as a worker of its own would."""
+    from rolltape import evaluate
+
+    hopper = evaluate("Hopper-v5", "random", episodes=1, seed=1, max_episode_steps=20,
+                      out=tmp_path / "hopper", report=False)
+    hopper_tape = str(hopper.path / hopper.results["episodes_rows"][0]["tape"])
+    size = dict(width=64, height=48)
+    mixed = render([RenderRequest(str(tape_path), (str(tmp_path / "a/"),), **size),
+                    RenderRequest(hopper_tape, (str(tmp_path / "b/"),), **size),
+                    RenderRequest(str(tape_path), (str(tmp_path / "c/"),), **size)], workers=1)
+    alone, = render([RenderRequest(str(tape_path), (str(tmp_path / "alone/"),), **size)])
+    assert all(r.verified for r in mixed + [alone])
+    frames = {k: list(read_frames(tmp_path / k)) for k in ("a", "c", "alone")}
+    for k in ("a", "c"):
+        assert all(np.array_equal(x, y) for x, y in zip(frames[k], frames["alone"])), k
+
+
 def test_segments_joined_match_the_unsplit_render_frame_for_frame(long_tape, tmp_path):
     tape = Tape.load(long_tape)
     assert tape.physics is not None  # pass 1 records the full integration state

@@ -50,7 +50,7 @@ class CameraRig:
             raise UsageError(f"Env '{env.spec.id}' is not a MuJoCo env, so only its default "
                              "camera can be drawn; drop --camera.")
         self.views = [self._resolve(name) for name in self.names]
-        self._render: Any = None  # env.render, or the same pixels for less (see _rgb_only)
+        self._render: Any = None  # env.render, or the same pixels for less (see rgb_only)
 
     def _resolve(self, name: str) -> tuple[str, int]:
         if name == "default":

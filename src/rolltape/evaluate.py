@@ -313,11 +313,11 @@ class _EarlyRender:
     When the episodes to render are known before their returns are (a count or indices,
     not best/worst/median), each one's tape is final as soon as pass 1 saves it, so its
     video can be drawn while the other episodes play. Pass 2 runs in a thread of this
-    process (its work is in render workers, at a lower CPU priority), so it takes the cores
-    pass 1 leaves idle and pass 1 keeps its speed. No number depends on it: rendering still
-    only replays tapes. It is opt-in because sharing a machine still slows pass 1 a little
-    (measured on 2 cores: the policy process needed 12% more CPU time beside a render),
-    while the whole run finished about 11% sooner.
+    process (its work is in render workers, at a lower CPU priority), so it mostly takes
+    the cores pass 1 leaves idle. No number depends on it: rendering still only replays
+    tapes. It is opt-in because sharing a machine still slows pass 1 a little (measured on
+    2 cores: the policy process needed 12% more CPU time beside a render), while the whole
+    run finished about 11% sooner.
     """
 
     def __init__(self, root: Path, cfg: EvalConfig, picked: list[int], warnings: list[str],

@@ -165,6 +165,9 @@ def _prepare_view(env: Any, quality: str) -> None:
         env.unwrapped.model.vis.quality.offsamples = preset["offsamples"]
     viewer = renderer._get_viewer(mode)  # makes the viewer (and GL context) when fresh
     if not fresh:
+        # A worker keeps one env (and GL context) per env and settings: the one about to
+        # draw must be current again after another env drew.
+        viewer.make_context_current()
         viewer._init_camera()
         renderer._set_cam_config()
     if preset is not None:
@@ -771,8 +774,7 @@ def render(
     and ``on_result(i, result)`` let a caller show progress and save results as they come.
     Setting ``cancel`` (from another thread) stops the workers; unfinished requests get None.
     ``background`` runs the workers at a lower CPU priority (nice +10), so that work beside
-    them (pass 1, when rendering starts early) keeps its speed and rendering takes what is
-    left.
+    them (pass 1, with ``render_early``) comes first and rendering takes what is left.
     """
     order = check_requests(requests, backends, workers)
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
