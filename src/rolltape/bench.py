@@ -30,7 +30,7 @@ Benchmarks (:data:`BENCHMARKS`):
 - ``gif_vs_mp4``: writing the same real frames as gif vs mp4 (target: <= 2.0).
 - ``report_build``: :func:`rolltape.report.build_report` on a 100-episode run with 3 videos
   (target: <= 10 s, an absolute budget, not a ratio).
-- ``pass1_vs_sb3_evaluate_policy``: pass 1 vs SB3's ``evaluate_policy`` (informational).
+- ``pass1_vs_sb3_evaluate_policy``: pass 1 vs SB3's ``evaluate_policy`` (informational in ``--quick``).
 - ``end_to_end``: :func:`rolltape.evaluate` with its defaults vs "the seed-000 way"
   (informational).
 
@@ -697,7 +697,8 @@ def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
            "in another order (rolltape uses math.fsum)" if close else
            "they differ beyond rounding: check the seeding of the first episode")
     return _result(
-        title="pass 1 vs SB3 evaluate_policy", ratio=ratio, target=1.5, op=">=", gating=False,
+        title="pass 1 vs SB3 evaluate_policy", ratio=ratio, target=1.5, op=">=",
+        gating=not cfg.quick,
         ratio_of="SB3 evaluate_policy wall time / rolltape pass-1 time (a speed-up; each "
                  "from a cold process: interpreter, torch, checkpoint, episodes)",
         baseline=f"SB3 evaluate_policy {_median(times['sb3']):.2f} s",
