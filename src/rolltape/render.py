@@ -13,6 +13,12 @@ Two ways to draw a tape:
   Its frames differ slightly from resim's: after a step Gymnasium draws body poses computed
   at the start of the last physics substep, restore draws the recorded state itself.
 
+With more workers than tapes, a long episode is split into segments, each drawn from the
+physics state pass 1 recorded at its start; mp4/webm parts are joined by copying packets
+(:func:`encode.join_videos`), other formats through lossless frames. Each output is
+encoded on a thread of its own (:class:`encode.BackgroundWriter`) while the next frame is
+drawn.
+
 The parent tries backends in order (egl, then osmesa by default). A worker that crashes,
 hangs or draws blank frames fails only its current tape, which is retried on the next
 backend; the reason is kept.
