@@ -460,6 +460,7 @@ def test_render_early_starts_pass_two_beside_pass_one_at_low_priority(tmp_path):
     assert video["verified"] is True and video["niceness"] >= 10
     late = evaluate(ENV_ID, "random", video="best", out=tmp_path / "late", **kw)
     assert "pass2_started_after_s" not in late.metadata["timings"]
+    assert any(w.startswith("--render-early needs") for w in late.results["warnings"])
     assert late.results["videos"][0]["niceness"] == os.nice(0)
     plain = evaluate(ENV_ID, "random", video=1, out=tmp_path / "plain",
                      **{**kw, "render_early": False})

@@ -159,6 +159,11 @@ class EvalConfig:
                          "in one forward pass, which can round differently from one at a time; "
                          "tapes may differ in the last bits of their actions from a run "
                          "without it (they still replay exactly).")
+        if self.render_early and self.wants_video and (self.executor != "local"
+                                                       or _needs_returns(self.video)):
+            notes.append("--render-early needs the local executor and videos picked by count "
+                         "or index (best/worst/median wait for every return); pass 2 started "
+                         "after pass 1.")
         if self.workers > self.episodes:
             notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
                          f"using {self.episodes}.")
