@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import rolltape
+from conftest import run_cli
 from rolltape import UsageError
 from rolltape.viewer import (MODEL_SUPPORT, SOURCE_DIR, check_models, export_viewer,
                              model_files, node_modules_dir, serve, viewer_is_current)
@@ -224,7 +225,7 @@ def test_tapes_without_mujoco_state_get_a_note_not_a_viewer(cartpole_run: Path) 
     assert info["href"] is None and info["models_ok"] == {}
     assert "CartPole-v1" in info["note"] and "MuJoCo state" in info["note"]
     assert not (cartpole_run / "viewer").exists()
-    assert _cli("view", str(cartpole_run)).returncode == 2
+    assert run_cli("view", str(cartpole_run)).returncode == 2
 
 
 def test_missing_assets_name_the_install_command(cheetah_run: Path, tmp_path: Path,
@@ -241,13 +242,8 @@ def test_not_a_run_is_a_usage_error(tmp_path: Path) -> None:
         export_viewer(tmp_path)
     with pytest.raises(UsageError, match="not a rolltape run"):
         serve(tmp_path / "missing")
-    proc = _cli("view", str(tmp_path))
+    proc = run_cli("view", str(tmp_path))
     assert proc.returncode == 2 and "not a rolltape run" in proc.stderr
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rolltape.cli", *args], capture_output=True,
-                          text=True, timeout=60)
 
 
 @needs_assets

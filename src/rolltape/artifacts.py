@@ -155,15 +155,18 @@ class RunDir:
 
 
 def git_commit(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
-    """The git commit (and whether the tree is dirty) of the folder holding ``path``, if any."""
+    """The git commit (and whether the tree is dirty) of the folder holding ``path``, if it
+    names a file or folder (a policy source such as "random" has none)."""
     import subprocess
 
     if not path:
         return None
-    folder = Path(path)
-    folder = folder if folder.is_dir() else folder.parent
-    if not folder.is_dir():
+    source = Path(path)
+    if not source.exists() and ":" in str(path):  # "file.py:ATTR" names a file
+        source = Path(str(path).rpartition(":")[0])
+    if not source.exists():  # "random", "module:attr": no folder of the user's to ask
         return None
+    folder = source if source.is_dir() else source.parent
     try:
         head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True,
                               text=True, timeout=10)

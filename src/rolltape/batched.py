@@ -29,11 +29,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .envs import json_safe, make_env, mujoco_data, physics_spec
+from .envs import make_env, mujoco_data, physics_spec, split_physics
 from .errors import UsageError
 from .policies import Policy, SB3Policy, load_policy
-from .rollout import EpisodeJob, PolicyJob, digest_all, episode_row, kept_obs
-from .tape import Tape
+from .rollout import (EpisodeJob, PolicyJob, kept_obs, refuse_if_it_cannot_draw, save_episode,
+                      tape_fields)
 
 _INFO_KEY = "rolltape"  # what each sub-env adds to its info: (state, is_success, metrics)
 
@@ -82,35 +82,10 @@ class _Playing:
     """One episode in progress on one sub-env."""
 
     job: EpisodeJob
-    nq: int  # MuJoCo sizes, to cut qpos/qvel out of the state rows (0 for other envs)
-    nv: int
     first_obs: Any = None
-    states: list[Any] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)  # MuJoCo state rows (None otherwise)
     steps: list[tuple[Any, ...]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
-
-    def fields(self, options: dict[str, Any] | None, facts: tuple[Any, Any, Any]
-               ) -> dict[str, Any]:
-        """The fields of the tape, as :func:`rollout.record_episode` returns them."""
-        actions, rewards, terminated, truncated, observations = zip(*self.steps)
-        _, success, metrics = facts
-        physics = None if self.states[0] is None else np.stack(self.states)
-        nq, nv = self.nq, self.nv
-        return {
-            "seed": self.job.seed,
-            "options": options,
-            "actions": np.stack(actions),
-            "rewards": np.asarray(rewards, dtype=np.float64),
-            "terminated": np.asarray(terminated, dtype=bool),
-            "truncated": np.asarray(truncated, dtype=bool),
-            "obs_digest": digest_all([self.first_obs, *observations]),
-            "qpos": None if physics is None else physics[:, 1:1 + nq].copy(),
-            "qvel": None if physics is None else physics[:, 1 + nq:1 + nq + nv].copy(),
-            "physics": physics,
-            "success": None if success is None else bool(success),
-            "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
-            "wall_s": time.perf_counter() - self.started,
-        }
 
 
 def run_batched_job(jobs: list[PolicyJob], num_envs: int, send: Callable[[Any], None]) -> None:
@@ -126,9 +101,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
 
     probe = make_env(job.env)  # for the spaces and checks; never stepped
     try:
-        if job.needs_rgb_array and "rgb_array" not in probe.metadata.get("render_modes", []):
-            raise UsageError(f"Env '{job.env['id']}' cannot render 'rgb_array' frames, so it "
-                             "cannot make a video; drop --video or choose an env that can.")
+        refuse_if_it_cannot_draw(job, probe)
         act_batch, description = _batch_actor(job, probe, num_envs)
         data = mujoco_data(probe)
         nq, nv = (probe.unwrapped.model.nq, probe.unwrapped.model.nv) if data is not None \
@@ -149,7 +122,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
             seeds: list[int | None] = [None] * num_envs
             for s in np.flatnonzero(slots):
                 episode = waiting.popleft() if waiting else None
-                playing[s] = None if episode is None else _Playing(episode, nq, nv)
+                playing[s] = None if episode is None else _Playing(episode)
                 seeds[s] = None if episode is None else episode.seed
             options = {**(job.reset_options or {}), "reset_mask": slots}
             obs, infos = envs.reset(seed=seeds, options=options)
@@ -176,12 +149,12 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                 facts = infos[_INFO_KEY][s]
                 episode.states.append(facts[0])
                 if done[s]:
-                    tape = Tape(env=job.env, policy=description,
-                                meta={"role": episode.job.role, "index": episode.job.index,
-                                      **job.extra_meta},
-                                **episode.fields(job.reset_options, facts))
-                    tape.save(episode.job.tape_path)
-                    send(("episode", episode_row(tape, episode.job)))
+                    state, success, metrics = facts
+                    physics = ((None, None, None) if state is None else
+                               split_physics(np.stack(episode.states), nq, nv))
+                    save_episode(job, episode.job, description, tape_fields(
+                        episode.job.seed, job.reset_options, episode.first_obs, episode.steps,
+                        physics, success, metrics, episode.started), send)
             if done.any():
                 obs, rows = reset(done)
     finally:

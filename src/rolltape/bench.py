@@ -60,7 +60,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -162,9 +162,6 @@ class Context:
             self.log("making an untrained PPO MlpPolicy checkpoint + VecNormalize stats")
             self._checkpoint = make_checkpoint(self.dir("checkpoint"))
         return self._checkpoint
-
-    def policy_source(self) -> str:
-        return f"sb3:{self.checkpoint()[0]}"
 
 
 def make_checkpoint(folder: Path) -> tuple[Path, Path]:
@@ -629,8 +626,7 @@ def bench_render_rss(ctx: Context) -> dict[str, Any]:
         with track_workers() as workers:
             result = render([RenderRequest(str(tape), (str(out),), width=cfg.width,
                                            height=cfg.height, overwrite=True)],
-                            backends=(ctx.backend, "osmesa") if ctx.backend != "osmesa"
-                            else ("osmesa",))[0]
+                            backends=_backends(ctx))[0]
         assert result is not None
         drew = [w for w in workers if w["target"] == "render_worker"]
         if not drew or drew[-1]["peak_rss_kb"] is None:
@@ -1441,9 +1437,10 @@ def run(only: str | Sequence[str] | None = None, *, quick: bool = False,
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")
-    tmp.replace(path)
+    """Like artifacts.write_json, but anything JSON cannot hold is written as its str()."""
+    from .artifacts import write_text
+
+    write_text(path, json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")
 
 
 def _verdict(r: dict[str, Any]) -> str:
@@ -1576,18 +1573,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = QUICK if args.quick else FULL
     if args.rss_frames:
         short, _, long = args.rss_frames.partition(",")
-        config = _replace(config, rss_short=int(short), rss_long=int(long))
+        config = replace(config, rss_short=int(short), rss_long=int(long))
     try:
         return run_and_print(args.only, quick=args.quick, out=args.out, config=config)
     except UsageError as exc:
         print(f"rolltape bench: {exc}", file=sys.stderr)
         return 2
 
-
-def _replace(config: Config, **changes: Any) -> Config:
-    from dataclasses import replace
-
-    return replace(config, **changes)
 
 
 def run_and_print(only: str | None = None, *, quick: bool = False, out: str | Path = "bench-out",

@@ -80,8 +80,6 @@ class CameraRig:
         """One frame per camera, in order."""
         if self._render is None:
             self._render = self._choose_render()
-        if self.views == [("default", 0)]:
-            return [self._render()]  # env.render()'s pixels, camera untouched
         return [self._draw(kind, ident) for kind, ident in self.views]
 
     def _choose_render(self) -> Any:

@@ -188,9 +188,13 @@ class PhysicsLog:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(physics, qpos, qvel), one row per recorded frame."""
-        physics = self._buf[:self.frames].copy()
-        nq, nv = self._nq, self._nv
-        return physics, physics[:, 1:1 + nq].copy(), physics[:, 1 + nq:1 + nq + nv].copy()
+        return split_physics(self._buf[:self.frames].copy(), self._nq, self._nv)
+
+
+def split_physics(physics: np.ndarray, nq: int, nv: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(physics, qpos, qvel) from state rows laid out as [time, qpos, qvel, ...]."""
+    return physics, physics[:, 1:1 + nq].copy(), physics[:, 1 + nq:1 + nq + nv].copy()
 
 
 def continue_from(env: Any, physics: np.ndarray) -> None:

@@ -159,8 +159,7 @@ class EvalConfig:
                          "in one forward pass, which can round differently from one at a time; "
                          "tapes may differ in the last bits of their actions from a run "
                          "without it (they still replay exactly).")
-        if self.render_early and self.wants_video and (self.executor != "local"
-                                                       or _needs_returns(self.video)):
+        if self.render_early and self.wants_video and not self.renders_early:
             notes.append("--render-early needs the local executor and videos picked by count "
                          "or index (best/worst/median wait for every return); pass 2 started "
                          "after pass 1.")
@@ -172,6 +171,13 @@ class EvalConfig:
     @property
     def wants_video(self) -> bool:
         return self.video not in (0, "0", "", "none", None, [], ())
+
+    @property
+    def renders_early(self) -> bool:
+        """Pass 2 starts beside pass 1: asked for, and possible (local executor, videos
+        picked without needing the returns)."""
+        return (self.render_early and self.wants_video and self.executor == "local"
+                and not _needs_returns(self.video))
 
 
 EXECUTORS = ("local", "ray")
@@ -266,8 +272,8 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
     ``on_row`` sees each episode's row as soon as its tape is saved."""
     jsonl = root / "episodes.jsonl"
     done = {(r["role"], r["index"]): r for r in read_jsonl(jsonl) if (root / r["tape"]).is_file()}
-    for row in done.values():
-        if on_row is not None:
+    if on_row is not None:
+        for row in done.values():
             on_row(row)
     # Rewrite what survived (a torn last line from an interrupted run is dropped).
     write_text(jsonl, "".join(json.dumps(r, allow_nan=False) + "\n" for r in done.values()))
@@ -339,8 +345,7 @@ class _EarlyRender:
     @classmethod
     def for_config(cls, root: Path, cfg: EvalConfig, warnings: list[str], bar: Progress,
                    started: float) -> _EarlyRender | None:
-        if (not cfg.render_early or not cfg.wants_video or cfg.executor != "local"
-                or _needs_returns(cfg.video)):
+        if not cfg.renders_early:
             return None
         placeholder = [{"return": 0.0}] * cfg.episodes  # indices only: returns are unused
         return cls(root, cfg, select_episodes(cfg.video, placeholder), warnings, bar, started)

@@ -23,7 +23,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .artifacts import RESULTS_SCHEMA_VERSION, write_text
+from .artifacts import write_text
 from .errors import UsageError
 
 NOTEBOOK_NAME = "report.ipynb"
@@ -42,8 +42,12 @@ def write_notebook(run_dir: str | os.PathLike[str], *, overwrite: bool = True) -
     """
     import nbformat
 
-    run = Path(run_dir)
-    results, metadata = _read_run(run)
+    from .report import load_run
+
+    run, results, metadata = load_run(run_dir)
+    if metadata is None:
+        raise UsageError(f"'{run}' is not a finished rolltape run (it has no readable "
+                         "metadata.json); give the folder that `rolltape eval --out` wrote.")
     target = run / NOTEBOOK_NAME
     if target.exists() and not overwrite:
         raise UsageError(f"'{target}' already exists; pass overwrite=True to replace it.")
@@ -87,37 +91,6 @@ def build_notebook(results: Mapping[str, Any], metadata: Mapping[str, Any],
                      "env_id": results.get("env_id")},
     })
     return nb
-
-
-def _read_run(run: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """results.json and metadata.json of a run, or one sentence saying why it isn't one."""
-    hint = "give the folder that `rolltape eval --out` wrote."
-    if not run.is_dir():
-        raise UsageError(f"'{run}' is not a folder; {hint}")
-    found = []
-    for name in ("results.json", "metadata.json"):
-        path = run / name
-        if not path.is_file():
-            raise UsageError(f"'{run}' is not a finished rolltape run (it has no {name}); "
-                             f"{hint}")
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"'{path}' cannot be read as JSON ({type(exc).__name__}); "
-                             "re-run `rolltape eval` to rewrite it.") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"'{path}' is not a rolltape {name}; {hint}")
-        found.append(data)
-    results, metadata = found
-    version = results.get("schema_version")
-    if version != RESULTS_SCHEMA_VERSION:
-        raise UsageError(f"'{run}/results.json' has schema version {version!r} but this "
-                         f"rolltape reads version {RESULTS_SCHEMA_VERSION}; use the rolltape "
-                         "release that wrote it.")
-    missing = [k for k in ("summary", "episodes_rows") if k not in results]
-    if missing or "policy" not in results.get("summary", {}):
-        raise UsageError(f"'{run}/results.json' lacks the run summary; re-run `rolltape eval`.")
-    return results, metadata
 
 
 def _final_path(run_dir: str | os.PathLike[str]) -> Path:

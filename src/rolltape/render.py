@@ -460,7 +460,7 @@ def _import_what_jobs_need(backend: str | None) -> None:
     first tape (PyAV, Gymnasium, PyOpenGL for the frame readback)."""
     import gymnasium  # noqa: F401
 
-    from . import cameras, encode, envs, tape  # noqa: F401
+    from . import envs, tape  # noqa: F401  (cameras and encode come with this module)
 
     if backend is not None:
         try:
@@ -650,19 +650,20 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
     copying packets, gif/PNG by reading back the PNG frames the segments drew."""
     from .encode import join_videos, open_writer, read_frames
 
-    fps = req.fps or parts[0].fps
+    fps = parts[0].fps  # the rate the segments were written at (req.fps or the env's)
     drawn = [p.outputs for p in parts]  # drawn[k][j]: segment k's j-th output
     frames = sum(p.frames for p in parts)
     frame_counts = []
     try:
-        lossless = [j for j, out in enumerate(drawn[0]) if out.endswith("/")]
         writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs
                    if not _joined_by_packets(path)]
         try:
-            for k in range(len(parts)):
-                for frame in (read_frames(drawn[k][lossless[0]]) if writers else ()):
-                    for w in writers:
-                        w.write(frame)
+            if writers:  # gif/PNG outputs: read back the one lossless folder of each segment
+                lossless = next(j for j, out in enumerate(drawn[0]) if out.endswith("/"))
+                for outputs in drawn:
+                    for frame in read_frames(outputs[lossless]):
+                        for w in writers:
+                            w.write(frame)
             frame_counts += [w.frames_written for w in writers]
             for w in writers:
                 w.close()
@@ -692,8 +693,6 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
 
 
 def _joined_by_packets(path: str) -> bool:
-    from .encode import format_from_path
-
     return format_from_path(path) in ("mp4", "webm")
 
 
@@ -731,16 +730,19 @@ def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
     """Write the pixel-free outputs and a ``.metadata.json`` sidecar beside every output."""
     from .artifacts import (git_commit, provenance, write_episode_jsonl, write_sidecar,
                             write_tape_copy)
+    from .envs import json_safe
     from .policies import sha256_of
     from .tape import Tape
 
+    if not req.outputs:
+        return result  # verification only: nothing was written, nothing to describe
     tape = Tape.load(req.tape)
     record = {
         **provenance(),
         "tape": {"path": req.tape, "sha256": sha256_of(req.tape), "env": tape.env,
                  "seed": tape.seed, "policy": tape.policy,
                  "policy_git": git_commit(tape.policy.get("source"))},
-        "config": json.loads(json.dumps(asdict(req))),
+        "config": json_safe(asdict(req)),
         "result": result.to_dict(),
     }
     data = [o for o in req.outputs if o.endswith(DATA_SUFFIXES)]

@@ -70,12 +70,22 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         if physics is not None:
             physics.record()
         done = term or trunc
+    return tape_fields(seed, options, first, steps,
+                       physics.arrays() if physics is not None else (None, None, None),
+                       info.get("is_success"), info.get("metrics"), start)
+
+
+def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
+                steps: list[tuple[Any, ...]], physics: tuple[Any, Any, Any],
+                success: Any, metrics: Any, started: float) -> dict[str, Any]:
+    """The fields of a tape from what one episode produced: ``steps`` holds one (action,
+    reward, terminated, truncated, kept observation) tuple per step, ``physics`` is
+    (state, qpos, qvel) with one row per frame (Nones for non-MuJoCo envs), ``success`` and
+    ``metrics`` come from the last step's info, ``started`` is when the episode began."""
     actions, rewards, terminated, truncated, observations = zip(*steps)
-    digests = digest_all([first, *observations])
-    wall = time.perf_counter() - start
-    state, qpos, qvel = physics.arrays() if physics is not None else (None, None, None)
-    success = info.get("is_success")
-    metrics = info.get("metrics")
+    digests = digest_all([first_obs, *observations])
+    wall = time.perf_counter() - started
+    state, qpos, qvel = physics
     return {
         "seed": seed,
         "options": options,
@@ -126,23 +136,34 @@ def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
     }
 
 
+def refuse_if_it_cannot_draw(job: PolicyJob, env: Any) -> None:
+    """A video was asked for: refuse, before any episode, an env that cannot draw frames."""
+    if job.needs_rgb_array and "rgb_array" not in env.metadata.get("render_modes", []):
+        raise UsageError(f"Env '{job.env['id']}' cannot render 'rgb_array' frames, so it "
+                         "cannot make a video; drop --video or choose an env that can.")
+
+
+def save_episode(job: PolicyJob, ep: EpisodeJob, policy: dict[str, Any],
+                 fields: dict[str, Any], send: Any) -> None:
+    """Save one episode's tape and report its row."""
+    tape = Tape(env=job.env, policy=policy,
+                meta={"role": ep.role, "index": ep.index, **job.extra_meta}, **fields)
+    tape.save(ep.tape_path)
+    send(("episode", episode_row(tape, ep)))
+
+
 def run_policy_job(job: PolicyJob, send: Any) -> None:
     """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
     env = make_env(job.env)
     try:
-        if job.needs_rgb_array and "rgb_array" not in env.metadata.get("render_modes", []):
-            raise UsageError(f"Env '{job.env['id']}' cannot render 'rgb_array' frames, so it "
-                             "cannot make a video; drop --video or choose an env that can.")
+        refuse_if_it_cannot_draw(job, env)
         policy = load_policy(job.policy, env, vecnormalize=job.vecnormalize, algo=job.algo,
                              deterministic=job.deterministic)
         send(("policy", {"role": job.episodes[0].role if job.episodes else None,
                          **policy.description}))
         for ep in job.episodes:
-            fields = record_episode(env, policy, ep.seed, job.reset_options)
-            tape = Tape(env=job.env, policy=policy.description,
-                        meta={"role": ep.role, "index": ep.index, **job.extra_meta}, **fields)
-            tape.save(ep.tape_path)
-            send(("episode", episode_row(tape, ep)))
+            save_episode(job, ep, policy.description,
+                         record_episode(env, policy, ep.seed, job.reset_options), send)
     finally:
         env.close()
 
