@@ -22,8 +22,9 @@ from .errors import DivergenceError, UsageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Evaluate RL policies with rendering off; render their tapes faithfully.")
-# Not a terminal (a log, CI): a fixed width so tables do not wrap at 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 120)
+# Not a terminal (a log, CI): a fixed width so tables do not wrap at 80 columns. Lines are
+# never wrapped, so a per-tape line stays one line for grep whatever its path's length.
+out = Console(width=None if sys.stdout.isatty() else 120, soft_wrap=True)
 err = Console(stderr=True)
 
 CAMERA_HELP = "default, free, a model camera NAME, or track:BODY; repeat for several."
