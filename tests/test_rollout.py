@@ -433,13 +433,16 @@ def test_resume_with_another_seed_is_refused_or_consistent(reference_run, tmp_pa
     assert [r["seed"] for r in run.results["episodes_rows"]] == list(range(99, 104))
 
 
-def test_failed_resume_of_a_finished_run_leaves_nothing_behind(tmp_path):
+def test_failed_resume_of_a_finished_run_leaves_nothing_behind(tmp_path, monkeypatch):
     policy = tmp_path / "p.py"
-    policy.write_text("import numpy as np\n\ndef act(obs):\n    return np.zeros(6, np.float32)\n")
+    policy.write_text("import os\nimport numpy as np\n\ndef act(obs):\n"
+                      "    return np.zeros(6, np.float32)\n\n"
+                      "if os.environ.get('BREAK_POLICY'):\n    act = 42\n")
     out = tmp_path / "run"
     evaluate(ENV_ID, f"{policy}:act", episodes=1, seed=1, max_episode_steps=20, out=out)
     before = sorted(p.name for p in out.rglob("*"))
-    policy.write_text("act = 42\n")  # the policy file broke since
+    # The policy broke since, though its file is the same (a changed file is refused earlier).
+    monkeypatch.setenv("BREAK_POLICY", "1")
     with pytest.raises(UsageError, match="not a policy"):
         evaluate(ENV_ID, f"{policy}:act", episodes=2, seed=1, max_episode_steps=20, out=out,
                  resume=True)

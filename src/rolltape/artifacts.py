@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -76,7 +77,14 @@ def refuse_existing(path: str | os.PathLike[str], overwrite: bool) -> None:
 
 
 class RunDir:
-    """The folder of one run, staged until :meth:`commit`."""
+    """The folder of one run, staged until :meth:`commit`.
+
+    The staging folder is locked (``flock`` on the folder itself) for as long as this
+    object is open, so that a second eval, resume or ``--overwrite`` on the same ``--out``
+    is refused instead of writing into a live run; the lock goes with the process, so a
+    killed run leaves a staging folder that can be resumed. ``status.json`` in staging
+    says whether a stopped run was interrupted or failed, for the next command to tell.
+    """
 
     def __init__(self, final: str | os.PathLike[str], *, overwrite: bool = False,
                  resume: bool = False) -> None:
@@ -84,6 +92,10 @@ class RunDir:
         self.staging = self.final.with_name(f".{self.final.name}.partial")
         self.resumed = False
         self.copied = False  # staging is a copy of a finished run (resuming it)
+        self._lock: int | None = None
+        if overwrite and resume:
+            raise UsageError("--overwrite and --resume contradict each other: --resume "
+                             "continues the run in --out, --overwrite starts it again; pass one.")
         if not resume:
             refuse_existing(self.final, overwrite)
         parent = self.final.parent
@@ -99,27 +111,81 @@ class RunDir:
             raise UsageError(f"The output folder '{parent}' is not writable; choose a writable "
                              "--out.")
         if self.staging.exists():
+            self._take_lock()
             if resume:
                 self.resumed = True
             elif overwrite:
-                shutil.rmtree(self.staging)
+                _clear(self.staging)
             else:
-                raise UsageError(f"An interrupted run of '{self.final}' is in '{self.staging}'; "
-                                 "pass --resume to continue it or --overwrite to start over.")
-        elif resume and self.final.exists():
-            # Resuming a finished run: work on it in staging, then put it back.
-            shutil.copytree(self.final, self.staging)
-            self.resumed = self.copied = True
+                self.release()
+                raise UsageError(f"{self.stopped_run_text()} is kept in '{self.staging}'; "
+                                 "pass --resume to continue it or --overwrite to discard it.")
+        else:
+            try:
+                self.staging.mkdir()
+            except FileExistsError:  # another run made it a moment ago
+                pass
+            self._take_lock()
+            if resume and self.final.exists():
+                # Resuming a finished run: work on a copy in staging, then put it back. A copy
+                # that fails (a full disk) leaves the finished run as it was and no staging.
+                try:
+                    shutil.copytree(self.final, self.staging, dirs_exist_ok=True)
+                except OSError as exc:
+                    self.discard()
+                    raise UsageError(f"Cannot copy '{self.final}' to resume it ({_why(exc)}); "
+                                     "it is untouched. Free some space and try again.") from None
+                self.resumed = self.copied = True
+        (self.staging / "status.json").unlink(missing_ok=True)
+        remove_temporaries(self.staging)
         (self.staging / "tapes").mkdir(parents=True, exist_ok=True)
         (self.staging / "videos").mkdir(exist_ok=True)
+
+    def _take_lock(self) -> None:
+        import fcntl
+
+        fd = os.open(self.staging, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UsageError(f"Another rolltape process is writing to '{self.final}' right now "
+                             "(its staging folder is locked); wait for it to finish or choose "
+                             "another --out.") from None
+        self._lock = fd
+
+    def release(self) -> None:
+        """Let go of the lock (the process ending does the same). Safe to call twice."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     @property
     def path(self) -> Path:
         """Where files go while the run is being made."""
         return self.staging
 
+    def stopped_run_text(self) -> str:
+        """'An interrupted run of X' or 'A failed run of X (why)', from status.json."""
+        try:
+            status = json.loads((self.staging / "status.json").read_text())
+            state, reason = str(status["state"]), str(status.get("reason") or "")
+        except (OSError, ValueError, KeyError, TypeError):
+            state, reason = "interrupted", ""
+        if state == "failed":
+            return f"A failed run of '{self.final}'" + (f" ({reason.rstrip('.')})" if reason else "")
+        return f"An interrupted run of '{self.final}'"
+
+    def mark_stopped(self, state: str, reason: str = "") -> None:
+        """Say in staging why the run stopped ('interrupted' or 'failed')."""
+        try:
+            write_json(self.staging / "status.json", {"state": state, "reason": reason})
+        except OSError:
+            pass  # a full disk: the next command then calls it interrupted
+
     def commit(self) -> Path:
         """Move the finished run into place, replacing an old one only now that it is whole."""
+        remove_temporaries(self.staging)
         old = None
         if self.final.exists():
             old = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
@@ -127,12 +193,14 @@ class RunDir:
         os.replace(self.staging, self.final)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+        self.release()
         return self.final
 
     def discard(self) -> None:
         """Remove the staging folder (bad input found before anything worth keeping), and
         the parent folders this run created."""
         shutil.rmtree(self.staging, ignore_errors=True)
+        self.release()
         if self._created is not None:
             for folder in [self.final.parent, *self.final.parent.parents]:
                 try:
@@ -149,9 +217,47 @@ class RunDir:
             before = json.loads(path.read_text())
             changed = sorted(k for k in set(before) | set(config) if before.get(k) != config.get(k))
             if changed:
-                raise UsageError(f"Cannot resume '{self.final}' with different {', '.join(changed)} "
-                                 "than it was started with; pass the same options or --overwrite.")
+                what = "; ".join(f"{k} was {_short(before.get(k))}, now {_short(config.get(k))}"
+                                 for k in changed)
+                raise UsageError(f"Cannot resume '{self.final}': {what}. Pass what it was "
+                                 "started with, or --overwrite to start over.")
         write_json(path, config)
+
+
+def _clear(folder: Path) -> None:
+    """Empty a folder but keep it (it is the one we hold the lock on)."""
+    for child in folder.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
+        return value[:12] + "..."  # a sha256: its start tells two files apart
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+# What killed writers leave behind: NAME.partial-PID[-N], NAME.old-PID, .NAME.segmentK-PID
+# (tapes, encoders, segment renders) and write_text's .NAME.XXXXXXXX.partial.
+_TEMPORARY = re.compile(r"\.(partial|old|segment\d+)-\d+|^\..*\.partial$")
+
+
+def remove_temporaries(folder: Path) -> None:
+    """Delete the temporary files and folders of writers that were killed, so that a
+    committed run holds finished files only."""
+    for path in sorted(folder.rglob("*"), reverse=True):  # children before their folders
+        if _TEMPORARY.search(path.name):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def git_commit(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
@@ -202,10 +308,51 @@ def artifact_paths(base: str | os.PathLike[str], formats: str | None) -> tuple[s
     paths = []
     for fmt in filter(None, (f.strip().lower() for f in formats.split(","))):
         if fmt not in ARTIFACT_FORMATS:
-            raise UsageError(f"Unknown format '{fmt}'; use one or more of "
+            raise UsageError(f"Unknown format '{fmt}' (--format); use one or more of "
                              f"{', '.join(ARTIFACT_FORMATS)}, comma-separated.")
         paths.append(f"{stem}/" if fmt == "png" else f"{stem}.{fmt}")
+    if not paths:
+        raise UsageError(f"--format '{formats}' names no format; give one or more of "
+                         f"{', '.join(ARTIFACT_FORMATS)}, comma-separated.")
     return tuple(paths)
+
+
+def check_output_name(out: str, several: bool) -> None:
+    """Refuse a user's ``--out`` that would be silently renamed or misread: a suffix rolltape
+    does not write (``x.avi`` would become ``x.avi.mp4``), or one file for several tapes."""
+    known = [f".{f}" for f in ARTIFACT_FORMATS if f != "png"]
+    suffix = Path(out.rstrip("/")).suffix
+    if not out.strip() or out.rstrip("/") in (".", ""):
+        raise UsageError(f"--out '{out}' names no file or folder; give a path such as "
+                         "videos/ep.mp4 or videos/.")
+    if several and not out.endswith("/") and suffix in known:
+        raise UsageError(f"--out '{out}' is one file but several tapes were given; name a "
+                         f"folder with a trailing slash (--out {out[:-len(suffix)]}/) to get one "
+                         "file per tape.")
+    if not several and not out.endswith("/") and suffix and suffix not in known:
+        raise UsageError(f"--out '{out}': rolltape does not write {suffix} files; end it in "
+                         f"{', '.join(known)}, or with / for a folder of PNG frames.")
+
+
+def check_writable_folder(out: str | os.PathLike[str], flag: str = "--out") -> None:
+    """Refuse, before any work, an output folder that cannot be made: the current folder or
+    one above it (a run replaces its folder), the root, a file in the way, or no permission.
+    Permission is tried for real (a temporary folder, removed at once): as root
+    ``os.access`` says yes even on read-only or virtual file systems."""
+    text = str(out)
+    path = Path(os.path.abspath(Path(text).expanduser()))  # '..' resolved, links kept
+    if not text.strip() or path == Path(path.anchor) or path in (Path.cwd(), *Path.cwd().parents):
+        raise UsageError(f"{flag} '{text}' is not a folder a run can own (it would replace "
+                         f"the folder it is in); give a new folder such as {flag} runs/NAME.")
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{flag} '{text}': '{existing}' is a file, not a folder; choose "
+                         f"another {flag}.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rolltape-probe-", dir=existing))
+    except OSError as exc:
+        raise UsageError(f"{flag} '{text}' cannot be written: '{existing}' refuses new files "
+                         f"({exc.strerror}); choose a writable {flag}.") from None
 
 
 def write_episode_jsonl(path: str | os.PathLike[str], tape: Any, record: dict[str, Any]) -> Path:

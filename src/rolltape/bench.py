@@ -263,21 +263,29 @@ def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
         if cpu is not None:
             entry["cpu_s"] = max(entry["cpu_s"] or 0.0, cpu)
 
-    def spawn(target: Callable[..., None], *args: Any, env: Any = None) -> Any:
-        worker = executors.spawn_worker(target, *args, env=env)
+    def spawn(target: Callable[..., None], *args: Any, env: Any = None, **options: Any) -> Any:
+        worker = executors.spawn_worker(target, *args, env=env, **options)
         with lock:
             workers.append({"pid": worker.proc.pid, "target": target.__name__,
                             "env": {k: v for k, v in (env or {}).items()},
                             "peak_rss_kb": None, "cpu_s": None, "alive": True})
         return worker
 
-    def stop(worker: Any, grace: float = 2.0) -> None:
+    def last_read(stopping: list[Any]) -> None:
         with lock:
             for entry in workers:
-                if entry["pid"] == worker.proc.pid and entry["alive"]:
+                if entry["alive"] and any(entry["pid"] == w.proc.pid for w in stopping):
                     read(entry)
                     entry["alive"] = False
+
+    def stop(worker: Any, grace: float = 2.0) -> None:
+        last_read([worker])
         executors.stop_worker(worker, grace)
+
+    def stop_all(stopping: Any, grace: float = 2.0) -> None:
+        stopping = [w for w in stopping if w is not None]
+        last_read(stopping)
+        executors.stop_workers(stopping, grace)
 
     done = threading.Event()
 
@@ -289,9 +297,10 @@ def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
                         read(entry)
 
     patched = [(mod, name, getattr(mod, name)) for mod in modules
-               for name in ("spawn_worker", "stop_worker") if hasattr(mod, name)]
+               for name in ("spawn_worker", "stop_worker", "stop_workers") if hasattr(mod, name)]
+    replacements = {"spawn_worker": spawn, "stop_worker": stop, "stop_workers": stop_all}
     for mod, name, _ in patched:
-        setattr(mod, name, spawn if name == "spawn_worker" else stop)
+        setattr(mod, name, replacements[name])
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     try:

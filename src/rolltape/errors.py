@@ -18,3 +18,27 @@ class DivergenceError(Exception):
     """A replay did not earn what pass 1 earned and the user asked to fail on that."""
 
     exit_code = 1
+
+
+class RunFailed(Exception):
+    """A run stopped by a fault (a worker crashed or hung, the disk filled): the message
+    says what was kept and how to continue or discard it; ``detail`` keeps the traceback
+    (for status.json), never printed."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+class Interrupted(BaseException):
+    """A signal stopped the work: SIGTERM (exit status 143), or Ctrl-C (130) once the
+    message says what was kept and how to continue. A BaseException, as KeyboardInterrupt
+    is, so that ``except Exception`` never swallows it; not a KeyboardInterrupt, because
+    the command-line parser turns those into a bare exit status and the message is lost."""
+
+    def __init__(self, signum: int = 15, message: str = "") -> None:
+        super().__init__(message or f"stopped by signal {signum}")
+        self.signum = signum
+        self.exit_code = 128 + signum

@@ -12,9 +12,11 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -22,13 +24,16 @@ from typing import Any, Callable, Mapping, Sequence
 from . import stats
 from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
                         git_commit, provenance, read_jsonl, write_json, write_text)
+from .artifacts import check_writable_folder
 from .backends import DEFAULT_ORDER, parse_backends
 from .cameras import check_layout
 from .envs import env_spec, json_safe
-from .errors import DivergenceError, UsageError
+from .errors import DivergenceError, Interrupted, RunFailed, UsageError
+from .executors import signals_deferred, sigterm_raises
 from .progress import Progress
 from .render import MODES, QUALITY, RenderRequest, render
-from .rollout import EpisodeJob, PolicyJob, run_pass1, split_jobs, tape_name
+from .rollout import EPISODE_TIMEOUT, Episodes, PolicyJob, run_pass1, split_jobs
+from .tape import Tape
 
 ON_DIVERGENCE = ("warn", "fail")
 
@@ -46,40 +51,112 @@ class RunResult:
         return [v for v in self.results["videos"] if v.get("verified") is False]
 
 
-def select_episodes(selection: int | str | Sequence[int], rows: list[dict[str, Any]]) -> list[int]:
-    """Which episodes get a video: a count (the first N), 'all', 'best', 'worst', 'median',
-    or explicit indices like '0,7,12'; several words may be joined with commas."""
-    n = len(rows)
+def video_picks(selection: int | str | Sequence[int]) -> list[tuple[str, int]]:
+    """Parse ``--video`` without the episodes: ("count", N), ("all", 0), ("index", i), or
+    ("best" | "worst" | "median", how many). Refuses what it does not understand."""
+    hint = ("use a count, 'all', 'best', 'worst', 'median' (best:3 for several) or "
+            "episode indices like '0,3'.")
     if isinstance(selection, int):
         if selection < 0:
             raise UsageError(f"--video must be a count of 0 or more, got {selection}.")
-        return list(range(min(selection, n)))
+        return [("count", selection)]
     if not isinstance(selection, str):
-        picked = list(selection)
-    else:
-        picked = []
-        text = selection.strip().lower()
-        if text.isdigit():
-            return list(range(min(int(text), n)))
-        by_return = sorted(range(n), key=lambda i: (rows[i]["return"], i))
-        for word in filter(None, (w.strip() for w in text.split(","))):
-            if word == "all":
-                picked.extend(range(n))
-            elif word == "best":
-                picked.append(by_return[-1])
-            elif word == "worst":
-                picked.append(by_return[0])
-            elif word == "median":
-                picked.append(by_return[(n - 1) // 2])
-            elif word.lstrip("-").isdigit():
-                picked.append(int(word))
-            else:
-                raise UsageError(f"--video '{selection}' is not understood; use a count, 'all', "
-                                 "'best', 'worst', 'median' or episode indices like '0,3'.")
-    for i in picked:
-        if not 0 <= i < n:
-            raise UsageError(f"--video asks for episode {i} but the run has episodes 0..{n - 1}.")
+        return [("index", int(i)) for i in selection]
+    text = selection.strip().lower()
+    if text.isdigit():
+        return [("count", int(text))]
+    picks = []
+    for word in filter(None, (w.strip() for w in text.split(","))):
+        name, colon, many = word.partition(":")
+        if name in ("best", "worst", "median") and (not colon or many.isdigit()):
+            if colon and int(many) < 1:
+                raise UsageError(f"--video '{word}' picks no episode; {hint}")
+            picks.append((name, int(many) if colon else 1))
+        elif word == "all":
+            picks.append(("all", 0))
+        elif word.lstrip("-").isdigit():
+            picks.append(("index", int(word)))
+        else:
+            raise UsageError(f"--video '{selection}' is not understood; {hint}")
+    return picks
+
+
+def check_video(selection: int | str | Sequence[int], episodes: int) -> None:
+    """Refuse, before any work, a ``--video`` index outside the run's episodes."""
+    for kind, i in video_picks(selection):
+        if kind == "index" and not 0 <= i < episodes:
+            raise UsageError(f"--video asks for episode {i} but the run has episodes "
+                             f"0..{episodes - 1}.")
+
+
+def select_episodes(selection: int | str | Sequence[int], rows: list[dict[str, Any]]) -> list[int]:
+    """Which episodes get a video: a count (the first N), 'all', 'best', 'worst', 'median'
+    (``best:3``: the three best), or explicit indices like '0,7,12'; several words may be
+    joined with commas. Among equal returns the lowest index comes first."""
+    n = len(rows)
+    check_video(selection, n)
+    # Highest return first, lowest index first among equals (and the same for worst); an
+    # episode whose return is not a finite number (None) is neither best nor worst.
+    ranked = [i for i in range(n) if rows[i]["return"] is not None]
+    best = sorted(ranked, key=lambda i: (-rows[i]["return"], i))
+    worst = sorted(ranked, key=lambda i: (rows[i]["return"], i))
+    n_ranked = len(ranked)
+    picked: list[int] = []
+    for kind, k in video_picks(selection):
+        if kind == "count":
+            picked.extend(range(min(k, n)))
+        elif kind == "all":
+            picked.extend(range(n))
+        elif kind == "index":
+            picked.append(k)
+        elif kind == "best":
+            picked.extend(best[:k])
+        elif kind == "worst":
+            picked.extend(worst[:k])
+        else:  # the k episodes around the median return
+            first = max(0, min((n_ranked - 1) // 2 - (k - 1) // 2, n_ranked - k))
+            picked.extend(worst[first:first + k])
     return sorted(set(picked))
+
+
+def check_render_options(*, width: int | None = None, height: int | None = None,
+                         fps: float | None = None, rtol: float = 0.0, atol: float = 0.0,
+                         render_timeout: float | None = None, formats: str | None = None
+                         ) -> None:
+    """Refuse render options out of range (shared by eval and render), before any work."""
+    for flag, size in (("--width", width), ("--height", height)):
+        if size is not None and size < 1:
+            raise UsageError(f"{flag} must be at least 1 pixel, got {size}.")
+    # `not x > 0` is also true for NaN, which every comparison rejects.
+    for flag, seconds in (("--fps", fps), ("--render-timeout", render_timeout)):
+        if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
+            raise UsageError(f"{flag} must be a number above 0, got {seconds}.")
+    for flag, tol in (("--rtol", rtol), ("--atol", atol)):
+        if not (tol >= 0 and math.isfinite(tol)):
+            raise UsageError(f"{flag} must be a finite number of 0 or more, got {tol}.")
+    artifact_paths("x", formats)  # refuses an unknown or empty --format
+
+
+def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
+    """Before pass 1: a video's --width/--height and --camera must fit the env (an unknown
+    camera or body, or a size the env ignores, would otherwise surface only after every
+    episode was played). Checked in a spawned process, which imports MuJoCo for us."""
+    cameras = [c for c in cfg.cameras if c != "default"]
+    if not cfg.wants_video or (not cameras and cfg.width is None and cfg.height is None):
+        return
+    from .envs import check_drawing_worker
+    from .executors import spawn_worker, stop_worker
+
+    worker = spawn_worker(check_drawing_worker, spec, cfg.width, cfg.height, cameras,
+                          env={"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None})
+    try:
+        problem = worker.conn.recv()
+    except EOFError:
+        problem = None  # it died: pass 1 builds the same env and reports why
+    finally:
+        stop_worker(worker)
+    if problem:
+        raise UsageError(problem)
 
 
 @dataclass(frozen=True)
@@ -117,6 +194,8 @@ class EvalConfig:
     atol: float = 0.0
     on_divergence: str = "warn"
     render_timeout: float = 120.0
+    episode_timeout: float = EPISODE_TIMEOUT  # a pass-1 worker that finishes no episode for
+                                              # this long is stopped (a hung env or policy)
     report: bool = True  # report.html and report.ipynb
     viewer: bool = False  # the 3-D replay page (copies ~13 MB of WebAssembly into the run)
 
@@ -141,12 +220,27 @@ class EvalConfig:
         if self.quality not in QUALITY:
             raise UsageError(f"--quality must be one of {', '.join(QUALITY)}, "
                              f"got '{self.quality}'.")
-        if self.rtol < 0 or self.atol < 0:
-            raise UsageError("--rtol and --atol must be 0 or more.")
-        artifact_paths("x", self.video_format)
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise UsageError(f"--max-episode-steps must be at least 1, got "
+                             f"{self.max_episode_steps}.")
+        if self.seed < 0:
+            raise UsageError(f"--seed must be 0 or more (Gymnasium seeds are unsigned), got "
+                             f"{self.seed}.")
+        check_render_options(width=self.width, height=self.height, rtol=self.rtol,
+                             atol=self.atol, render_timeout=self.render_timeout,
+                             formats=self.video_format)
+        check_video(self.video, self.episodes)
+        if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
+            raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
+                             f"{self.episode_timeout}.")
         check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
+        from .policies import sb3_checkpoint
+
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
+        if self.policy.startswith("sb3:") and not sb3_checkpoint(checkpoint).is_file():
+            raise UsageError(f"--policy: checkpoint '{checkpoint}' does not exist; check the "
+                             "path.")
         for path, what in ((checkpoint, "Checkpoint"),
                            (self.vecnormalize, "VecNormalize statistics")):
             if path and str(path).endswith((".zip", ".pkl")) and not Path(path).is_file():
@@ -203,50 +297,87 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     options["cameras"] = tuple(options.get("cameras") or ())
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
+    check_writable_folder(out)
     if config.workers > config.episodes:
         config = replace(config, workers=config.episodes)
     spec = env_spec(env, config.env_kwargs, config.max_episode_steps)
+    check_drawing(spec, config)
     if config.executor == "ray":
         from .ray_executor import check_ray
 
         check_ray(config.ray_address)
     run = RunDir(out, overwrite=overwrite, resume=resume)
     try:
-        return _run(run, spec, config, notes, show_progress, command)
+        with sigterm_raises():
+            return _run(run, spec, config, notes, show_progress, command)
     except UsageError:
         if not run.resumed or run.copied:
             run.discard()
         raise
+    except (KeyboardInterrupt, Interrupted) as exc:  # Ctrl-C, or SIGTERM
+        signum = exc.signum if isinstance(exc, Interrupted) else 2
+        with signals_deferred():
+            run.mark_stopped("interrupted")
+            raise Interrupted(signum, f"Interrupted{' (SIGTERM)' if signum == 15 else ''}: "
+                              f"{_kept(run)}; rerun the same command with --resume to continue."
+                              ) from None
+    except (RunFailed, OSError) as exc:
+        reason = str(exc) if isinstance(exc, RunFailed) else _os_error_text(exc)
+        with signals_deferred():
+            run.mark_stopped("failed", reason)
+            raise RunFailed(f"{reason.rstrip('.')}. {_kept(run)[0].upper()}{_kept(run)[1:]}; "
+                            "fix the cause and rerun with --resume to continue, or with "
+                            "--overwrite to discard them.", getattr(exc, "detail", "")) from None
+    except Exception as exc:  # a bug: keep what finished, say so next time, show it
+        run.mark_stopped("failed", f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        run.release()
+
+
+def _kept(run: RunDir) -> str:
+    """'37 finished episode(s) are kept in X': what a stopped run leaves for --resume."""
+    rows = read_jsonl(run.path / "episodes.jsonl")
+    return f"{len(rows)} finished episode(s) are kept in '{run.path}'"
+
+
+def _os_error_text(exc: OSError) -> str:
+    where = f" while writing '{exc.filename}'" if exc.filename else ""
+    return f"{exc.strerror or type(exc).__name__}{where}"
 
 
 def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
          show_progress: bool, command: list[str] | None) -> RunResult:
     root = run.path
     run.check_config({"env": spec["id"], "env_kwargs": spec["kwargs"],
-                      "max_episode_steps": spec["max_episode_steps"], "policy": cfg.policy,
+                      "max_episode_steps": spec["max_episode_steps"],
+                      "env_versions": spec["versions"], "policy": cfg.policy,
                       "vecnormalize": cfg.vecnormalize, "algo": cfg.algo, "seed": cfg.seed,
-                      "deterministic": cfg.deterministic, "baseline": cfg.baseline})
+                      "deterministic": cfg.deterministic, "baseline": cfg.baseline,
+                      **_input_digests(cfg)})
     timings: dict[str, float] = {}
     with Progress(show_progress) as bar:
         started = time.perf_counter()
         early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
         try:
-            rows, descriptions = _pass1(root, spec, cfg, warnings, bar,
-                                        on_row=early.offer if early else None)
+            rows, descriptions, failed = _pass1(root, spec, cfg, warnings, bar,
+                                                on_row=early.offer if early else None)
         except BaseException:
             if early is not None:
                 early.cancel()
             raise
         timings["pass1_s"] = time.perf_counter() - started
-        results = _results(spec, rows, descriptions, cfg.episodes, cfg.seed)
+        results = _results(spec, rows, descriptions, cfg.episodes, cfg.seed, failed)
+        warnings.extend(_number_warnings(results))
         write_json(root / "results.json", results)  # the numbers are safe before any rendering
         videos: list[dict[str, Any]] = []
         if early is not None:
             videos = early.finish(timings)
         elif cfg.wants_video:
             started = time.perf_counter()
-            videos = _pass2(root, rows["policy"], select_episodes(cfg.video, rows["policy"]),
-                            cfg, warnings, bar)
+            played = rows["policy"]  # positions differ from indices only if some failed
+            picked = [played[p]["index"] for p in select_episodes(cfg.video, played)]
+            videos = _pass2(root, {r["index"]: r for r in played}, picked, cfg, warnings, bar)
             timings["pass2_s"] = time.perf_counter() - started
     results["videos"] = videos
     results["warnings"] = warnings
@@ -267,24 +398,26 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
 
 def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
            bar: Progress, on_row: Callable[[dict[str, Any]], None] | None = None
-           ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
-    """Run (or, when resuming, finish) every episode; return the rows per role.
-    ``on_row`` sees each episode's row as soon as its tape is saved."""
+           ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], list[dict[str, Any]]]:
+    """Run (or, when resuming, finish) every episode; return the rows per role, what made
+    them, and the episodes whose env failed (played again by --resume). ``on_row`` sees
+    each episode's row as soon as its tape is saved."""
     jsonl = root / "episodes.jsonl"
-    done = {(r["role"], r["index"]): r for r in read_jsonl(jsonl) if (root / r["tape"]).is_file()}
+    done = _finished_rows(root, read_jsonl(jsonl))
     if on_row is not None:
         for row in done.values():
             on_row(row)
-    # Rewrite what survived (a torn last line from an interrupted run is dropped).
+    # Rewrite what survived (a torn last line, a tape that does not load, is dropped).
     write_text(jsonl, "".join(json.dumps(r, allow_nan=False) + "\n" for r in done.values()))
     roles = [("policy", cfg.policy)] + ([("baseline", "random")] if cfg.baseline else [])
     jobs = []
     for role, source in roles:
         mine = role == "policy"
-        todo = [EpisodeJob(role, i, cfg.seed + i, str(root / "tapes" / tape_name(role, i)))
-                for i in range(cfg.episodes) if (role, i) not in done]
-        if todo:
-            jobs.append(PolicyJob(env=spec, policy=source, episodes=todo,
+        left = [i for i in range(cfg.episodes) if (role, i) not in done] if done \
+            else range(cfg.episodes)  # a range: nothing is built for --episodes 10**12
+        if left:
+            jobs.append(PolicyJob(env=spec, policy=source,
+                                  episodes=Episodes(role, left, cfg.seed, str(root / "tapes")),
                                   vecnormalize=cfg.vecnormalize if mine else None,
                                   algo=cfg.algo if mine else None,
                                   deterministic=cfg.deterministic if mine else False,
@@ -292,30 +425,71 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}
+    failed: list[dict[str, Any]] = []
     if jobs:
         total = sum(len(j.episodes) for j in jobs)
         how = (f"{cfg.workers} env process(es), batched inference" if cfg.batched_inference
                else f"{cfg.workers} worker(s)")
         task = bar.add(f"pass 1 (rendering off, {how})", total)
         if cfg.batched_inference:
-            messages = run_pass1([jobs], batch_envs=cfg.workers)
+            messages = run_pass1([jobs], batch_envs=cfg.workers, timeout=cfg.episode_timeout)
         else:
-            messages = run_pass1(split_jobs(jobs, cfg.workers), executor=cfg.executor)
-        for kind, payload in messages:
-            if kind == "episode":
-                payload["tape"] = str(Path(payload["tape"]).relative_to(root))
-                append_jsonl(jsonl, payload)
-                done[(payload["role"], payload["index"])] = payload
-                bar.advance(task)
-                if on_row is not None:
-                    on_row(payload)
-            elif kind == "policy":
-                descriptions[payload.pop("role")] = payload
-                write_json(described, descriptions)
-            elif kind == "done":
-                warnings.extend(f"MuJoCo: {w}" for w in payload if f"MuJoCo: {w}" not in warnings)
-    rows = {role: [done[(role, i)] for i in range(cfg.episodes)] for role, _ in roles}
-    return rows, descriptions
+            messages = run_pass1(split_jobs(jobs, cfg.workers), executor=cfg.executor,
+                                 timeout=cfg.episode_timeout)
+        with closing(messages):  # on any exception here, its workers stop now, not at GC
+            for kind, payload in messages:
+                if kind == "episode":
+                    payload["tape"] = str(Path(payload["tape"]).relative_to(root))
+                    append_jsonl(jsonl, payload)
+                    done[(payload["role"], payload["index"])] = payload
+                    bar.advance(task)
+                    if on_row is not None:
+                        on_row(payload)
+                elif kind == "episode_failed":
+                    failed.append(payload)
+                    bar.advance(task)
+                elif kind == "policy":
+                    descriptions[payload.pop("role")] = payload
+                    write_json(described, descriptions)
+                elif kind == "done":
+                    warnings.extend(f"MuJoCo: {w}" for w in payload if f"MuJoCo: {w}" not in warnings)
+    rows = {role: [done[(role, i)] for i in range(cfg.episodes) if (role, i) in done]
+            for role, _ in roles}
+    failed.sort(key=lambda f: (f["role"] != "policy", f["index"]))
+    return rows, descriptions, failed
+
+
+def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The rows of episodes that are really done: the tape loads and says what the row says
+    (a tape cut short by a full disk or a kill is played again)."""
+    done = {}
+    for row in rows:
+        try:
+            tape = Tape.load(root / row["tape"])
+        except (UsageError, KeyError, TypeError):
+            continue
+        if (tape.seed, tape.length, tape.meta.get("role"), tape.meta.get("index")) == \
+                (row.get("seed"), row.get("length"), row.get("role"), row.get("index")):
+            done[(row["role"], row["index"])] = row
+    return done
+
+
+def _input_digests(cfg: EvalConfig) -> dict[str, str | None]:
+    """sha256 of the files the policy is made of (checkpoint or policy file, VecNormalize
+    statistics), so that resuming with a swapped file is refused instead of mixing two
+    policies in one run."""
+    from .policies import sb3_checkpoint, sha256_of
+
+    source = cfg.policy
+    if source.startswith("sb3:"):
+        source = str(sb3_checkpoint(source[len("sb3:"):]))
+    elif source.startswith("tape:"):
+        source = source[len("tape:"):]
+    elif source.rpartition(":")[0].endswith(".py"):
+        source = source.rpartition(":")[0]  # FILE.py:ATTR
+    files = {"policy_sha256": source, "vecnormalize_sha256": cfg.vecnormalize}
+    return {key: sha256_of(path) if path and Path(path).is_file() else None
+            for key, path in files.items()}
 
 
 class _EarlyRender:
@@ -347,8 +521,11 @@ class _EarlyRender:
                    started: float) -> _EarlyRender | None:
         if not cfg.renders_early:
             return None
-        placeholder = [{"return": 0.0}] * cfg.episodes  # indices only: returns are unused
-        return cls(root, cfg, select_episodes(cfg.video, placeholder), warnings, bar, started)
+        # Counts and indices only (renders_early): no returns needed, no row per episode built.
+        picked = {i for kind, k in video_picks(cfg.video)
+                  for i in (range(min(k, cfg.episodes)) if kind == "count" else
+                            range(cfg.episodes) if kind == "all" else [k])}
+        return cls(root, cfg, sorted(picked), warnings, bar, started)
 
     def offer(self, row: dict[str, Any]) -> None:
         """A finished pass-1 episode: start pass 2 once every chosen tape exists."""
@@ -389,14 +566,10 @@ class _EarlyRender:
 
 def _needs_returns(selection: Any) -> bool:
     """True when picking the episodes to render needs their returns (best/worst/median)."""
-    if not isinstance(selection, str):
-        return False
-    words = {w.strip() for w in selection.lower().split(",")}
-    return bool(words & {"best", "worst", "median"})
+    return any(kind in ("best", "worst", "median") for kind, _ in video_picks(selection))
 
 
-def _pass2(root: Path, rows: Mapping[int, dict[str, Any]] | list[dict[str, Any]],
-           picked: list[int], cfg: EvalConfig, warnings: list[str], bar: Progress,
+def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cfg: EvalConfig, warnings: list[str], bar: Progress,
            cancel: threading.Event | None = None) -> list[dict[str, Any]]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
@@ -406,7 +579,9 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]] | list[dict[str, Any]]
         outputs=artifact_paths(root / "videos" / f"policy-{i:04d}", cfg.video_format),
         mode=cfg.mode, width=cfg.width, height=cfg.height, cameras=cfg.cameras,
         layout=cfg.layout, overlay=cfg.overlay,
-        quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True) for i in picked]
+        quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True,
+        env_id=cfg.env,  # named by the user, so its module may be their own file
+    ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i]["length"] + 1 for i in picked])
     try:
@@ -434,7 +609,7 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]] | list[dict[str, Any]]
             if result.divergence is not None:
                 warnings.append(f"Episode {i} diverged on replay at "
                                 f"{result.divergence.describe()}.")
-        videos.append(entry)
+        videos.append(json_safe(entry))  # a replay of NaN rewards has a NaN return
     return videos
 
 
@@ -450,17 +625,22 @@ def _write_reports(root: Path, rows: dict[str, list[dict[str, Any]]],
         from .viewer import export_viewer
 
         tapes = [root / v["tape"] for v in videos if v.get("path")] or \
-            [root / rows["policy"][0]["tape"]]
+            [root / r["tape"] for r in rows["policy"][:1]]
         try:
-            exported = export_viewer(root, tapes, overwrite=True)
+            exported = export_viewer(root, tapes, overwrite=True, trusted=True)  # our env
             viewer = {"href": exported["href"], "note": exported["note"]}
         except UsageError as exc:
             viewer = {"href": None, "note": f"3-D replay unavailable: {exc}"}
+        except OSError as exc:
+            viewer = {"href": None, "note": f"3-D replay unavailable: {_os_error_text(exc)}"}
     try:
         build_report(root, viewer=viewer)
         write_notebook(root)
     except UsageError as exc:
         warnings.append(f"The report could not be written: {exc}")
+    except OSError as exc:  # a full disk: the numbers are written already, keep the run
+        warnings.append(f"The report could not be written ({_os_error_text(exc)}); free some "
+                        "space and rebuild it with `rolltape report RUN`.")
 
 
 def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any],
@@ -490,16 +670,18 @@ def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any
 
 
 def _results(spec: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
-             descriptions: dict[str, Any], episodes: int, seed: int) -> dict[str, Any]:
-    """results.json: a summary per role, the improvement over the baseline, every episode."""
-    summary = {role: stats.summarize([r["return"] for r in rs], [r["success"] for r in rs]).to_dict()
-               for role, rs in rows.items()}
-    for role, rs in rows.items():
-        summary[role]["mean_length"] = sum(r["length"] for r in rs) / len(rs)
+             descriptions: dict[str, Any], episodes: int, seed: int,
+             failed: list[dict[str, Any]]) -> dict[str, Any]:
+    """results.json: a summary per role, the improvement over the baseline, every episode.
+    Statistics use the episodes with a finite return; the others are counted, not hidden."""
+    summary = {role: _summary(rs) for role, rs in rows.items()}
     improvement = None
     if "baseline" in rows:
-        improvement = stats.paired_improvement([r["return"] for r in rows["policy"]],
-                                               [r["return"] for r in rows["baseline"]])
+        baseline = {r["seed"]: r["return"] for r in rows["baseline"] if r["return"] is not None}
+        pairs = [(r["return"], baseline[r["seed"]]) for r in rows["policy"]
+                 if r["return"] is not None and r["seed"] in baseline]
+        if pairs:
+            improvement = stats.paired_improvement([p for p, _ in pairs], [b for _, b in pairs])
     return {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "env_id": spec["id"],
@@ -511,6 +693,43 @@ def _results(spec: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
         "improvement_over_baseline": improvement,
         "episodes_rows": rows["policy"],
         "baseline_rows": rows.get("baseline", []),
+        "failed_episodes": failed,
         "videos": [],
         "warnings": [],
     }
+
+
+_SUMMARY_FIELDS = ("n", "mean", "std", "min", "max", "median", "iqm", "iqm_ci", "mean_ci",
+                   "success_count", "success_rate", "success_ci")
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One role's summary over its episodes with a finite return (``n``); ``episodes``
+    counts them all and ``nonfinite_returns`` those left out."""
+    finite = [r for r in rows if r["return"] is not None]
+    if finite:
+        summary = stats.summarize([r["return"] for r in finite],
+                                  [r["success"] for r in finite]).to_dict()
+    else:
+        summary = {**dict.fromkeys(_SUMMARY_FIELDS), "n": 0}
+    summary["episodes"] = len(rows)
+    summary["nonfinite_returns"] = len(rows) - len(finite)
+    summary["mean_length"] = sum(r["length"] for r in rows) / len(rows) if rows else None
+    return summary
+
+
+def _number_warnings(results: dict[str, Any]) -> list[str]:
+    """Say what the numbers leave out: episodes with non-finite returns, failed episodes."""
+    notes = []
+    for role, s in results["summary"].items():
+        if s["nonfinite_returns"]:
+            notes.append(f"{s['nonfinite_returns']} of {s['episodes']} {role} episode(s) had a "
+                         "return that is not a finite number (NaN or infinite rewards); the "
+                         "statistics leave them out and episodes.jsonl flags them.")
+    failed = results["failed_episodes"]
+    if failed:
+        first = failed[0]
+        notes.append(f"{len(failed)} episode(s) failed and are left out of the numbers; the "
+                     f"first: {first['role']} episode {first['index']} (seed {first['seed']}): "
+                     f"{first['error']}. Rerun with --resume to play them again.")
+    return notes

@@ -19,9 +19,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from .errors import Interrupted
 
 
 @dataclass
@@ -36,9 +40,13 @@ class Worker:
 
 
 def spawn_worker(target: Callable[..., None], *args: Any,
-                 env: Mapping[str, str | None] | None = None) -> Worker:
+                 env: Mapping[str, str | None] | None = None,
+                 cwd_on_path: bool = True) -> Worker:
     """Run ``target(*args, conn)`` in a new interpreter; ``env`` sets (or, with None, removes)
-    variables of the child's environment."""
+    variables of the child's environment. ``cwd_on_path=False`` keeps the current folder
+    off the child's ``sys.path``, so that it imports installed modules only (a render
+    worker: a tape is data, and a file beside it must not be imported as code); pass-1
+    workers keep it, since ``--policy file.py:attr`` and env modules are the user's own."""
     child_env = dict(os.environ)
     for key, value in (env or {}).items():
         if value is None:
@@ -46,7 +54,8 @@ def spawn_worker(target: Callable[..., None], *args: Any,
         else:
             child_env[key] = value
     ours, theirs = socket.socketpair()
-    cmd = [sys.executable, "-c", _CHILD, target.__module__, target.__qualname__,
+    program = _CHILD if cwd_on_path else _DROP_CWD + _CHILD
+    cmd = [sys.executable, "-c", program, target.__module__, target.__qualname__,
            str(theirs.fileno())]
     proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env)
     theirs.close()  # so our recv() sees EOF when the child dies
@@ -75,6 +84,79 @@ def stop_worker(worker: Worker, grace: float = 2.0) -> None:
         worker.conn.close()
 
 
+def stop_workers(workers: Iterable[Worker], grace: float = 2.0) -> None:
+    """Stop every worker, all at once, and wait until each has exited, even when Ctrl-C
+    comes again meanwhile: a worker left running would go on writing into the run."""
+    workers = [w for w in workers if w is not None]
+    with signals_deferred():
+        for worker in workers:  # first tell all of them, so that they stop in parallel
+            if not worker.conn.closed:
+                try:
+                    worker.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+        for stop in (None, "terminate", "kill"):
+            alive = [w for w in workers if w.proc.poll() is None]
+            if not alive:
+                break
+            for worker in alive:
+                if stop is not None:
+                    getattr(worker.proc, stop)()
+            for worker in alive:
+                try:
+                    worker.proc.wait(grace)
+                except subprocess.TimeoutExpired:
+                    pass
+        for worker in workers:
+            worker.proc.wait()
+            if not worker.conn.closed:
+                worker.conn.close()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Run a block to its end even if SIGINT or SIGTERM arrives: the signal is noted and
+    raised when the block ends, unless the block is cleaning up after an exception (the
+    first Ctrl-C, say), which then goes on with its message."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+    caught: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: caught.append(signum))
+           for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except BaseException:
+        _restore(old)
+        raise
+    _restore(old)
+    if caught and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt if caught[0] == signal.SIGINT else Interrupted(caught[0])
+
+
+def _restore(handlers: Mapping[int, Any]) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Interrupted` (as SIGINT raises
+    KeyboardInterrupt), so that a terminated run cleans up like an interrupted one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    old = signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def describe_exit(returncode: int | None) -> str:
     """'crashed with SIGSEGV' style text for a dead worker's exit status."""
     if returncode is None:
@@ -87,9 +169,16 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+# ``python -c`` puts the current folder ('') first on sys.path; this drops it before the
+# first import (even the standard library's, which a file there would shadow).
+_DROP_CWD = "import sys\nif sys.path[:1] == ['']: del sys.path[0]\n"
+
 # The child's whole program: read the arguments from the pipe, import the target, call it.
+# SIGINT is ignored: Ctrl-C reaches the whole process group, and the parent decides what
+# stops, in order (so that no worker writes on after the command returned).
 _CHILD = """
-import importlib, sys
+import importlib, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 from multiprocessing.connection import Connection
 module, qualname, fd = sys.argv[1:4]
 conn = Connection(int(fd))

@@ -46,7 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from .errors import UsageError
+from .errors import RunFailed, UsageError
 
 if TYPE_CHECKING:  # only for annotations: the real imports happen where they are used
     from .render import RenderRequest, RenderResult
@@ -318,7 +318,7 @@ def run_pass1_on_ray(chunks: list[list[PolicyJob]]) -> Iterator[tuple[str, Any]]
 
     Raises:
         UsageError: bad input found inside a task (same message as the local executor).
-        RuntimeError: a task failed otherwise, or its worker died.
+        RunFailed: a task failed otherwise, or its worker died.
     """
     check_ray()
     ray = _import_ray()
@@ -340,11 +340,11 @@ def run_pass1_on_ray(chunks: list[list[PolicyJob]]) -> Iterator[tuple[str, Any]]
                 cause = getattr(exc, "cause", None)
                 if isinstance(cause, UsageError):
                     raise UsageError(str(cause)) from None
-                raise RuntimeError(f"Pass 1 failed: {_one_line(cause or exc)}\n"
-                                   f"{getattr(exc, 'traceback_str', '')}") from None
+                raise RunFailed(f"Pass 1 failed: {_one_line(cause or exc)}.",
+                                getattr(exc, "traceback_str", "")) from None
             except RayError as exc:
-                raise RuntimeError(f"A pass-1 worker died ({type(exc).__name__}: "
-                                   f"{_one_line(exc)}).") from None
+                raise RunFailed(f"A pass-1 worker died ({type(exc).__name__}: "
+                                f"{_one_line(exc)}).") from None
             if "usage_error" in answer:
                 raise UsageError(answer["usage_error"])
             for kind, payload in answer["messages"]:
@@ -438,6 +438,10 @@ def _task_env(backend: str | None) -> dict[str, str]:
     # Verify-only tasks get a runtime_env of their own too, so they never share a worker
     # with pass 1 (which may have imported torch) and keep torch_loaded meaningful.
     env = dict(gl_environment(backend)) if backend else {"ROLLTAPE_RAY_WORKER": "verify"}
+    if backend:  # drawing: no display or sound probing by pygame, as in local workers
+        from .render import HEADLESS_SDL
+
+        env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
     if os.environ.get("ROLLTAPE_FAULT"):  # test hook: reach the worker as it reaches local ones
         env["ROLLTAPE_FAULT"] = os.environ["ROLLTAPE_FAULT"]
     return env

@@ -8,10 +8,13 @@ it for a list of episodes in a spawned process whose environment has no GL varia
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain, islice
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,10 +23,12 @@ import numpy as np
 
 from .envs import (PhysicsLog, json_safe, make_env, mujoco_warnings, obs_digest,
                    obs_digests)
-from .errors import UsageError
-from .executors import describe_exit, spawn_worker, stop_worker
+from .errors import RunFailed, UsageError
+from .executors import describe_exit, spawn_worker, stop_workers
 from .policies import Policy, load_policy
-from .tape import Tape
+from .tape import Tape, finite_or_none
+
+EPISODE_TIMEOUT = 600.0  # seconds a pass-1 worker may go without finishing an episode
 
 
 @dataclass(frozen=True)
@@ -37,12 +42,38 @@ class EpisodeJob:
 
 
 @dataclass(frozen=True)
+class Episodes(Sequence):  # type: ignore[type-arg]
+    """Episodes of one role, made on demand from their indices (a ``range`` unless some are
+    done), so that even ``--episodes 10**12`` costs nothing before the first one plays.
+    Slicing gives Episodes again: ``episodes[w::W]`` is worker w's share.
+
+    >>> eps = Episodes("policy", range(10), seed=1000, tapes="runs/x/tapes")
+    >>> eps[3].seed, len(eps[1::4])
+    (1003, 3)
+    """
+
+    role: str
+    indices: Sequence[int]
+    seed: int  # episode i is reset with seed + i
+    tapes: str  # the folder of the tapes
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return replace(self, indices=self.indices[k])
+        i = self.indices[k]
+        return EpisodeJob(self.role, i, self.seed + i, str(Path(self.tapes) / tape_name(self.role, i)))
+
+
+@dataclass(frozen=True)
 class PolicyJob:
     """Everything a pass-1 worker needs; plain data so it crosses a process boundary."""
 
     env: dict[str, Any]
     policy: str
-    episodes: list[EpisodeJob]
+    episodes: Sequence[EpisodeJob]
     vecnormalize: str | None = None
     algo: str | None = None
     deterministic: bool = True
@@ -97,10 +128,23 @@ def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any
         "qpos": qpos,
         "qvel": qvel,
         "physics": state,
-        "success": None if success is None else bool(success),
+        "success": success_flag(success),
         "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
         "wall_s": wall,
     }
+
+
+def success_flag(value: Any) -> bool | None:
+    """``info["is_success"]`` as a flag: None when the env does not say, and NaN (an
+    undefined outcome) is not a success."""
+    if value is None:
+        return None
+    try:
+        if math.isnan(float(value)):
+            return False
+    except (TypeError, ValueError):
+        pass
+    return bool(value)
 
 
 def kept_obs(obs: Any) -> Any:
@@ -120,12 +164,14 @@ def digest_all(observations: list[Any]) -> np.ndarray:
 
 
 def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
-    """The per-episode line of results.json / episodes.jsonl."""
+    """The per-episode line of results.json / episodes.jsonl. A return that is not a finite
+    number is None, with ``flags`` saying why (JSON has no NaN)."""
     return {
         "role": job.role,
         "index": job.index,
         "seed": job.seed,
-        "return": tape.total_return,
+        "return": finite_or_none(tape.total_return),
+        "flags": episode_flags(tape),
         "length": tape.length,
         "success": tape.success,
         "terminated": bool(tape.terminated[-1]),
@@ -134,6 +180,20 @@ def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
         "wall_s": tape.wall_s,
         "tape": job.tape_path,
     }
+
+
+def episode_flags(tape: Tape) -> list[str]:
+    """What was wrong with an episode's numbers: non-finite rewards, a return that is not a
+    finite number (also when finite rewards overflow their sum), non-finite actions."""
+    flags = []
+    if not np.isfinite(tape.rewards).all():
+        flags.append("nonfinite_reward")
+    if not math.isfinite(tape.total_return):
+        flags.append("nonfinite_return")
+    actions = tape.actions
+    if actions.dtype.kind in "fc" and not np.isfinite(actions).all():
+        flags.append("nonfinite_action")
+    return flags
 
 
 def refuse_if_it_cannot_draw(job: PolicyJob, env: Any) -> None:
@@ -162,10 +222,25 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
         send(("policy", {"role": job.episodes[0].role if job.episodes else None,
                          **policy.description}))
         for ep in job.episodes:
-            save_episode(job, ep, policy.description,
-                         record_episode(env, policy, ep.seed, job.reset_options), send)
+            try:
+                fields = record_episode(env, policy, ep.seed, job.reset_options)
+            except (UsageError, OSError, MemoryError):
+                raise  # bad input or a broken machine: not this episode's fault
+            except Exception as exc:  # the env (or policy) failed this episode alone
+                send(("episode_failed", {"role": ep.role, "index": ep.index, "seed": ep.seed,
+                                         "error": last_line(exc)}))
+                env.close()
+                env = make_env(job.env)  # the failed env may be half-way through a step
+                continue
+            save_episode(job, ep, policy.description, fields, send)
     finally:
         env.close()
+
+
+def last_line(exc: BaseException) -> str:
+    """'ValueError: boom': the exception's type and the last line of its message."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
 
 
 def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
@@ -185,8 +260,11 @@ def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
         conn.send(("done", mujoco_warnings()))
     except UsageError as exc:
         conn.send(("usage_error", str(exc)))
+    except OSError as exc:  # a full disk, most likely: say where
+        where = f" while writing '{exc.filename}'" if exc.filename else ""
+        conn.send(("error", (f"{exc.strerror or last_line(exc)}{where}", traceback.format_exc())))
     except BaseException as exc:  # report, then let the parent decide
-        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        conn.send(("error", (last_line(exc), traceback.format_exc())))
     finally:
         conn.close()
 
@@ -204,10 +282,12 @@ def split_jobs(jobs: list[PolicyJob], workers: int) -> list[list[PolicyJob]]:
     return [c for c in chunks if c]
 
 
-def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local", batch_envs: int = 0
-              ) -> Iterator[tuple[str, Any]]:
-    """Run each chunk in its own worker; yield ("policy"|"episode"|"done", payload) messages
-    as they arrive. Bad input inside a worker is raised here as :class:`UsageError`.
+def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local", batch_envs: int = 0,
+              timeout: float = EPISODE_TIMEOUT) -> Iterator[tuple[str, Any]]:
+    """Run each chunk in its own worker; yield ("policy"|"episode"|"episode_failed"|"done",
+    payload) messages as they arrive. Bad input inside a worker is raised here as
+    :class:`UsageError`; a worker that crashes, or finishes no episode for ``timeout``
+    seconds, as :class:`RunFailed` naming the episode it was playing.
 
     With ``batch_envs`` N > 0 each chunk's worker instead plays its episodes on N env
     processes with one batched forward pass per step (:mod:`rolltape.batched`, opt-in)."""
@@ -219,26 +299,43 @@ def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local", batch_envs
     no_gl = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}  # pass 1 never renders
     workers = [spawn_worker(policy_worker, chunk, batch_envs, env=no_gl) for chunk in chunks]
     running = {w.conn: w for w in workers}
+    chunk_of = {w.conn: chunk for w, chunk in zip(workers, chunks)}
+    finished = {w.conn: 0 for w in workers}  # episodes each worker has reported
+    heard = {w.conn: time.monotonic() for w in workers}
     try:
         while running:
-            for conn in wait(list(running)):
+            for conn in wait(list(running), timeout=min(timeout, 5.0)):
                 worker = running[conn]
                 try:
                     kind, payload = conn.recv()
                 except EOFError:
                     worker.proc.wait(5)
-                    raise RuntimeError(
-                        f"A pass-1 worker {describe_exit(worker.proc.returncode)}.") from None
+                    raise RunFailed(f"A pass-1 worker {describe_exit(worker.proc.returncode)} "
+                                    f"while playing {_playing(chunk_of[conn], finished[conn])}."
+                                    ) from None
+                heard[conn] = time.monotonic()
                 if kind == "usage_error":
                     raise UsageError(payload)
                 if kind == "error":
-                    raise RuntimeError(f"Pass 1 failed: {payload}")
+                    raise RunFailed(f"Pass 1 failed: {payload[0]}.", payload[1])
+                if kind in ("episode", "episode_failed"):
+                    finished[conn] += 1
                 if kind == "done":
                     del running[conn]
                 yield kind, payload
+            for conn, at in heard.items():
+                if conn in running and time.monotonic() - at > timeout:
+                    raise RunFailed(f"A pass-1 worker finished no episode for {timeout:.0f} s "
+                                    f"(--episode-timeout) while playing "
+                                    f"{_playing(chunk_of[conn], finished[conn])}; it was stopped.")
     finally:
-        for worker in workers:
-            stop_worker(worker)
+        stop_workers(workers)
+
+
+def _playing(chunk: list[PolicyJob], finished: int) -> str:
+    """'episode 7 (seed 1007)': what a worker that has reported ``finished`` is playing."""
+    ep = next(islice(chain.from_iterable(job.episodes for job in chunk), finished, None), None)
+    return "its first episode" if ep is None else f"{ep.role} episode {ep.index} (seed {ep.seed})"
 
 
 def tape_name(role: str, index: int) -> str:

@@ -3,9 +3,18 @@
 * ``SuccessToy-v0``: 5 steps; the last step's info has ``is_success`` (True for even reset
   seeds) and ``metrics`` (including a NaN, which must reach results.json as null).
 * ``NoRender-v0``: an env that declares no render modes, so it cannot make a video.
+* ``FaultToy-v0``: SuccessToy that misbehaves on purpose, for the fault tests: kwargs
+  ``fault`` (what goes wrong) and ``at_seed`` (the reset seed it goes wrong on; None: every
+  episode). Faults: nan_reward, inf_reward, none_reward, overflow (finite rewards whose sum
+  overflows), nan_success, raise_step, raise_reset, hang, crash (the process dies), slow
+  (0.05 s a step, so that a test can interrupt a run in the middle).
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -57,6 +66,44 @@ class NoRender(SuccessToy):
         raise NotImplementedError
 
 
-for _id, _cls in (("SuccessToy-v0", SuccessToy), ("NoRender-v0", NoRender)):
+class FaultToy(SuccessToy):
+    def __init__(self, render_mode: str | None = None, fault: str = "none",
+                 at_seed: int | None = None) -> None:
+        super().__init__(render_mode)
+        self.fault, self.at_seed = fault, at_seed
+
+    def _now(self) -> bool:
+        return self.at_seed is None or self._seed == self.at_seed
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        if self.fault == "raise_reset" and self._now():
+            raise RuntimeError(f"reset failed on purpose for seed {seed}")
+        return obs, info
+
+    def step(self, action):
+        obs, reward, term, trunc, info = super().step(action)
+        if not self._now():
+            return obs, reward, term, trunc, info
+        if self.fault == "slow":
+            time.sleep(0.05)
+        elif self._t == 3:
+            if self.fault == "raise_step":
+                raise ValueError(f"step 3 failed on purpose\nfor seed {self._seed}")
+            if self.fault == "hang":
+                time.sleep(3600)
+            if self.fault == "crash":
+                os.kill(os.getpid(), signal.SIGKILL)
+            reward = {"nan_reward": float("nan"), "inf_reward": float("inf"),
+                      "none_reward": None, "overflow": 1.5e308}.get(self.fault, reward)
+        if self.fault == "overflow":
+            reward = 1.5e308
+        if self.fault == "nan_success" and term:
+            info["is_success"] = float("nan")
+        return obs, reward, term, trunc, info
+
+
+for _id, _cls in (("SuccessToy-v0", SuccessToy), ("NoRender-v0", NoRender),
+                  ("FaultToy-v0", FaultToy)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls)
