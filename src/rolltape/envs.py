@@ -14,8 +14,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
+import importlib.util
 import inspect
-from typing import Any
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -25,28 +29,141 @@ from .errors import UsageError
 def env_spec(
     env_id: str, kwargs: dict[str, Any] | None = None, max_episode_steps: int | None = None
 ) -> dict[str, Any]:
-    """Check that ``env_id`` is registered and return the spec a tape stores."""
+    """Check that ``env_id`` is registered and return the spec a tape stores.
+
+    Besides registered ids, ``module:EnvId`` (the module registers the env; a module in
+    the current folder counts) and ``path/file.py:ATTR`` (a class or factory in that file,
+    executed in the pass-1 worker) name the user's own envs; their spec records the file
+    they came from, for provenance and for the hint a render of the tape gives."""
     import gymnasium as gym
 
-    if ":" in env_id:  # "module:EnvId", as gym.make accepts: the module registers the env
+    source = None
+    file = user_env_file(env_id)
+    if file is not None:
+        if not file[0].is_file():
+            raise UsageError(f"Env file '{file[0]}' does not exist; give FILE.py:CLASS with the "
+                             "path of a Python file.")
+        name, source = None, str(file[0].resolve())
+    elif ":" in env_id:  # "module:EnvId", as gym.make accepts: the module registers the env
         module, _, name = env_id.partition(":")
+        # The user named it, so the current folder counts even when `rolltape` (a console
+        # script) does not have it on sys.path; pass-1 workers do.
+        sys.path.insert(0, os.getcwd())
         try:
-            importlib.import_module(module)
+            source = getattr(importlib.import_module(module), "__file__", None)
         except ImportError as exc:
-            raise UsageError(f"Cannot import '{module}' for env '{env_id}' ({exc}).") from None
+            raise UsageError(f"Cannot import '{module}' for env '{env_id}' ({exc}); run "
+                             "from the folder that holds it.") from None
+        finally:
+            sys.path.remove(os.getcwd())
     else:
         name = env_id
-    if name not in gym.registry:
+    if name is not None and name not in gym.registry:
         close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}?" if close else "see `gymnasium.pprint_registry()`."
         raise UsageError(f"Unknown env id '{env_id}'; {hint}")
-    return {
+    spec = {
         "id": env_id,
-        "kwargs": dict(kwargs or {}),
+        "kwargs": encode_kwargs(dict(kwargs or {})),
         "max_episode_steps": max_episode_steps,
         # Read from package metadata: importing mujoco here would fix its GL backend.
         "versions": {"gymnasium": gym.__version__, "mujoco": package_version("mujoco")},
     }
+    if source is not None:
+        spec["source"] = source  # a record only: a render imports what its user names
+    return spec
+
+
+def user_env_file(env_id: str) -> tuple[Path, str] | None:
+    """(file, ATTR) for an env id of the form ``path/file.py:ATTR``, else None."""
+    target, sep, attr = env_id.rpartition(":")
+    return (Path(target), attr) if sep and target.endswith(".py") and attr else None
+
+
+def _load_user_env(env_id: str) -> str:
+    """Import what ``env_id`` needs and return the id to give ``gym.make``: a file's class
+    or factory is registered under ``rolltape-file/ATTR`` (unless the file registers an
+    id named ATTR itself)."""
+    import gymnasium as gym
+
+    file = user_env_file(env_id)
+    if file is None:
+        return env_id  # gym.make imports the module of "module:EnvId" itself
+    path, attr = file
+    if not path.is_file():
+        raise UsageError(f"Env file '{path}' does not exist; name it with --env "
+                         "FILE.py:CLASS from the folder that holds it.")
+    name = f"rolltape_env_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+    module = sys.modules.get(name)
+    if module is None:  # executed once per process: registering twice would warn
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        assert loader_spec is not None and loader_spec.loader is not None
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module
+        try:
+            loader_spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    if attr in gym.registry:
+        return attr
+    creator = getattr(module, attr, None)
+    if not callable(creator):
+        raise UsageError(f"'{path}' has no class or factory '{attr}' (nor does it register "
+                         f"an env id '{attr}').")
+    gym_id = f"rolltape-file/{attr}"
+    if gym_id not in gym.registry or gym.registry[gym_id].entry_point is not creator:
+        gym.register(id=gym_id, entry_point=creator)
+    return gym_id
+
+
+_TUPLE = "__tuple__"  # JSON has no tuples: (0.5, 2.0) is stored as {"__tuple__": [0.5, 2.0]}
+
+
+def encode_kwargs(value: Any) -> Any:
+    """Env kwargs as a tape's JSON can hold them, tuples kept apart from lists, so that
+    pass 2 (and a resumed run) builds the env with exactly the values pass 1 used."""
+    if isinstance(value, tuple):
+        return {_TUPLE: [encode_kwargs(v) for v in value]}
+    if isinstance(value, list):
+        return [encode_kwargs(v) for v in value]
+    if isinstance(value, dict):
+        return {k: encode_kwargs(v) for k, v in value.items()}
+    return value
+
+
+def decode_kwargs(value: Any) -> Any:
+    """The inverse of :func:`encode_kwargs`."""
+    if isinstance(value, dict):
+        if set(value) == {_TUPLE}:
+            return tuple(decode_kwargs(v) for v in value[_TUPLE])
+        return {k: decode_kwargs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode_kwargs(v) for v in value]
+    return value
+
+
+def check_tape_env_module(env_id: str, tape: str) -> None:
+    """Refuse a tape whose env id names code that is not installed: a file
+    ("path/file.py:ATTR", which pass 1 executes) or a module ("module:EnvId", which
+    ``gym.make`` imports) found only in the current folder, where a file could have been
+    put beside the tape. A tape is data; the user may name such code with ``--env``.
+    Finds the module without importing it."""
+    from importlib.machinery import PathFinder
+
+    if ":" not in env_id:
+        return
+    module = env_id.partition(":")[0]
+    if user_env_file(env_id) is None and all(p.isidentifier() for p in module.split(".")):
+        here = os.path.realpath(os.getcwd())
+        path = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
+        top = module.partition(".")[0]
+        if top in sys.builtin_module_names or PathFinder.find_spec(top, path) is not None:
+            return
+    raise UsageError(
+        f"Tape '{tape}' names the env code '{module}', which is not an installed module, and "
+        f"a tape may not run code; if you trust it, name it yourself with --env {env_id}."
+    )
 
 
 def package_version(name: str) -> str | None:
@@ -69,26 +186,61 @@ def make_env(
     import gymnasium as gym
 
     _collect_mujoco_warnings()
-    if ":" in spec["id"]:
-        importlib.import_module(spec["id"].partition(":")[0])
-    kwargs = dict(spec.get("kwargs") or {})
+    gym_id = _load_user_env(spec["id"])
+    if ":" in gym_id:
+        importlib.import_module(gym_id.partition(":")[0])
+    kwargs = decode_kwargs(dict(spec.get("kwargs") or {}))
     if spec.get("max_episode_steps") is not None:
         kwargs["max_episode_steps"] = int(spec["max_episode_steps"])
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
         if render_mode == "rgb_array":
-            if render_mode not in _declared_render_modes(spec["id"]):
+            if render_mode not in _declared_render_modes(gym_id):
                 raise UsageError(
                     f"Env '{spec['id']}' cannot render 'rgb_array' frames, so it cannot make "
                     "a video; drop --video or choose an env that renders rgb_array."
                 )
             sizing = {k: v for k, v in {"width": width, "height": height}.items() if v is not None}
-            if sizing and _accepts(spec["id"], "width"):
+            if sizing:
+                check_sizing(spec["id"], gym_id)
                 kwargs.update(sizing)
     try:
-        return gym.make(spec["id"], **kwargs)
+        return gym.make(gym_id, **kwargs)
     except TypeError as exc:
-        raise UsageError(f"Env '{spec['id']}' rejected its kwargs {kwargs}: {exc}.") from None
+        raise UsageError(f"Env '{spec['id']}' rejected its kwargs {kwargs} (check "
+                         f"--env-kwargs): {exc}.") from None
+
+
+def check_sizing(env_id: str, gym_id: str | None = None) -> None:
+    """Refuse --width/--height for an env that draws at its own size (they would be ignored)."""
+    if not _accepts(gym_id or _load_user_env(env_id), "width"):
+        raise UsageError(f"Env '{env_id}' draws its frames at its own size and ignores "
+                         "--width/--height; drop them.")
+
+
+def check_drawing_worker(spec: dict[str, Any], width: int | None, height: int | None,
+                         cameras: Sequence[str], conn: Any) -> None:
+    """Entry point of a spawned process (``rolltape.evaluate`` runs it before pass 1 when
+    a video asks for a size or cameras): build the env without rendering and check that it
+    has what was asked for. Sends None, or the one-line problem. A process of its own,
+    because importing MuJoCo in the orchestrator would fix its GL backend."""
+    from .cameras import check_cameras
+
+    try:
+        env = make_env(spec)
+        try:
+            if width is not None or height is not None:
+                check_sizing(spec["id"])
+            check_cameras(env, cameras)
+        finally:
+            env.close()
+        conn.send(None)
+    except UsageError as exc:
+        conn.send(str(exc))
+    except Exception:  # not this check's to report: pass 1 builds the env and says why
+        conn.send(None)
+    finally:
+        conn.close()
 
 
 _MUJOCO_WARNINGS: list[str] = []
@@ -123,6 +275,8 @@ def _env_creator(env_id: str) -> Any:
 
 def _declared_render_modes(env_id: str) -> list[str]:
     creator = _env_creator(env_id)
+    if not hasattr(creator, "metadata"):  # a factory function: only building it would tell
+        return ["rgb_array"]
     return list(getattr(creator, "metadata", {}).get("render_modes", []))
 
 

@@ -52,10 +52,17 @@ from .backends import (DEFAULT_ORDER, gl_environment, parse_backends,
                        select_backend_in_this_process)
 from .artifacts import refuse_existing
 from .encode import format_from_path
+from .envs import check_tape_env_module
 from .errors import UsageError
-from .executors import describe_exit, spawn_worker, stop_worker
+from .executors import describe_exit, spawn_worker, stop_worker, stop_workers
+from .tape import sum_rewards
 
 MODES = ("resim", "restore", "auto")
+#: Render workers draw off screen. Classic-control envs draw with pygame, whose SDL would
+#: otherwise probe X11 and Wayland for a display (and sound devices) it never uses, and
+#: print "error: XDG_RUNTIME_DIR is invalid or not set" where there is none. SDL's dummy
+#: drivers ask for nothing; a value the user set is kept.
+HEADLESS_SDL = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
 DATA_SUFFIXES = (".npz", ".jsonl")  # outputs without pixels, written by the parent
 
 
@@ -116,13 +123,17 @@ class RenderResult:
     fps: float = 0.0  # frame rate the outputs were written at
     segments: int = 1  # how many workers drew parts of this episode
     niceness: int = 0  # the worker's CPU priority (10 when it ran beside pass 1)
+    cameras: tuple[str, ...] = ()  # the cameras that drew the frames ("default": env.render())
+    camera_hint: str | None = None  # a --camera track:BODY suggestion when the view lost the robot
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)
         del row["rewards"]
         row["divergence"] = asdict(self.divergence) if self.divergence else None
         row["divergence_text"] = self.divergence.describe() if self.divergence else None
-        return json.loads(json.dumps(row, default=_plain))
+        from .envs import json_safe  # NaN (a replay of NaN rewards) is null in JSON
+
+        return json_safe(json.loads(json.dumps(row, default=_plain)))
 
 
 def _plain(value: Any) -> Any:
@@ -244,6 +255,8 @@ class _Replayer:
         spec = dict(tape.env)
         if req.env_id is not None:
             spec["id"] = req.env_id
+        else:
+            check_tape_env_module(tape.env_id, req.tape)  # checked by the parent too
         draw = bool(req.outputs)
         key, env = self._env(spec, req, draw)
         _check_same_env(tape, env, req.tape)
@@ -302,6 +315,8 @@ class _Replayer:
             else:
                 self._restore(tape, env, first, stop, reset, emit)
             frames = _flat(writers)[0].frames_written if outputs else 0
+            # Judged once per episode, by its first segment, over every recorded state.
+            hint = rig.follow_hint(tape.qpos) if rig is not None and first == 0 else None
             for w in _flat(writers):
                 w.close()
         except BaseException:
@@ -313,10 +328,11 @@ class _Replayer:
             backend=self.backend if draw else None, steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
             divergence=divergence,
-            replay_return=None if rewards is None else math.fsum(rewards),
+            replay_return=None if rewards is None else sum_rewards(rewards),
             seconds=time.perf_counter() - start, warnings=tuple(mujoco_warnings()),
             torch_loaded="torch" in sys.modules, rewards=tuple(rewards or ()), fps=fps,
-            niceness=os.nice(0),
+            niceness=os.nice(0), cameras=tuple(rig.names) if rig is not None else (),
+            camera_hint=hint,
         )
 
     def _resim(self, tape: Any, env: Any, req: RenderRequest, first: int, stop: int,
@@ -371,8 +387,10 @@ def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs
     from .envs import obs_digest
 
     expected = float(tape.rewards[t])
-    same = reward == expected if rtol == 0 and atol == 0 else math.isclose(
-        reward, expected, rel_tol=rtol, abs_tol=atol)
+    reward = math.nan if reward is None else float(reward)  # as pass 1 recorded a None
+    same = (reward == expected or (math.isnan(reward) and math.isnan(expected))
+            if rtol == 0 and atol == 0 else
+            math.isclose(reward, expected, rel_tol=rtol, abs_tol=atol))
     if not same:
         return Divergence(t, "reward", expected, reward, abs(reward - expected))
     if term != bool(tape.terminated[t]):
@@ -534,9 +552,7 @@ class _Pool:
                     elif time.monotonic() - slot.last_heard > self.timeout:
                         self._backend_died(slot, f"it hung (no progress for {self.timeout:.0f} s)")
         finally:
-            for slot in self.slots:
-                if slot.worker is not None:
-                    stop_worker(slot.worker)
+            stop_workers(slot.worker for slot in self.slots)
 
     def _backend_for(self, job: RenderRequest) -> str | None:
         if not job.outputs:
@@ -551,11 +567,16 @@ class _Pool:
         if slot.worker is None or slot.backend != backend or not slot.worker.alive():
             self._kill(slot)
             env = gl_environment(backend) if backend else {}
+            env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
             if "LP_NUM_THREADS" not in os.environ:
                 # Mesa's llvmpipe draws on every core by default; with several workers that
                 # oversubscribes the machine, so each gets its share of the cores.
                 env["LP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // len(self.slots)))
-            slot.worker = spawn_worker(render_worker, backend, self.niceness, env=env)
+            # A tape is data: the worker imports installed modules only, unless the user
+            # named an env module with --env (which may be a file in the current folder).
+            slot.worker = spawn_worker(render_worker, backend, self.niceness, env=env,
+                                       cwd_on_path=any(":" in (job.env_id or "")
+                                                       for job in self.jobs))
             slot.backend = backend
         slot.job, slot.last_heard = i, time.monotonic()
         slot.worker.conn.send((i, self.jobs[i]))
@@ -686,7 +707,7 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
     verified = None if req.mode == "restore" else not divergences
     return replace(parts[0], tape=req.tape, outputs=tuple(req.outputs), frames=frames,
                    verified=verified, divergence=divergences[0] if divergences else None,
-                   replay_return=None if req.mode == "restore" else math.fsum(rewards),
+                   replay_return=None if req.mode == "restore" else sum_rewards(rewards),
                    seconds=max(p.seconds for p in parts), segments=len(parts),
                    rewards=tuple(rewards),
                    failures=tuple(f for p in parts for f in p.failures))
@@ -709,6 +730,8 @@ def _remove(paths: Sequence[str]) -> None:
 def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[str],
                    workers: int = 1) -> list[str]:
     """Refuse bad render options up front; return the backend order."""
+    from .tape import Tape
+
     order = list(parse_backends(backends))
     for req in requests:
         if req.mode not in MODES:
@@ -716,6 +739,8 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
         if req.quality not in QUALITY:
             raise UsageError(f"Unknown quality '{req.quality}'; use one of {', '.join(QUALITY)}.")
         check_layout(req.layout, req.cameras)
+        if req.env_id is None:  # a tape's own env module: only an installed one is imported
+            check_tape_env_module(Tape.load(req.tape).env_id, req.tape)
         for out in req.outputs:
             if not str(out).endswith(DATA_SUFFIXES):
                 format_from_path(out)
@@ -728,8 +753,7 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
 
 def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
     """Write the pixel-free outputs and a ``.metadata.json`` sidecar beside every output."""
-    from .artifacts import (git_commit, provenance, write_episode_jsonl, write_sidecar,
-                            write_tape_copy)
+    from .artifacts import provenance, write_episode_jsonl, write_sidecar, write_tape_copy
     from .envs import json_safe
     from .policies import sha256_of
     from .tape import Tape
@@ -741,7 +765,8 @@ def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
         **provenance(),
         "tape": {"path": req.tape, "sha256": sha256_of(req.tape), "env": tape.env,
                  "seed": tape.seed, "policy": tape.policy,
-                 "policy_git": git_commit(tape.policy.get("source"))},
+                 # Taken at eval time only: git would run the hooks of a folder the tape names.
+                 "policy_git": tape.policy.get("git")},
         "config": json_safe(asdict(req)),
         "result": result.to_dict(),
     }

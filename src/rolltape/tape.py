@@ -16,10 +16,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
+import tokenize
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 import numpy as np
 
@@ -28,6 +31,22 @@ from .errors import UsageError
 SCHEMA_VERSION = 1
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
 _OPTIONAL_ARRAYS = ("obs_digest", "qpos", "qvel", "physics")
+
+# A tape is untrusted data. Real tapes barely compress (float64 physics states are most of
+# the bytes: a 1000-step HalfCheetah tape is 0.4 MB on disk and 1.05x that expanded), but
+# deflate can expand 1000x, so sizes are read from the zip directory before anything is
+# expanded: past _FREE_BYTES a tape may expand at most _MAX_RATIO times its file size.
+_MAX_BYTES = 2 * 1024**3
+_FREE_BYTES = 64 * 1024**2
+_MAX_RATIO = 100
+_MAX_HEADER = 1024**2  # bytes of JSON header; real ones are a few kB
+_MAX_DEPTH = 32  # nesting of the JSON header; real ones nest 4 deep
+_FIX = "re-record it with `rolltape eval`"
+# What zipfile, zlib, struct and numpy's .npy header parser (tokenize, then literal_eval)
+# raise on a damaged file; RuntimeError covers "encrypted", an unknown compression method
+# (NotImplementedError) and too deep a nesting (RecursionError).
+_DAMAGED = (zipfile.BadZipFile, zlib.error, struct.error, tokenize.TokenError, EOFError,
+            OSError, ValueError, KeyError, TypeError, RuntimeError, OverflowError)
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,8 +99,9 @@ class Tape:
 
     @property
     def total_return(self) -> float:
-        """Sum of rewards, correctly rounded (math.fsum) so it does not depend on order."""
-        return math.fsum(self.rewards.tolist())
+        """Sum of rewards, correctly rounded so it does not depend on order (NaN or
+        infinite when the env returned such rewards: see :func:`sum_rewards`)."""
+        return sum_rewards(self.rewards.tolist())
 
     @property
     def has_state(self) -> bool:
@@ -106,7 +126,7 @@ class Tape:
             "wall_s": self.wall_s,
             "meta": self.meta,
             "length": self.length,
-            "return": self.total_return,
+            "return": finite_or_none(self.total_return),
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -132,33 +152,33 @@ class Tape:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Tape:
-        """Read and validate a tape; any problem is one clear :class:`UsageError`."""
+        """Read and validate a tape; any problem is one clear :class:`UsageError`.
+
+        Nothing in the file is executed or trusted: no pickles, sizes capped before
+        anything is expanded, every header field and array checked for its type.
+        """
         path = Path(path)
         if not path.is_file():
             raise UsageError(f"Tape '{path}' does not exist; give the path of a .npz tape.")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                contents = {name: data[name] for name in data.files}
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
+            contents = _read_npz(path)
+        except _DAMAGED as exc:
             raise UsageError(
-                f"Tape '{path}' is corrupt or truncated ({type(exc).__name__}); "
-                "re-record it with `rolltape eval`."
+                f"Tape '{path}' is corrupt or truncated ({type(exc).__name__}); {_FIX}."
             ) from None
         if "header" not in contents:
             raise UsageError(f"'{path}' is an .npz file but not a rolltape tape (no header).")
-        try:
-            header = json.loads(contents.pop("header").tobytes().decode())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise UsageError(f"Tape '{path}' has a corrupt header; re-record it.") from None
+        header = _parse_header(contents.pop("header"), path)
         version = header.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION or isinstance(version, bool):
             raise UsageError(
                 f"Tape '{path}' has schema version {version!r} but this rolltape reads "
                 f"version {SCHEMA_VERSION}; use the rolltape release that wrote it."
             )
         missing = [name for name in _REQUIRED_ARRAYS if name not in contents]
         if missing:
-            raise UsageError(f"Tape '{path}' lacks the arrays {missing}; re-record it.")
+            raise UsageError(f"Tape '{path}' lacks the arrays {missing}; {_FIX}.")
+        _check_header(header, path)
         try:
             return cls(
                 env=header["env"],
@@ -173,9 +193,147 @@ class Tape:
                 **{name: contents.get(name) for name in _OPTIONAL_ARRAYS},
             )
         except UsageError as exc:
-            raise UsageError(f"Tape '{path}': {exc}") from None
-        except KeyError as exc:
-            raise UsageError(f"Tape '{path}' header lacks {exc}; re-record it.") from None
+            raise UsageError(f"Tape '{path}': {str(exc).rstrip('.')}; {_FIX}.") from None
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The tape's arrays, read with zipfile and numpy's .npy header parser only: sizes
+    are checked against the caps first, and only plain numeric arrays are read (an
+    object array would need pickle)."""
+    file_size = path.stat().st_size
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        expanded = sum(info.file_size for info in members)
+        if expanded > _MAX_BYTES or (expanded > _FREE_BYTES
+                                     and expanded > _MAX_RATIO * file_size):
+            raise UsageError(
+                f"Tape '{path}' would expand from {file_size:,} to {expanded:,} bytes, more "
+                f"than any real tape; refusing to read it ({_FIX})."
+            )
+        by_name = {info.filename: info for info in members}  # the last one wins, as in numpy
+        arrays = {}
+        for name in ("header", *_REQUIRED_ARRAYS, *_OPTIONAL_ARRAYS):
+            info = by_name.get(f"{name}.npy")
+            if info is not None:
+                with archive.open(info) as f:
+                    arrays[name] = _read_npy(f, info.file_size, path, name)
+    return arrays
+
+
+def _read_npy(f: IO[bytes], size: int, path: Path, name: str) -> np.ndarray:
+    """One .npy member of ``size`` bytes; its header must describe exactly those bytes."""
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = fmt.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, fortran, dtype = fmt.read_array_header_2_0(f)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if dtype.kind not in "biuf" or dtype.fields is not None:
+        raise UsageError(f"Tape '{path}' array {name} holds {dtype}, not plain numbers; {_FIX}.")
+    if any(n < 0 for n in shape):
+        raise ValueError(f"negative shape {shape}")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if f.tell() + nbytes != size:
+        raise ValueError(f"{name} has shape {shape} but {size} bytes")
+    data = bytearray(nbytes)  # writable, as np.load's arrays are
+    if f.readinto(data) != nbytes or f.read(1):  # reading to the end checks the CRC
+        raise EOFError(f"{name} is short")
+    return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _parse_header(array: np.ndarray, path: Path) -> dict[str, Any]:
+    """The JSON header: an object, finite numbers only, not too big or deep."""
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text} is not a finite number")
+        return value
+
+    def refuse(text: str) -> None:
+        raise ValueError(f"{text} is not a number")
+
+    header: Any = None
+    if array.dtype == np.uint8 and array.ndim == 1 and array.size <= _MAX_HEADER:
+        try:
+            header = json.loads(array.tobytes().decode(), parse_float=finite,
+                                parse_constant=refuse)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            pass  # JSONDecodeError and too many digits are ValueErrors
+    if not isinstance(header, dict) or _deeper_than(header, _MAX_DEPTH):
+        raise UsageError(f"Tape '{path}' has a corrupt header; {_FIX}.")
+    return header
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """True when JSON ``value`` nests more than ``depth`` levels (code that walks the
+    header recursively, such as json.dumps, must not run out of stack)."""
+    if depth < 0:
+        return True
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, list) and any(_deeper_than(v, depth - 1) for v in value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _optional(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or test(value)
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+# Header fields as Tape.header() writes them: (check, what it must be). env and seed are
+# required, the others may be absent (then their defaults apply).
+_HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "env": (_is_dict, "an object"),
+    "seed": (_optional(lambda v: _is_int(v) and v >= 0), "null or a non-negative integer"),
+    "options": (_optional(_is_dict), "null or an object"),
+    "success": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),
+    "metrics": (_optional(_is_dict), "null or an object"),
+    "policy": (_is_dict, "an object"),
+    "wall_s": (lambda v: _is_number(v) and v >= 0, "a non-negative number"),
+    "meta": (_is_dict, "an object"),
+    "length": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "return": (_optional(_is_number), "null or a number"),  # null: NaN or infinite
+}
+_ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "id": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "kwargs": (_optional(_is_dict), "null or an object"),
+    "max_episode_steps": (_optional(lambda v: _is_int(v) and v > 0),
+                          "null or a positive integer"),
+    "versions": (_optional(_is_dict), "null or an object"),
+}
+
+
+def _check_header(header: dict[str, Any], path: Path) -> None:
+    """Refuse header fields of the wrong type before anything uses them."""
+    def check(name: str, value: Any, rule: tuple[Callable[[Any], bool], str]) -> None:
+        ok, must_be = rule
+        if not ok(value):
+            raise UsageError(f"Tape '{path}' header field {name} must be {must_be}, "
+                             f"got {value!r:.60}; {_FIX}.")
+
+    for required in ("env", "seed"):
+        if required not in header:
+            raise UsageError(f"Tape '{path}' header lacks '{required}'; {_FIX}.")
+    for name, rule in _HEADER_FIELDS.items():
+        if name in header:
+            check(name, header[name], rule)
+    env = header["env"]  # an object: checked above
+    check("env.id", env.get("id"), _ENV_FIELDS["id"])
+    for name, rule in _ENV_FIELDS.items():
+        if name in env:
+            check(f"env.{name}", env[name], rule)
 
 
 def _check_shapes(tape: Tape, where: str) -> None:
@@ -189,18 +347,42 @@ def _check_shapes(tape: Tape, where: str) -> None:
         arr = getattr(tape, name)
         if arr.dtype != np.bool_ or arr.shape != (n,):
             raise UsageError(f"{where} {name} must be {n} booleans, got {arr.dtype}{arr.shape}.")
-    if tape.actions.shape[:1] != (n,):
+    if tape.actions.ndim == 0 or tape.actions.dtype.kind not in "biuf":
+        raise UsageError(f"{where} actions must be numbers, one row per step, got "
+                         f"{tape.actions.dtype}{tape.actions.shape}.")
+    if tape.actions.shape[0] != n:
         raise UsageError(
             f"{where} has {tape.actions.shape[0]} actions but {n} rewards; "
             "the arrays must agree in length."
         )
-    if tape.obs_digest is not None and tape.obs_digest.shape != (n + 1,):
-        raise UsageError(
-            f"{where} obs_digest has {tape.obs_digest.shape[0]} rows, expected {n + 1}."
-        )
+    digest = tape.obs_digest
+    if digest is not None and (digest.dtype != np.uint64 or digest.shape != (n + 1,)):
+        raise UsageError(f"{where} obs_digest must be {n + 1} uint64 digests, got "
+                         f"{digest.dtype}{digest.shape}.")
     for name in ("qpos", "qvel", "physics"):
         arr = getattr(tape, name)
-        if arr is not None and (arr.ndim != 2 or arr.shape[0] != n + 1):
-            raise UsageError(f"{where} {name} must have {n + 1} rows, got shape {arr.shape}.")
+        if arr is not None and (arr.dtype != np.float64 or arr.ndim != 2
+                                or arr.shape[0] != n + 1):
+            raise UsageError(f"{where} {name} must have {n + 1} rows of float64, got "
+                             f"{arr.dtype}{arr.shape}.")
     if n and (tape.terminated[:-1].any() or tape.truncated[:-1].any()):
         raise UsageError(f"{where} ends before its last step; only the last step may be done.")
+
+
+def sum_rewards(rewards: list[float]) -> float:
+    """The exact sum of an episode's rewards (math.fsum), also when an env misbehaves: NaN
+    when a reward is NaN (None reads as NaN) or infinities of both signs meet, and the
+    signed infinity when a reward is infinite or the sum overflows a float."""
+    values = [math.nan if r is None else float(r) for r in rewards]
+    try:
+        return math.fsum(values)
+    except ValueError:  # inf + -inf
+        return math.nan
+    except OverflowError:  # finite rewards whose sum exceeds a float
+        return math.copysign(math.inf, sum(math.copysign(1.0, v) * min(abs(v), 1e300)
+                                           for v in values))
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value`` when it is finite, else None: JSON has no NaN or infinity."""
+    return value if math.isfinite(value) else None

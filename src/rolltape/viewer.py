@@ -269,17 +269,21 @@ def _describe_main() -> None:
     print("ROLLTAPE-VIEWER " + json.dumps(_describe_envs(specs)))
 
 
-def describe_envs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def describe_envs(specs: list[dict[str, Any]], trusted: bool = False) -> list[dict[str, Any]]:
     """:func:`_describe_envs` in a fresh interpreter, so this process never imports MuJoCo
-    (which would fix its GL backend); in this process when MuJoCo is already imported."""
+    (which would fix its GL backend); in this process when MuJoCo is already imported.
+    Unless the user named these envs (``trusted``: eval's own run), the specs come from
+    tapes, so their env code must be installed and the current folder is not searched."""
     if "mujoco" in sys.modules:
         return _describe_envs(specs)
     env = dict(os.environ)
     env.pop("MUJOCO_GL", None)
     env.pop("PYOPENGL_PLATFORM", None)
-    proc = subprocess.run([sys.executable, "-c", "from rolltape.viewer import _describe_main; "
-                           "_describe_main()"], input=json.dumps(specs), capture_output=True,
-                          text=True, env=env)
+    # -c puts the current folder first on sys.path; a tape's env must not come from there.
+    path = "" if trusted else "import sys; sys.path.remove(''); "
+    proc = subprocess.run([sys.executable, "-c", f"{path}from rolltape.viewer import "
+                           "_describe_main; _describe_main()"], input=json.dumps(specs),
+                          capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("ROLLTAPE-VIEWER "):
             return json.loads(line.partition(" ")[2])
@@ -306,7 +310,8 @@ def _slug(text: str) -> str:
 def export_viewer(run_dir: str | os.PathLike[str],
                   tape_paths: Sequence[str | os.PathLike[str]] | None = None, *,
                   overwrite: bool = False,
-                  node_modules: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                  node_modules: str | os.PathLike[str] | None = None,
+                  trusted: bool = False) -> dict[str, Any]:
     """Write ``RUN/viewer/`` for a run's MuJoCo tapes (all of ``RUN/tapes/`` by default).
 
     Returns ``{"href", "note", "models_ok", "tapes"}``: ``href`` is ``"viewer/index.html"``
@@ -314,7 +319,10 @@ def export_viewer(run_dir: str | os.PathLike[str],
     were skipped (or None), ``models_ok`` maps each env id to :data:`MODEL_SUPPORT` (None
     when not checked; the page then tells whether it loads). The folder is built beside its
     place and renamed into it; an existing ``viewer/`` is replaced only with ``overwrite``.
+    ``trusted``: the user named the run's env on this command line (eval does), so its code
+    may come from the current folder; otherwise it is read from tapes, and must be installed.
     """
+    from .envs import check_tape_env_module
     from .tape import Tape
 
     run_dir = Path(run_dir)
@@ -326,6 +334,8 @@ def export_viewer(run_dir: str | os.PathLike[str],
     loaded, skipped = [], []
     for path in tapes:
         tape = Tape.load(path)
+        if not trusted:
+            check_tape_env_module(tape.env_id, str(path))
         (loaded if tape.qpos is not None else skipped).append((path, tape))
     note_parts = []
     if skipped:
@@ -340,7 +350,7 @@ def export_viewer(run_dir: str | os.PathLike[str],
     specs: dict[str, dict[str, Any]] = {}
     for _, tape in loaded:
         specs.setdefault(json.dumps(tape.env, sort_keys=True), tape.env)
-    described = dict(zip(specs, describe_envs(list(specs.values()))))
+    described = dict(zip(specs, describe_envs(list(specs.values()), trusted)))
 
     staging = run_dir / f".viewer.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -415,6 +425,7 @@ def _write(out: Path, assets: Path, loaded: list[tuple[Path, Any]],
             "name": name,
             "label": f"{meta.get('role', '')} episode {meta['index']}".strip()
             if "index" in meta else name,
+            "role": meta.get("role"),  # the page opens on the first "policy" tape
             "env_id": tape.env_id,
             "model": model_of_spec[key],
             "qpos": f"tapes/{name}.f64",
@@ -438,10 +449,11 @@ def _write(out: Path, assets: Path, loaded: list[tuple[Path, Any]],
     if bad:
         note_parts.append(f"{', '.join(bad)} do(es) not load in the viewer's MuJoCo "
                           f"{BROWSER_MUJOCO} (mujoco-js); the page says so")
-    manifest = {"format": FORMAT, "browser_mujoco": BROWSER_MUJOCO, "models": models,
-                "tapes": entries}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, allow_nan=False) + "\n")
     note = ("; ".join(note_parts) + ".") if note_parts else None
+    # The note is kept with the viewer, so that `rolltape report RUN` can show it again.
+    manifest = {"format": FORMAT, "browser_mujoco": BROWSER_MUJOCO, "models": models,
+                "tapes": entries, "note": note}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, allow_nan=False) + "\n")
     return {"href": "viewer/index.html", "note": note, "models_ok": models_ok,
             "tapes": [e["name"] for e in entries]}
 
