@@ -33,10 +33,11 @@ if [ ${#apt_pkgs[@]} -gt 0 ]; then
 fi
 
 py=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$py" -m venv .venv
-pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+venv=${VENV:-.venv}  # CI also makes a second, plain one (scripts/check_plain_install.sh)
+[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # torch first, pinned: its CPU wheel is on disk here, and an unpinned torch pulls a CUDA build.
-.venv/bin/python -c "import torch" 2>/dev/null || "${pip[@]}" install "torch==2.13.0"
+"$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" install "torch==2.13.0"
 if [ "$want_test" = 1 ]; then
   "${pip[@]}" install -e ".[test,ray,server]"
 else
@@ -48,4 +49,4 @@ if command -v npm >/dev/null && [ -f viewer/package-lock.json ]; then
     || echo "setup: 'npm ci --prefix viewer' failed; the 3-D viewer needs it" >&2
 fi
 # <<< viewer assets
-echo "setup: ready (.venv)"
+echo "setup: ready ($venv)"

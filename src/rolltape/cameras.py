@@ -31,10 +31,45 @@ LAYOUTS = ("single", "horizontal", "vertical", "grid", "separate")
 def check_layout(layout: str, cameras: Sequence[str]) -> None:
     """Refuse a layout that cannot hold the cameras asked for."""
     if layout not in LAYOUTS:
-        raise UsageError(f"Unknown layout '{layout}'; use one of {', '.join(LAYOUTS)}.")
+        raise UsageError(f"Unknown layout '{layout}' (--layout); use one of "
+                         f"{', '.join(LAYOUTS)}.")
     if layout == "single" and len(cameras) > 1:
-        raise UsageError(f"{len(cameras)} cameras need a layout other than 'single' "
+        raise UsageError(f"{len(cameras)} cameras need a --layout other than 'single' "
                          "(horizontal, vertical, grid or separate).")
+
+
+def check_cameras(env: Any, cameras: Sequence[str]) -> list[tuple[str, int]]:
+    """Resolve camera names against ``env``'s model: (kind, id) per name, or one line
+    naming what the model has. Needs no renderer, so it also runs before pass 1."""
+    if any(name != "default" for name in cameras) and not hasattr(env.unwrapped, "model"):
+        raise UsageError(f"--camera: env '{env.spec.id}' is not a MuJoCo env, so only its "
+                         "default camera can be drawn; drop --camera.")
+    return [_resolve(env, name) for name in cameras]
+
+
+def _resolve(env: Any, name: str) -> tuple[str, int]:
+    if name == "default":
+        return ("default", 0)
+    if name == "free":
+        return ("free", -1)
+    import mujoco
+
+    model = env.unwrapped.model
+    if name.startswith("track:"):
+        body = name[len("track:"):]
+        body_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body)
+        if body_id < 0:
+            bodies = [model.body(i).name for i in range(1, model.nbody)]
+            raise UsageError(f"--camera {name}: env '{env.spec.id}' has no body '{body}' to "
+                             f"track; its bodies are: {', '.join(bodies)}.")
+        return ("track", body_id)
+    cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
+    if cam_id < 0:
+        names = [model.camera(i).name for i in range(model.ncam)]
+        listed = ", ".join(n for n in names if n) or "none"
+        raise UsageError(f"--camera {name}: env '{env.spec.id}' has no camera '{name}'; its "
+                         f"cameras are: {listed} (or use default, free, track:BODY).")
+    return ("fixed", cam_id)
 
 
 class CameraRig:
@@ -49,32 +84,59 @@ class CameraRig:
         if self.names != ["default"] and self.renderer is None:
             raise UsageError(f"Env '{env.spec.id}' is not a MuJoCo env, so only its default "
                              "camera can be drawn; drop --camera.")
-        self.views = [self._resolve(name) for name in self.names]
+        self.views = check_cameras(env, self.names)
         self._render: Any = None  # env.render, or the same pixels for less (see rgb_only)
 
-    def _resolve(self, name: str) -> tuple[str, int]:
-        if name == "default":
-            return ("default", 0)
-        if name == "free":
-            return ("free", -1)
+    def follow_hint(self, qpos: np.ndarray | None) -> str | None:
+        """A ``--camera track:BODY`` suggestion when a fixed camera of this rig loses the
+        robot during the recorded states ``qpos`` (frames x nq), else None.
+
+        Gymnasium's ``env.render()`` draws MuJoCo envs with its free camera (``camera_id``
+        -1), placed once from ``default_camera_config``; a free camera never moves (the
+        config's ``trackbodyid`` only matters to a tracking camera), so a robot that travels
+        walks out of the picture. Call after a frame was drawn (the viewer exists).
+
+        Heuristic: the robot is each body hung from the world by joints (Hopper's torso,
+        Pusher's arm and object); it is lost when its origin projects outside the picture
+        of the free camera. Model cameras are not judged (tracking ones follow by design).
+        """
+        static = [n for n in self.names if n == "free"
+                  or (n == "default" and getattr(self.renderer, "camera_id", None) == -1)]
+        if not static or qpos is None or self.renderer is None:
+            return None
         import mujoco
 
         model = self.env.unwrapped.model
-        if name.startswith("track:"):
-            body = name[len("track:"):]
-            body_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body)
-            if body_id < 0:
-                bodies = [model.body(i).name for i in range(1, model.nbody)]
-                raise UsageError(f"Env '{self.env.spec.id}' has no body '{body}' to track; "
-                                 f"its bodies are: {', '.join(bodies)}.")
-            return ("track", body_id)
-        cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
-        if cam_id < 0:
-            names = [model.camera(i).name for i in range(model.ncam)]
-            listed = ", ".join(n for n in names if n) or "none"
-            raise UsageError(f"Env '{self.env.spec.id}' has no camera '{name}'; its cameras are: "
-                             f"{listed} (or use default, free, track:BODY).")
-        return ("fixed", cam_id)
+        viewer = self.renderer._get_viewer(self.env.unwrapped.render_mode)
+        cam = viewer.cam
+        az, el = math.radians(cam.azimuth), math.radians(cam.elevation)
+        # MuJoCo's free camera: it looks along `forward` at `lookat` from `distance` away.
+        forward = np.array([math.cos(el) * math.cos(az), math.cos(el) * math.sin(az),
+                            math.sin(el)])
+        up = np.array([-math.sin(el) * math.cos(az), -math.sin(el) * math.sin(az),
+                       math.cos(el)])
+        right = np.cross(forward, up)
+        eye = np.array(cam.lookat) - cam.distance * forward
+        half_h = math.tan(math.radians(model.vis.global_.fovy) / 2)
+        half_w = half_h * viewer.viewport.width / viewer.viewport.height
+        roots = [b for b in range(1, model.nbody)
+                 if model.body_parentid[b] == 0 and model.body_jntnum[b] > 0
+                 and model.body(b).name]  # a suggestion must name the body
+        data = mujoco.MjData(model)  # a scratch copy: the env's own state stays as it is
+        for frame, q in enumerate(qpos):
+            data.qpos[:] = q
+            mujoco.mj_kinematics(model, data)
+            for body in roots:
+                v = data.xpos[body] - eye
+                depth = float(v @ forward)
+                if (depth <= 0 or abs(v @ right) > half_w * depth
+                        or abs(v @ up) > half_h * depth):
+                    name = model.body(body).name
+                    which = ", ".join(f"'{n}'" for n in static)
+                    return (f"the {which} camera does not follow the robot: {name} leaves the "
+                            f"picture at frame {frame} of {len(qpos)}; add --camera "
+                            f"track:{name} to follow it")
+        return None
 
     def frames(self) -> list[np.ndarray]:
         """One frame per camera, in order."""

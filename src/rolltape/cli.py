@@ -7,20 +7,24 @@ one sentence on stderr and exit status 2; a replay that diverged with
 
 from __future__ import annotations
 
+import ast
 import json
+import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from .backends import DEFAULT_ORDER
-from .errors import DivergenceError, UsageError
+from .errors import DivergenceError, Interrupted, RunFailed, UsageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Evaluate RL policies with rendering off; render their tapes faithfully.")
 # Not a terminal (a log, CI): a fixed width so tables do not wrap at 80 columns. Lines are
 # never wrapped, so a per-tape line stays one line for grep whatever its path's length.
@@ -34,22 +38,73 @@ BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw
 
 
 def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
-    """KEY=VALUE pairs; values are JSON when they parse (1.5, true, [1,2]), else strings."""
+    """KEY=VALUE pairs. A value is a Python literal (False, None, 1.5, (0.5, 2.0), 'abc')
+    or JSON (true, null, [1, 2]); a bare word is refused rather than guessed to be a string
+    (continuous=False must not become the string 'False'), so strings are quoted."""
     kwargs: dict[str, Any] = {}
     for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--env-kwargs '{pair}' must look like KEY=VALUE.")
-        try:
-            kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key] = value
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env-kwargs '{pair}' must look like KEY=VALUE with KEY a "
+                             "Python name.")
+        kwargs[key] = _literal(text.strip(), pair)
     return kwargs
+
+
+def _literal(text: str, pair: str) -> Any:
+    for parse in (ast.literal_eval, json.loads):
+        try:
+            value = parse(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue  # json.JSONDecodeError is a ValueError
+        if _storable(value):
+            return value
+        raise UsageError(f"--env-kwargs '{pair}': the value must be a number, string, "
+                         "True/False/None, or a list, tuple or dict of those (finite numbers).")
+    key = pair.partition("=")[0]
+    raise UsageError(f"--env-kwargs '{pair}' is neither a Python literal nor JSON; quote a "
+                     f"string: --env-kwargs \"{key}='{text}'\".")
+
+
+def _storable(value: Any) -> bool:
+    """What a tape's JSON env spec can hold (tuples are kept apart; see envs.encode_kwargs)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_storable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _storable(v) for k, v in value.items())
+    return False
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        out.print(f"rolltape {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def _options(ctx: typer.Context,
+             version: bool = typer.Option(False, "--version", is_eager=True,
+                                          callback=_print_version,
+                                          help="Print the version and exit.")) -> None:
+    """Evaluate RL policies with rendering off; render their tapes faithfully."""
+    # Not typer's no_args_is_help: that prints the whole help, a usage error is one line.
+    if ctx.invoked_subcommand is None:
+        verbs = ", ".join(c.name or c.callback.__name__ for c in app.registered_commands
+                          if c.callback is not None)
+        raise UsageError(f"give a command: {verbs}; try `rolltape --help`.")
 
 
 @app.command("eval")
 def eval_(
-    env: str = typer.Argument(..., help="Gymnasium env id, e.g. HalfCheetah-v5."),
+    env: str = typer.Argument(..., help="Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, "
+                                        "or FILE.py:CLASS (a class or factory)."),
     policy: str = typer.Option("random", "--policy", "-p",
                                help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz"),
     vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics (.pkl)."),
@@ -74,7 +129,8 @@ def eval_(
     render_early: bool = typer.Option(
         False, help="Start rendering videos picked by count or index while pass 1 still runs: "
                     "the run ends sooner, pass 1 itself may slow a little."),
-    video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median, or 0,3,7."),
+    video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median "
+                                        "(best:3: several), or 0,3,7."),
     video_format: str = typer.Option("mp4", "--format",
                                      help="Comma-separated: mp4, webm, gif, png, npz, jsonl."),
     width: Optional[int] = typer.Option(None, help="Frame width (env default when omitted)."),
@@ -89,6 +145,8 @@ def eval_(
     atol: float = typer.Option(0.0, help="Absolute tolerance for reward parity."),
     on_divergence: str = typer.Option("warn", help="warn (keep and mark the video) or fail."),
     render_timeout: float = typer.Option(120.0, help="Seconds without progress before a render worker counts as hung."),
+    episode_timeout: float = typer.Option(
+        600.0, help="Seconds a pass-1 worker may take for one episode before it counts as hung."),
     out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder (default runs/ENV-TIME)."),
     overwrite: bool = typer.Option(False, help="Replace an existing run folder."),
     resume: bool = typer.Option(False, help="Continue an interrupted run in --out."),
@@ -101,7 +159,8 @@ def eval_(
 
     run = evaluate(
         env, policy, episodes=episodes, seed=seed,
-        out=out_dir or Path("runs") / f"{env}-{time.strftime('%Y%m%d-%H%M%S')}",
+        out=out_dir or Path("runs") / f"{Path(env).name.replace(':', '-')}-"
+                                      f"{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         workers=workers, batched_inference=batched_inference, executor=executor,
@@ -112,27 +171,67 @@ def eval_(
         layout=layout, overlay=overlay, mode=mode,
         quality=quality,
         backends=backends, rtol=rtol, atol=atol, on_divergence=on_divergence,
-        render_timeout=render_timeout, report=report, viewer=viewer and report,
+        render_timeout=render_timeout, episode_timeout=episode_timeout, report=report,
+        viewer=viewer and report,
         overwrite=overwrite, resume=resume,
         show_progress=not quiet, command=sys.argv,
     )
     print_run(run.results, run.path)
+    failed = run.results["failed_episodes"]
+    if failed:  # the numbers are written, but they are not all the numbers asked for
+        raise RunFailed(f"{len(failed)} episode(s) failed (see the warning above); rerun "
+                        "with --resume to play them again.")
+
+
+TABLE_WIDTH = 80  # off a terminal the table fits what a log viewer or an 80-column tty shows
+
+
+def summary_table(results: dict[str, Any], width: int) -> Table:
+    """The per-role summary, reshaped to fit ``width`` columns: rich would wrap its cells
+    into unreadable stubs, so columns go instead, least telling first (min / max, then
+    the intervals, then the length). Every number is in results.json and the report."""
+    from .report import interval, num
+
+    def success(s: dict[str, Any], ci: bool) -> str:
+        if s["success_rate"] is None:
+            return "n/a"
+        count = f"{s['success_count']}/{s['n']}"
+        return f"{count} {interval(s['success_ci'])}" if ci else count
+
+    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [  # (header, cell of a role)
+        ("mean ± std", lambda s: f"{num(s['mean'])} ± {num(s['std'])}"),
+        ("IQM [95% CI]", lambda s: f"{num(s['iqm'])} {interval(s['iqm_ci'])}"),
+        ("min / max", lambda s: f"{num(s['min'])} / {num(s['max'])}"),
+        ("success [95% CI]", lambda s: success(s, True)),
+        ("length", lambda s: num(s["mean_length"], 0)),
+    ]
+    # What goes first when the table is too wide: (header, its shorter form or None: dropped).
+    shorter = [("min / max", None), ("success [95% CI]", ("success", lambda s: success(s, False))),
+               ("IQM [95% CI]", ("IQM", lambda s: num(s["iqm"]))), ("length", None)]
+    title = (f"{results['env_id']}: {results['episodes']} episodes, seeds "
+             f"{results['seed']}..{results['seed'] + results['episodes'] - 1}")
+    while True:
+        table = Table(title=title)
+        table.add_column("", justify="right")
+        for header, _ in columns:
+            table.add_column(header, justify="right")
+        for role, s in results["summary"].items():
+            table.add_row(role, *(cell(s) for _, cell in columns))
+        # Measured with room to spare: rich clamps a measurement to the width it is given.
+        natural = Measurement.get(out, out.options.update(max_width=10_000), table).maximum
+        if not shorter or natural <= width:
+            return table
+        header, replacement = shorter.pop(0)
+        k = [h for h, _ in columns].index(header)
+        if replacement is None:
+            del columns[k]
+        else:
+            columns[k] = replacement
 
 
 def print_run(results: dict[str, Any], path: Path) -> None:
     """The summary table, the videos and where everything went."""
-    summary = results["summary"]
-    table = Table(title=f"{results['env_id']}: {results['episodes']} episodes, seeds "
-                        f"{results['seed']}..{results['seed'] + results['episodes'] - 1}")
-    for col in ("", "mean ± std", "IQM [95% CI]", "min / max", "success [95% CI]", "length"):
-        table.add_column(col, justify="right")
-    for role, s in summary.items():
-        success = "n/a" if s["success_rate"] is None else (
-            f"{s['success_count']}/{s['n']} [{s['success_ci'][0]:.2f}, {s['success_ci'][1]:.2f}]")
-        table.add_row(role, f"{s['mean']:.2f} ± {s['std']:.2f}",
-                      f"{s['iqm']:.2f} [{s['iqm_ci'][0]:.2f}, {s['iqm_ci'][1]:.2f}]",
-                      f"{s['min']:.2f} / {s['max']:.2f}", success, f"{s['mean_length']:.0f}")
-    out.print(table)
+    out.print(summary_table(results, out.width if out.is_terminal else TABLE_WIDTH))
     imp = results.get("improvement_over_baseline")
     if imp:
         lo, hi = imp["diff_ci"]
@@ -145,7 +244,13 @@ def print_run(results: dict[str, Any], path: Path) -> None:
         status = ("verified: replay earned exactly what pass 1 earned" if v["verified"]
                   else f"DIVERGED at {v['divergence_text']}" if v["verified"] is False
                   else "drawn from recorded states (not re-simulated)")
-        out.print(f"video {path / v['path']} ({v['frames']} frames, {v['backend']}): {status}")
+        if fell_back(v.get("mode"), v["verified"]):
+            status += f"; {FELL_BACK}"
+        out.print(f"video {path / v['path']} ({v['frames']} frames, {v['backend']}, "
+                  f"{camera_text(v.get('cameras'))}): {status}")
+        if v.get("camera_hint"):
+            err.print(f"hint: episode {v['index']}: {v['camera_hint']}.", highlight=False,
+                      soft_wrap=True)
     # MuJoCo's own warnings (deprecated XML in Gymnasium's models) are kept, not shouted.
     quiet = [w for w in results.get("warnings", []) if w.startswith("MuJoCo: ")]
     for w in results.get("warnings", []):
@@ -160,6 +265,22 @@ def print_run(results: dict[str, Any], path: Path) -> None:
                      else ")"))
 
 
+FELL_BACK = ("--mode auto fell back to restore: the video draws the recorded states, so it "
+             "shows what pass 1 did")
+
+
+def fell_back(mode: str | None, verified: bool | None) -> bool:
+    """True when --mode auto re-simulated, diverged and drew the recorded states instead
+    (restore itself verifies nothing, so it never reports False)."""
+    return verified is False and mode == "restore"
+
+
+def camera_text(cameras: list[str] | tuple[str, ...] | None) -> str:
+    """'camera default', 'cameras default + track:torso'."""
+    names = list(cameras or ()) or ["default"]
+    return f"camera{'s' if len(names) > 1 else ''} {' + '.join(names)}"
+
+
 def default_video_path(tape: Path) -> Path:
     """Beside the run's tapes/ folder in videos/, else beside the tape (no suffix yet)."""
     folder = tape.parent.parent / "videos" if tape.parent.name == "tapes" else tape.parent
@@ -171,8 +292,10 @@ def default_video_path(tape: Path) -> Path:
 @app.command()
 def render(
     tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
-    output: Optional[Path] = typer.Option(None, "--out", "-o",
-                                          help="Output file (one tape) or folder (several)."),
+    # A string, not a Path: a trailing slash (a folder) must survive.
+    output: Optional[str] = typer.Option(None, "--out", "-o",
+                                         help="Output file (one tape) or folder (several, or "
+                                              "PNG frames: end it with /)."),
     video_format: Optional[str] = typer.Option(
         None, "--format", help="Comma-separated: mp4, webm, gif, png (frames), npz, jsonl."),
     mode: str = typer.Option("resim", help="resim, restore or auto."),
@@ -182,7 +305,9 @@ def render(
     layout: str = typer.Option("single", help=LAYOUT_HELP),
     overlay: bool = typer.Option(False, help="Write step, reward and return onto the frames."),
     fps: Optional[float] = typer.Option(None, help="Frame rate (env's render_fps by default)."),
-    env: Optional[str] = typer.Option(None, help="Replay on this env id instead of the tape's."),
+    env: Optional[str] = typer.Option(
+        None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
+                   "tape's; a tape of your own env needs it: tapes never import code."),
     backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
     workers: int = typer.Option(1, help="Render processes."),
     rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
@@ -191,19 +316,28 @@ def render(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
-    from .artifacts import artifact_paths
-    from .render import RenderRequest
+    from .artifacts import artifact_paths, check_output_name
+    from .evaluate import check_render_options
+    from .render import MODES, QUALITY, RenderRequest
 
     if on_divergence not in ("warn", "fail"):
         raise UsageError("--on-divergence must be warn or fail.")
+    check_render_options(width=width, height=height, fps=fps, rtol=rtol, atol=atol,
+                         formats=video_format)
+    check_choice("--mode", mode, MODES)
+    check_choice("--quality", quality, QUALITY)
+    check_workers(workers)
+    if output is not None:
+        check_output_name(output, several=len(tapes) > 1)
     requests = []
     for tape in tapes:
+        base: str | Path
         if output is None:
             base = default_video_path(tape)
         elif len(tapes) == 1:
             base = output
         else:
-            base = output / tape.stem
+            base = Path(output) / tape.stem
         requests.append(RenderRequest(str(tape), artifact_paths(base, video_format), mode=mode,
                                       width=width, height=height, cameras=tuple(camera or ()),
                                       layout=layout, overlay=overlay, fps=fps, rtol=rtol,
@@ -219,21 +353,37 @@ def render(
 def verify(
     tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
     rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
-    env: Optional[str] = typer.Option(None, help="Replay on this env id instead of the tape's."),
+    env: Optional[str] = typer.Option(
+        None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
+                   "tape's; a tape of your own env needs it: tapes never import code."),
     workers: int = typer.Option(1, help="Verification processes."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
+    from .evaluate import check_render_options
     from .render import RenderRequest
 
+    check_render_options(rtol=rtol, atol=atol)
+    check_workers(workers)
     requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol, env_id=env) for t in tapes]
     results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
     if _print_replays(results):
         raise DivergenceError("Some tapes did not replay exactly; see the first divergent step above.")
 
 
+def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UsageError(f"{flag} must be one of {', '.join(choices)}, got '{value}'.")
+
+
+def check_workers(workers: int) -> None:
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}.")
+
+
 def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,
                   quiet: bool) -> list[Any]:
+    from .executors import sigterm_raises
     from .progress import Progress
     from .render import check_requests, render as render_tapes
     from .tape import Tape
@@ -241,24 +391,48 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
     # Loading every tape first also reports a bad one before any work or progress bar.
     totals = [Tape.load(r.tape).length + 1 for r in requests]
     check_requests(requests, backends, workers)
+    finished: list[int] = []
     with Progress(not quiet) as bar:
         on_progress, on_result = bar.frames(f"replaying {len(requests)} tape(s)", totals)
-        return render_tapes(requests, backends=backends, workers=workers,
-                            on_progress=on_progress, on_result=on_result)
+
+        def result(i: int, r: Any) -> None:
+            finished.append(i)
+            on_result(i, r)
+
+        try:
+            with sigterm_raises():
+                return render_tapes(requests, backends=backends, workers=workers,
+                                    on_progress=on_progress, on_result=result)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else 2
+            raise Interrupted(signum, f"Interrupted: {len(finished)} of {len(requests)} "
+                              "tape(s) were finished and their files kept; the others wrote "
+                              "nothing. Rerun with the other tapes (or --overwrite).") from None
 
 
 def _print_replays(results: list[Any]) -> int:
+    from .tape import Tape
+
     diverged = 0
     for r in results:
         if r.verified is False:
             diverged += 1
             out.print(f"[red]DIVERGED[/red] {r.tape}: first at {r.divergence.describe()}")
+            if fell_back(r.mode, r.verified):
+                out.print(f"  {FELL_BACK}")
+        elif r.replay_return is None:  # restore: nothing re-simulated, the tape's own return
+            out.print(f"[green]ok[/green] {r.tape}: {r.steps} steps, recorded return "
+                      f"{Tape.load(r.tape).total_return}, drawn from recorded states")
         else:
             what = "verified" if r.verified else "drawn from recorded states"
             out.print(f"[green]ok[/green] {r.tape}: {r.steps} steps, return "
-                      f"{r.replay_return if r.replay_return is not None else 'n/a'}, {what}")
+                      f"{r.replay_return}, {what}")
         for path in r.outputs:
-            out.print(f"  wrote {path} ({r.frames} frames, backend {r.backend})")
+            out.print(f"  wrote {path} ({r.frames} frames, backend {r.backend}, "
+                      f"{camera_text(r.cameras)})")
+        if r.camera_hint:
+            err.print(f"hint: {Path(r.tape).name}: {r.camera_hint}.", highlight=False,
+                      soft_wrap=True)
         for backend, why in r.failures:
             err.print(f"  note: {backend} failed first: {why}")
     return diverged
@@ -355,23 +529,51 @@ def view(
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app, turning our errors into one line and an exit code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Not standalone: typer returns an exit code (typer.Exit(n), --help) instead of
+        # calling sys.exit, and raises its usage errors for us to print in one line.
+        code = app(args=argv, prog_name="rolltape", standalone_mode=False)
     except (UsageError, DivergenceError) as exc:
         err.print(f"rolltape: {exc}", highlight=False, markup=False, soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
+    except (RunFailed, Interrupted) as exc:  # what was kept and how to go on
+        err.print(f"rolltape: {exc}", highlight=False, markup=False, soft_wrap=True)
+        return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        err.print("rolltape: interrupted; rerun with --resume to continue a run.")
+        err.print("rolltape: interrupted.")
         return 130
-    except Exception as exc:  # click's own usage errors
-        import click
+    except OSError as exc:  # a full disk, a vanished folder: not a bug to show a traceback for
+        where = f" ({exc.filename})" if exc.filename else ""
+        err.print(f"rolltape: {exc.strerror or exc}{where}.", highlight=False, markup=False,
+                  soft_wrap=True)
+        return 1
+    except ClickError as exc:  # the parser's own errors: unknown option, bad value, ...
+        err.print(f"rolltape: {usage_line(exc)}", highlight=False, markup=False,
+                  soft_wrap=True)
+        return 2
+    if code == 130:  # typer answers Ctrl-C (outside eval and render) with this status
+        err.print("rolltape: interrupted.")
+    return code if isinstance(code, int) else 0
 
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return 2
-        raise
-    return 0
+
+# The base of every error typer's parser raises. typer exposes BadParameter in every
+# version, whether it vendors click (0.2x, no `click` installed) or uses click itself, so
+# its ClickException is found from there rather than by importing `click`.
+ClickError: type[Exception] = next(c for c in typer.BadParameter.__mro__
+                                   if c.__name__ == "ClickException")
+
+
+def usage_line(exc: Exception) -> str:
+    """One line for a parser error, naming the fix (instead of click's usage box)."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "rolltape"
+    if type(exc).__name__ == "NoSuchOption":
+        similar = getattr(exc, "possibilities", None)
+        guess = f" (did you mean {' or '.join(sorted(similar))}?)" if similar else ""
+        return f"no option {getattr(exc, 'option_name', '')}{guess}; try `{where} --help`."
+    message = " ".join(exc.format_message().split())  # a choice list spans lines
+    return f"{message.rstrip('.')}; try `{where} --help`."
 
 
 if __name__ == "__main__":

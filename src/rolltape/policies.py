@@ -282,8 +282,17 @@ def detect_sb3_algo(path: Path) -> str:
     )
 
 
+def sb3_checkpoint(path: str | Path) -> Path:
+    """The file an SB3 path names: as ``load`` does, ``ckpt`` may mean ``ckpt.zip``."""
+    path = Path(path)
+    if not path.is_file() and path.suffix != ".zip" and Path(f"{path}.zip").is_file():
+        return Path(f"{path}.zip")
+    return path
+
+
 def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str | None,
               deterministic: bool, device: str) -> SB3Policy:
+    path = sb3_checkpoint(path)
     if not path.is_file():
         raise UsageError(f"Checkpoint '{path}' does not exist; give the path of an SB3 .zip.")
     algo = (algo or detect_sb3_algo(path)).upper()
@@ -308,6 +317,7 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
             f"but env '{env.spec.id}' gives {env.observation_space.shape}; use the env it was "
             "trained on."
         )
+    check_action_space(model, algo, path, env)
     normalizer = None
     desc: dict[str, Any] = {
         "kind": "sb3", "algo": algo, "source": str(path), "sha256": sha256_of(path),
@@ -319,6 +329,20 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
         desc["vecnormalize"] = str(vecnormalize)
         desc["vecnormalize_sha256"] = sha256_of(vecnormalize)
     return SB3Policy(model, normalizer, deterministic, desc)
+
+
+def check_action_space(model: Any, algo: str, path: Path, env: Any) -> None:
+    """Refuse, before any episode, an env whose actions the checkpoint cannot produce: SB3
+    would otherwise act anyway (a Box policy's floats fed to a Discrete env, or the reverse)."""
+    theirs, ours = type(model.action_space).__name__, type(env.action_space).__name__
+    if algo in ("SAC", "TD3", "DDPG") and ours != "Box":
+        raise UsageError(f"--policy {path}: {algo} acts only in continuous (Box) action "
+                         f"spaces, but env '{env.spec.id}' has a {ours} one; use a PPO, A2C or "
+                         "DQN checkpoint.")
+    if theirs != ours or getattr(model.action_space, "shape", None) != env.action_space.shape:
+        raise UsageError(f"--policy {path}: the checkpoint acts in {model.action_space} but env "
+                         f"'{env.spec.id}' takes {env.action_space}; use the env it was "
+                         "trained on.")
 
 
 def load_vecnormalize(path: Path, env: Any) -> Any:

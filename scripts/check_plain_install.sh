@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The CLI as README command 1 installs it: no test extras (so no Ray, and no `click` beside
+# typer's own). A missing dependency, or an error path that needs one, fails here, in CI.
+# Every usage error must be exit 2 with one line on stderr and no traceback.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export VENV=${VENV:-.venv-plain}
+bash scripts/setup.sh >/dev/null
+rt="$VENV/bin/rolltape"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+checks=0
+
+# expect STATUS MAX_STDERR_LINES COMMAND...
+expect() {
+  local want=$1 max_lines=$2; shift 2
+  local got=0
+  checks=$((checks + 1))
+  "$@" >"$tmp/out" 2>"$tmp/err" || got=$?
+  local lines
+  lines=$(grep -c . "$tmp/err" || true)
+  if [ "$got" != "$want" ] || [ "$lines" -gt "$max_lines" ] || grep -q Traceback "$tmp/err"; then
+    echo "plain install: FAILED (exit $got, want $want; $lines stderr lines): ${*:2}" >&2
+    sed 's/^/    /' "$tmp/err" | head -20 >&2
+    failures=$((failures + 1))
+  fi
+}
+
+expect 0 0 "$rt" --version
+expect 0 0 "$rt" --help
+expect 0 0 "$rt" eval -h
+expect 2 1 "$rt"
+expect 2 1 "$rt" --bogus
+expect 2 1 "$rt" frobnicate
+expect 2 1 "$rt" eval
+expect 2 1 "$rt" eval CartPole-v1 --episodes abc
+expect 2 1 "$rt" eval CartPole-v1 --bogus
+expect 2 1 "$rt" eval CartPole-v1 --episodes 0
+expect 2 1 "$rt" eval NoSuchEnv-v0
+expect 2 1 "$rt" render "$tmp/missing.npz"
+expect 0 9 "$rt" eval CartPole-v1 --episodes 2 --video 1 --format gif --out "$tmp/run" --quiet
+expect 0 0 "$rt" verify "$tmp"/run/tapes/policy-0000.npz --quiet
+expect 0 9 "$rt" render "$tmp"/run/tapes/policy-0001.npz --out "$tmp/one.gif" --quiet
+[ -s "$tmp/one.gif" ] || { echo "plain install: render wrote no GIF" >&2; failures=$((failures + 1)); }
+
+if [ "$failures" -gt 0 ]; then
+  echo "plain install: $failures check(s) failed" >&2
+  exit 1
+fi
+echo "plain install: $checks CLI checks passed"
