@@ -126,3 +126,43 @@ def test_rgb_only_is_for_mujoco_envs_only():
     env = gym.make("CartPole-v1", render_mode="rgb_array")
     assert rgb_only(env) is None
     env.close()
+
+
+def _orange(frame: np.ndarray) -> int:
+    """Pixels of Hopper's brown-orange body (the floor is black and pale green, the sky grey)."""
+    r, g, b = (frame[..., k].astype(int) for k in range(3))
+    return int(((r > g + 30) & (g > b + 15)).sum())
+
+
+def test_cli_suggests_tracking_when_the_default_camera_loses_the_robot(tmp_path):
+    """Gymnasium's default view of Hopper is a fixed camera: a tape whose torso travels 4 m
+    leaves the picture, and the CLI says so and names the body to track."""
+    import dataclasses
+    import re
+
+    from conftest import SHORT, run_cli
+    from rolltape import Tape, evaluate
+
+    run = evaluate("Hopper-v5", "random", episodes=1, max_episode_steps=SHORT, report=False,
+                   out=tmp_path / "run")
+    still = run.path / "tapes" / "policy-0000.npz"
+    tape = Tape.load(still)
+    qpos = tape.qpos.copy()
+    qpos[:, 0] += np.linspace(0, 4, len(qpos))  # rootx: the torso walks off to one side
+    moved = dataclasses.replace(tape, qpos=qpos).save(tmp_path / "moved.npz")
+    proc = run_cli("render", str(still), str(moved), "--mode", "restore", "--format", "png",
+                   "--width", "96", "--height", "96", "--out", str(tmp_path / "v"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    hints = [line for line in proc.stderr.splitlines() if line.startswith("hint:")]
+    assert len(hints) == 1 and hints[0].startswith("hint: moved.npz: the 'default' camera "
+                                                   "does not follow the robot: torso leaves")
+    assert hints[0].endswith("add --camera track:torso to follow it.")
+    # The frame it names is where the body really goes out of the picture.
+    lost = int(re.search(r"at frame (\d+) of", hints[0]).group(1))
+    frames = list(read_frames(tmp_path / "v" / "moved"))
+    assert 0 < lost < len(frames) - 1
+    assert _orange(frames[0]) > 20 and _orange(frames[lost - 1]) > 0
+    assert _orange(frames[-1]) == 0
+    # Restore re-simulates nothing: the return shown is the tape's own.
+    assert f"recorded return {tape.total_return}" in proc.stdout
+    assert "camera default" in proc.stdout

@@ -228,6 +228,26 @@ def test_viewer_section_only_when_asked(run: rolltape.RunResult, tmp_path: Path)
     assert 'href="../run/viewer/index.html"' in elsewhere.read_text()
 
 
+def test_videos_name_their_camera_and_a_rebuilt_report_keeps_the_viewer(
+        run: rolltape.RunResult, tmp_path: Path) -> None:
+    folder = copy_run(run, tmp_path)
+    hint = ("the 'default' camera does not follow the robot: torso leaves the picture at "
+            "frame 9 of 41; add --camera track:torso to follow it")
+    edit_json(folder / "results.json", lambda r: r["videos"][0].update(camera_hint=hint))
+    page = Page(build_report(folder).read_text())
+    assert "camera default (the env's own env.render() view)" in page.all_text
+    assert "The" + hint[3:] + "." in page.all_text
+    # The viewer eval (or `rolltape view`) left in the run is linked again, with its note,
+    # and the command to serve it names where the run lives, not eval's staging folder.
+    staging = folder.rename(folder.with_name(".run.partial"))
+    (staging / "viewer").mkdir()
+    note = "1 tape(s) of X hold no MuJoCo state (qpos), so the 3D viewer cannot show them."
+    (staging / "viewer" / "manifest.json").write_text(json.dumps({"format": 1, "note": note}))
+    html = build_report(staging).read_text()
+    assert 'href="viewer/index.html"' in html and note in html
+    assert f"<code>rolltape view {folder.absolute()}</code>" in html
+
+
 @pytest.mark.parametrize("content", [None, "{not json", json.dumps({"schema_version": 99}),
                                      json.dumps([1, 2])])
 def test_not_a_run(tmp_path: Path, content: str | None, capsys: pytest.CaptureFixture) -> None:

@@ -166,6 +166,51 @@ def test_page_in_chromium_loads_model_scrubs_and_plays(cheetah_run: Path, browse
     _assert_not_blank(shot)
 
 
+@pytest.fixture(scope="module")
+def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run as `rolltape eval` writes it: a video, the 3-D replay, and a baseline (whose
+    tapes sort first). A space in its path: the commands the pages show must quote it."""
+    out = tmp_path_factory.mktemp("viewer") / "with baseline"
+    rolltape.evaluate("HalfCheetah-v5", "random", episodes=1, baseline="random",
+                      max_episode_steps=20, video=1, viewer=True, out=out, show_progress=False)
+    return out
+
+
+@needs_assets
+def test_report_opened_from_disk_says_to_serve_the_replay(baseline_run: Path, browser,
+                                                         tmp_path: Path) -> None:
+    """From file:// a browser loads no WebAssembly: the report and the viewer page both say
+    to run `rolltape view RUN` (the page no longer waits on "loading" for ever), and
+    `rolltape report RUN` keeps the 3-D section eval wrote."""
+    assert run_cli("report", str(baseline_run)).returncode == 0
+    command = f"rolltape view '{baseline_run}'"
+    page = browser.new_page(viewport={"width": 1000, "height": 700})
+    try:
+        page.goto((baseline_run / "report.html").as_uri())
+        section = page.locator("#viewer")
+        assert command in " ".join(section.inner_text().split())
+        section.screenshot(path=str(tmp_path / "report-viewer-section.png"))
+        page.locator("#viewer a.button").click()
+        page.wait_for_selector("#error", state="visible", timeout=10_000)
+        assert page.url.startswith("file://") and page.url.endswith("/viewer/index.html")
+        assert command in page.locator("#error").inner_text()
+        assert page.locator("#status").inner_text() == "not served: run rolltape view"
+        page.screenshot(path=str(tmp_path / "viewer-from-file.png"))
+    finally:
+        page.close()
+
+
+@needs_assets
+def test_page_opens_on_a_policy_episode(baseline_run: Path, browser) -> None:
+    export_viewer(baseline_run, overwrite=True)  # every tape, as `rolltape view` shows them
+    view = Page(browser, baseline_run)
+    try:
+        assert view.js("() => [rolltapeViewer.tapes, rolltapeViewer.tape]") == [
+            ["baseline-0000", "policy-0000"], "policy-0000"]
+    finally:
+        view.close()
+
+
 def _copy_run_with_model(run: Path, tmp_path: Path, edit) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("viewer*"))

@@ -97,8 +97,10 @@ async function main() {
   const select = $('tape');
   tapes.forEach((t, i) => select.add(new Option(`${t.label} (return ${fmt(t.return)})`, String(i))));
   $('tape-label').hidden = tapes.length < 2;
+  // ?tape=NAME, else the first policy episode (the baseline's are for comparison).
   const wanted = params.get('tape');
-  const first = Math.max(0, tapes.findIndex((t) => t.name === wanted));
+  const named = tapes.findIndex((t) => t.name === wanted);
+  const first = Math.max(0, named >= 0 ? named : tapes.findIndex((t) => t.role === 'policy'));
   await selectTape(first);
   if (params.has('frame')) setFrame(Number(params.get('frame')));
   if (S.ready && params.get('autoplay') !== '0') setPlaying(true);

@@ -126,7 +126,7 @@ def parse_backends(text: str | Sequence[str]) -> tuple[str, ...]:
             continue
         if name not in KNOWN_BACKENDS:
             raise UsageError(
-                f"Unknown rendering backend {name!r}; use one or more of "
+                f"Unknown rendering backend {name!r} (--backends); use one or more of "
                 f"{', '.join(KNOWN_BACKENDS)}, separated by commas."
             )
         if name not in names:

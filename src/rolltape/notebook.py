@@ -286,8 +286,9 @@ else:
 '''
 
 _RETURNS = '''\
-series = {role: ([r["index"] for r in ROWS[role]], [r["return"] for r in ROWS[role]])
-          for role in ROLES}
+# An episode whose return is not a finite number (null in results.json) is not plotted.
+series = {role: ([r["index"] for r in ROWS[role] if r["return"] is not None],
+                 [r["return"] for r in ROWS[role] if r["return"] is not None]) for role in ROLES}
 if Figure is not None:
     fig = Figure(figsize=(7.5, 3.2))
     ax = fig.subplots()
@@ -306,7 +307,7 @@ else:
 '''
 
 _DISTRIBUTION = '''\
-samples = {role: [r["return"] for r in ROWS[role]] for role in ROLES}
+samples = {role: [r["return"] for r in ROWS[role] if r["return"] is not None] for role in ROLES}
 everything = np.concatenate([np.asarray(v, dtype=float) for v in samples.values()])
 edges = np.histogram_bin_edges(everything, bins=int(min(30, max(5, len(everything) // 2))))
 if Figure is not None:

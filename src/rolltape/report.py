@@ -220,6 +220,16 @@ def _video_status(v: dict[str, Any], tolerance: str | None) -> tuple[str, str, s
     return "info", "drawn from recorded states (not re-simulated, so not verified)", None
 
 
+def _camera_text(cameras: list[str] | None, layout: str | None) -> str:
+    """Which camera drew a video: 'camera default (env.render()'s view)', 'cameras ...'."""
+    names = list(cameras or ()) or ["default"]
+    if names == ["default"]:
+        return "camera default (the env's own env.render() view)"
+    if len(names) == 1:
+        return f"camera {names[0]}"
+    return f"cameras {' + '.join(names)}" + (f" ({layout})" if layout else "")
+
+
 def _videos(root: Path, report: Path, results: dict[str, Any],
             config: dict[str, Any]) -> list[dict[str, Any]]:
     rows = {r.get("index"): r for r in results.get("episodes_rows") or []}
@@ -234,6 +244,9 @@ def _videos(root: Path, report: Path, results: dict[str, Any],
                  "headline": headline, "detail": detail, "return": num(row.get("return")),
                  "length": row.get("length"), "frames": v.get("frames"),
                  "backend": v.get("backend"), "mode": v.get("mode"), "src": None, "kind": None,
+                 "camera": _camera_text(v.get("cameras") or config.get("cameras"),
+                                        config.get("layout")),
+                 "hint": v.get("camera_hint"),
                  "missing": False, "preload": "metadata" if len(videos) <= 12 else "none"}
         if v.get("path"):
             target = root / v["path"]
@@ -252,7 +265,7 @@ def _cumulative_curves(root: Path, results: dict[str, Any]) -> tuple[list[plots.
 
     from .tape import Tape
 
-    policy_rows = results.get("episodes_rows") or []
+    policy_rows = [r for r in results.get("episodes_rows") or [] if r["return"] is not None]
     baseline_rows = {r.get("index"): r for r in results.get("baseline_rows") or []}
     rendered = [v.get("index") for v in results.get("videos") or [] if v.get("path")]
     if rendered:
@@ -262,7 +275,7 @@ def _cumulative_curves(root: Path, results: dict[str, Any]) -> tuple[list[plots.
             what = f"the first {MAX_CURVES} of the {len(rendered)} rendered episodes"
     else:  # no videos: show the best, median and worst episodes instead
         order = sorted(range(len(policy_rows)), key=lambda i: (policy_rows[i]["return"], i))
-        picked = sorted({order[-1], order[(len(order) - 1) // 2], order[0]})
+        picked = sorted({order[-1], order[(len(order) - 1) // 2], order[0]}) if order else []
         what = "the best, median and worst policy episodes (none was rendered)"
     by_index = {r.get("index"): r for r in policy_rows}
     series: list[plots.Series] = []
@@ -279,6 +292,9 @@ def _cumulative_curves(root: Path, results: dict[str, Any]) -> tuple[list[plots.
                 skipped.append(f"{role} episode {index}")
                 continue
             ys = np.concatenate([[0.0], np.cumsum(tape.rewards, dtype=float)])
+            if not np.isfinite(ys).all():
+                skipped.append(f"{role} episode {index} (rewards not finite)")
+                continue
             xs = np.arange(ys.size)
             label = (f"episode {index} · seed {row.get('seed')}" if role == "policy"
                      else f"random, seed {row.get('seed')}")
@@ -292,8 +308,9 @@ def _cumulative_curves(root: Path, results: dict[str, Any]) -> tuple[list[plots.
 
 
 def _charts(root: Path, results: dict[str, Any]) -> list[dict[str, str]]:
-    policy = results.get("episodes_rows") or []
-    baseline = results.get("baseline_rows") or []
+    # An episode whose return is not a finite number (null in results.json) is not plotted.
+    policy = [r for r in results.get("episodes_rows") or [] if r["return"] is not None]
+    baseline = [r for r in results.get("baseline_rows") or [] if r["return"] is not None]
     summary = results["summary"]
     roles = [("policy", policy)] + ([("baseline", baseline)] if baseline else [])
     env = results.get("env_id", "")
@@ -373,7 +390,8 @@ def _episode_table(results: dict[str, Any], videos: list[dict[str, Any]]) -> lis
         rows.append({
             "index": r.get("index"), "seed": r.get("seed"), "return": num(r.get("return")),
             "baseline": num(b.get("return")) if b else None,
-            "diff": num(r["return"] - b["return"], sign=True) if b else None,
+            "diff": num(r["return"] - b["return"], sign=True)
+            if b and r["return"] is not None and b["return"] is not None else None,
             "length": r.get("length"),
             "end": "terminated" if r.get("terminated") else "truncated",
             "success": "n/a" if r.get("success") is None else ("yes" if r["success"] else "no"),
@@ -452,6 +470,25 @@ def _environment() -> Any:
                               trim_blocks=True, lstrip_blocks=True)
 
 
+def _viewer_on_disk(root: Path) -> dict[str, Any] | None:
+    """The 3-D replay in RUN/viewer/ (written by eval or `rolltape view`), or None."""
+    try:
+        manifest = json.loads((root / "viewer" / "manifest.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    note = manifest.get("note") if isinstance(manifest, dict) else None
+    return {"href": "viewer/index.html", "note": note}
+
+
+def _final_folder(root: Path) -> Path:
+    """Where the run lives once finished: eval builds it in ``.NAME.partial`` beside its
+    place (:class:`rolltape.artifacts.RunDir`) and writes the report there before moving it."""
+    name = root.name
+    if name.startswith(".") and name.endswith(".partial") and len(name) > len("..partial"):
+        return root.with_name(name[1:-len(".partial")])
+    return root
+
+
 def _viewer(viewer: dict[str, Any] | None, root: Path, report: Path) -> dict[str, Any] | None:
     if viewer is None:
         return None
@@ -461,7 +498,10 @@ def _viewer(viewer: dict[str, Any] | None, root: Path, report: Path) -> dict[str
     note = viewer.get("note")
     if not href and not note:
         note = "3-D replay unavailable for this run."
-    return {"href": href, "note": note}
+    # A browser loads neither ES modules nor WebAssembly from a file:// page, so the
+    # viewer needs a server; the page says how to start one (it runs no script to check).
+    command = shlex.join(["rolltape", "view", str(_final_folder(root.absolute()))])
+    return {"href": href, "note": note, "command": command}
 
 
 def build_report(run_dir: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
@@ -470,7 +510,8 @@ def build_report(run_dir: str | os.PathLike[str], *, out: str | os.PathLike[str]
 
     ``viewer`` links an interactive 3-D replay: ``{"href": "viewer/index.html", "note": None}``
     (``href`` relative to the run folder), or ``{"href": None, "note": "why not"}`` to say
-    why there is none. Without it the page has no viewer section.
+    why there is none. Without it, the replay in ``RUN/viewer/`` is linked when there is one
+    (so rebuilding the report keeps what eval wrote); otherwise there is no viewer section.
 
     Raises:
         UsageError: ``run_dir`` is not a run (no results.json, not JSON, unknown schema), or
@@ -508,7 +549,7 @@ def build_report(run_dir: str | os.PathLike[str], *, out: str | os.PathLike[str]
         "episode_rows": _episode_table(results, videos),
         "warnings": (meta or {}).get("warnings") or results.get("warnings") or [],
         "provenance": _provenance(meta, results, finished),
-        "viewer": _viewer(viewer, root, report),
+        "viewer": _viewer(viewer if viewer is not None else _viewer_on_disk(root), root, report),
         "rolltape_version": _version(),
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
