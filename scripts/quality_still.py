@@ -13,8 +13,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 import rolltape
-from rolltape.encode import read_frames
-from rolltape.render import QUALITY
+from rolltape.pass2.encode import read_frames
+from rolltape.pass2.replay import QUALITY
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "quality.png"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.backends import (
+from rolltape.pass2.backends import (
     DEFAULT_ORDER,
     KNOWN_BACKENDS,
     ProbeResult,
@@ -107,7 +107,7 @@ def test_select_backend_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None
     code = textwrap.dedent(
         """
         import os
-        from rolltape.backends import select_backend_in_this_process as select
+        from rolltape.pass2.backends import select_backend_in_this_process as select
         select("osmesa")
         assert os.environ["MUJOCO_GL"] == "osmesa", os.environ["MUJOCO_GL"]
         assert os.environ["PYOPENGL_PLATFORM"] == "osmesa"

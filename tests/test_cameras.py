@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from rolltape import RenderRequest, UsageError, render
-from rolltape.cameras import Compositor, compose, rgb_only, separate_path
-from rolltape.encode import count_frames, read_frames
+from rolltape.pass2.cameras import Compositor, compose, rgb_only, separate_path
+from rolltape.pass2.encode import count_frames, read_frames
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,8 @@ def test_separate_paths():
 _RGB_ONLY_CHECK = """
 import sys
 import gymnasium as gym, numpy as np
-from rolltape.cameras import rgb_only
-from rolltape.render import _prepare_view
+from rolltape.pass2.cameras import rgb_only
+from rolltape.pass2.replay import _prepare_view
 quality, camera_id = sys.argv[1], None if sys.argv[2] == "none" else int(sys.argv[2])
 env = gym.make("HalfCheetah-v5", render_mode="rgb_array", width=96, height=72)
 env.reset(seed=4)

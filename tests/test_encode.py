@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import rolltape.encode as encode
-from rolltape.encode import (
+import rolltape.pass2.encode as encode
+from rolltape.pass2.encode import (
     FORMATS,
     BackgroundWriter,
     FrameWriter,

@@ -20,7 +20,7 @@ import pytest
 from nbclient import NotebookClient
 
 from rolltape import UsageError, evaluate
-from rolltape.notebook import NOTEBOOK_NAME, Table, svg_histogram, svg_lines, write_notebook
+from rolltape.outputs.notebook import NOTEBOOK_NAME, Table, svg_histogram, svg_lines, write_notebook
 
 VIDEO = "videos/policy-0000.mp4"
 

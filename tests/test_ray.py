@@ -15,8 +15,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from rolltape import RenderRequest, Tape, UsageError, evaluate, render  # noqa: E402
-from rolltape.encode import count_frames  # noqa: E402
-from rolltape.ray_executor import check_ray  # noqa: E402
+from rolltape.pass2.encode import count_frames  # noqa: E402
+from rolltape.executors.ray import check_ray  # noqa: E402
 
 ENV_ID = "HalfCheetah-v5"
 RUN = dict(episodes=3, seed=11, max_episode_steps=30, baseline="random", video=1)
@@ -71,7 +71,7 @@ def test_ray_video_is_verified_and_complete(runs):
 
 
 def test_render_task_sees_the_backend_it_was_given(ray_session):
-    from rolltape.ray_executor import _task_env
+    from rolltape.executors.ray import _task_env
 
     @ray.remote
     def probe() -> tuple[str | None, str | None, bool]:
@@ -148,7 +148,7 @@ def test_unreachable_address_fails_quickly():
         for address in ("127.0.0.1:1", f"127.0.0.1:{port}"):
             start = time.monotonic()
             proc = _python(f"""
-                from rolltape.ray_executor import check_ray
+                from rolltape.executors.ray import check_ray
                 from rolltape.errors import UsageError
                 try:
                     check_ray({address!r}, timeout={timeout})
@@ -164,7 +164,7 @@ def test_missing_ray_is_a_usage_error():
     proc = _python("""
         import sys
         sys.modules["ray"] = None  # as if it were not installed
-        from rolltape.ray_executor import check_ray
+        from rolltape.executors.ray import check_ray
         from rolltape.errors import UsageError
         try:
             check_ray()
@@ -178,7 +178,7 @@ def test_local_executor_never_imports_ray(tmp_path):
     proc = _python(f"""
         import sys, json
         import rolltape
-        import rolltape.ray_executor  # importing the module alone must not import ray
+        import rolltape.executors.ray  # importing the module alone must not import ray
         run = rolltape.evaluate({ENV_ID!r}, "random", out={str(tmp_path / "run")!r},
                                 episodes=2, max_episode_steps=5, video=1)
         print(json.dumps({{"ray": "ray" in sys.modules, "video": run.results["videos"][0]["verified"]}}))
@@ -188,8 +188,8 @@ def test_local_executor_never_imports_ray(tmp_path):
 
 
 def test_pass1_work_is_cut_into_small_tasks_covering_every_episode():
-    from rolltape.rollout import EpisodeJob, PolicyJob, split_jobs
-    from rolltape.ray_executor import _pass1_tasks
+    from rolltape.pass1.rollout import EpisodeJob, PolicyJob, split_jobs
+    from rolltape.executors.ray import _pass1_tasks
 
     jobs = [PolicyJob(env={"id": ENV_ID}, policy=p,
                       episodes=[EpisodeJob(role, i, i, f"{role}-{i}.npz") for i in range(50)])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rolltape import RenderRequest, Tape, UsageError, render
-from rolltape.encode import count_frames, read_frames
+from rolltape.pass2.encode import count_frames, read_frames
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import pytest
 import rolltape
 from rolltape.cli import main as cli_main
 from rolltape.errors import UsageError
-from rolltape.report import build_report
+from rolltape.outputs.report import build_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -104,7 +104,7 @@ def test_render_runs_nothing_in_a_folder_the_tape_names(tape_path, tmp_path):
 
 def test_view_of_someone_elses_run_does_not_import_its_env_module(tmp_path):
     """`rolltape view RUN` builds the run's env to find its model: a run folder is data too."""
-    from rolltape.viewer import export_viewer
+    from rolltape.outputs.viewer import export_viewer
 
     run = tmp_path / "run"
     (run / "tapes").mkdir(parents=True)

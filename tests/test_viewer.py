@@ -17,7 +17,7 @@ import pytest
 import rolltape
 from conftest import run_cli
 from rolltape import UsageError
-from rolltape.viewer import (MODEL_SUPPORT, SOURCE_DIR, check_models, export_viewer,
+from rolltape.outputs.viewer import (MODEL_SUPPORT, SOURCE_DIR, check_models, export_viewer,
                              model_files, node_modules_dir, serve, viewer_is_current)
 
 CHROMIUM = "/usr/bin/chromium"

@@ -1,20 +1,42 @@
 """rolltape: evaluate RL policies with rendering off, record every episode as a tape, and
 render the tapes in isolated processes, checking that each replay earns what pass 1 earned.
 
-Nothing here imports torch or OpenGL: policies load in pass-1 workers, GL in render workers.
+The package face is lazy: ``import rolltape.pass2.replay`` (what a render worker runs)
+must not import the orchestrator or the policy side, so the names below are loaded on first
+use. Nothing here imports torch or OpenGL.
 
-Example:
+Example (not run: it evaluates a checkpoint):
     >>> import rolltape
     >>> run = rolltape.evaluate("HalfCheetah-v5", "sb3:ppo.zip", vecnormalize="vn.pkl",
     ...                         episodes=30, baseline="random", video=1, out="runs/cheetah")
     >>> tape = rolltape.Tape.load(run.path / "tapes" / "policy-0000.npz")
 """
 
-from .errors import DivergenceError, UsageError
-from .evaluate import RunResult, evaluate
-from .render import RenderRequest, RenderResult, render
-from .tape import Tape
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["DivergenceError", "RenderRequest", "RenderResult", "RunResult", "Tape",
-           "UsageError", "evaluate", "render", "__version__"]
+
+# name -> the module that defines it
+_API = {
+    "DivergenceError": "rolltape.errors", "UsageError": "rolltape.errors",
+    "RunFailed": "rolltape.errors", "Interrupted": "rolltape.errors",
+    "RunResult": "rolltape.evaluate", "evaluate": "rolltape.evaluate",
+    "RenderRequest": "rolltape.pass2.replay", "RenderResult": "rolltape.pass2.replay",
+    "render": "rolltape.rendering", "Tape": "rolltape.tape",
+}
+__all__ = sorted(_API) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value  # once loaded, a plain attribute
+        return value
+    raise AttributeError(f"module 'rolltape' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import UsageError
+from rolltape.errors import UsageError
 
 ENV_ID = "HalfCheetah-v5"
 SEED = 1000
@@ -170,7 +170,7 @@ def make_checkpoint(folder: Path) -> tuple[Path, Path]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from .envs import env_spec, make_env
+    from rolltape.envs import env_spec, make_env
 
     torch.set_num_threads(1)
     venv = VecNormalize(DummyVecEnv([lambda: make_env(env_spec(ENV_ID))]), norm_obs=True,
@@ -195,7 +195,7 @@ def run_child(fn: str, kwargs: dict[str, Any], cwd: Path, gl: str | None = None,
               timeout: float = 3600.0) -> tuple[dict[str, Any], float]:
     """Run ``bench.<fn>(**kwargs)`` in a fresh interpreter (with ``gl`` as MUJOCO_GL, or none)
     and return its JSON result and the process's wall time, start-up and imports included."""
-    from .backends import gl_environment
+    from rolltape.pass2.backends import gl_environment
 
     env = dict(os.environ)
     for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
@@ -246,12 +246,12 @@ def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
     """
     import importlib
 
-    from . import executors
+    from rolltape.executors import launch as executors
 
     # Wherever rolltape looks them up by name (by module name: the package's own
     # ``evaluate``/``render`` attributes are the functions).
     modules = [importlib.import_module(f"rolltape.{name}")
-               for name in ("rollout", "evaluate", "render")]
+               for name in ("executors.local", "evaluate")]
     workers: list[dict[str, Any]] = []
     lock = threading.Lock()
 
@@ -334,9 +334,9 @@ def _result(*, title: str, ratio: float, target: float, op: str, gating: bool = 
 
 def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
     """record_episode vs a bare policy.act + env.step loop, same env, policy and seeds."""
-    from .envs import env_spec, make_env
-    from .policies import load_policy
-    from .rollout import record_episode
+    from rolltape.envs import env_spec, make_env
+    from rolltape.policies import load_policy
+    from rolltape.pass1.rollout import record_episode
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
@@ -399,7 +399,7 @@ def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
 
 def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
     """Pass-1 time with video=0 vs video=1; contrast: rendering inline while evaluating."""
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
@@ -458,7 +458,7 @@ def inline_render_child(checkpoint: str, vecnormalize: str, steps: int, width: i
 
     import gymnasium as gym
 
-    from .policies import load_policy
+    from rolltape.policies import load_policy
 
     plain = gym.make(ENV_ID, max_episode_steps=steps)
     drawn = gym.make(ENV_ID, max_episode_steps=steps, render_mode="rgb_array", width=width,
@@ -513,7 +513,7 @@ def inline_render_child(checkpoint: str, vecnormalize: str, steps: int, width: i
 def _random_tapes(ctx: Context, steps: int, n: int = 1) -> list[Path]:
     """``n`` random-policy HalfCheetah tapes of ``steps`` steps (seeds SEED, SEED + 1, ...;
     pass 2 does not care who acted), recorded by pass 1 once per run, size and count."""
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     if (steps, n) not in ctx.tapes:
         run = evaluate(ENV_ID, "random", episodes=n, seed=SEED, max_episode_steps=steps,
@@ -534,7 +534,8 @@ def _backends(ctx: Context) -> tuple[str, ...]:
 
 def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
     """rolltape.render frames/s vs a bare render+encode loop in a subprocess (A B B A ...)."""
-    from .render import RenderRequest, render
+    from rolltape.pass2.replay import RenderRequest
+    from rolltape.rendering import render
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.throughput_steps)
@@ -582,7 +583,7 @@ def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
              "frames_per_cpu_s": per_cpu, "bare_frames_per_cpu_s": bare_per_cpu,
              "cpu_ratio": per_cpu / bare_per_cpu},
         notes=[f"both draw {cfg.width}x{cfg.height} with MUJOCO_GL={backend} and write mp4 via "
-               "rolltape.encode.open_writer; rolltape also verifies every step",
+               "rolltape.pass2.encode.open_writer; rolltape also verifies every step",
                f"in-process only (no start-up): rolltape {inner:.1f} vs bare {bare_inner:.1f} "
                f"frames/s, ratio {inner / bare_inner:.3f}; frames per CPU-second (all threads, "
                f"start-up included, less disturbed by other load): ratio "
@@ -596,8 +597,8 @@ def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str,
 
     import gymnasium as gym
 
-    from .encode import open_writer
-    from .tape import Tape
+    from rolltape.pass2.encode import open_writer
+    from rolltape.tape import Tape
 
     recorded = Tape.load(tape)  # only its seed and actions are used
     actions, seed = recorded.actions, recorded.seed
@@ -623,7 +624,8 @@ def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str,
 
 def bench_render_rss(ctx: Context) -> dict[str, Any]:
     """Peak RSS of the render worker for a short and a long episode: memory must stay flat."""
-    from .render import RenderRequest, render
+    from rolltape.pass2.replay import RenderRequest
+    from rolltape.rendering import render
 
     cfg = ctx.config
     peaks: dict[str, float] = {}
@@ -665,7 +667,7 @@ def bench_render_rss(ctx: Context) -> dict[str, Any]:
 
 def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
     """rolltape pass 1 vs SB3's evaluate_policy on the same checkpoint and episodes."""
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
@@ -819,7 +821,7 @@ def seed000_video_child(checkpoint: str, vecnormalize: str, steps: int, seed: in
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from .encode import open_writer
+    from rolltape.pass2.encode import open_writer
 
     venv = VecNormalize.load(vecnormalize, DummyVecEnv([lambda: gym.make(
         ENV_ID, max_episode_steps=steps, render_mode="rgb_array", width=width, height=height)]))
@@ -848,7 +850,7 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
     rolltape runs with its defaults for everything not named here: 1 pass-1 worker,
     quality full, render_workers 0 (one per core, so the one video is split across them),
     the report and notebook written."""
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
@@ -918,7 +920,7 @@ def _timed_render(requests: Sequence[Any], backends: tuple[str, ...], workers: i
                   split: bool = True) -> tuple[list[Any], float, float]:
     """``rolltape.render`` with wall time around the call and the render workers' CPU time
     (all their threads, llvmpipe's included)."""
-    from .render import render
+    from rolltape.rendering import render
 
     started = time.perf_counter()
     with track_workers() as spawned:
@@ -932,7 +934,7 @@ def _timed_render(requests: Sequence[Any], backends: tuple[str, ...], workers: i
 
 def bench_render_quality(ctx: Context) -> dict[str, Any]:
     """frames/s of rolltape.render at each --quality preset vs a bare env.render() loop."""
-    from .render import QUALITY, RenderRequest
+    from rolltape.pass2.replay import QUALITY, RenderRequest
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.quality_steps)
@@ -1021,7 +1023,7 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
     """Pass-1 time with workers=1 vs workers=2 (PPO checkpoint); the tapes must be identical.
     Also measured: the opt-in batched inference on 2 env processes, and whether batching
     changed any action's bits."""
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
@@ -1089,7 +1091,7 @@ def _action_bits(reference: list[Path], other: list[Path]) -> tuple[int, float]:
     (compared over the common prefix where episodes differ in length)."""
     import numpy as np
 
-    from .tape import Tape
+    from rolltape.tape import Tape
 
     same, worst = 0, 0.0
     for a_path, b_path in zip(reference, other):
@@ -1109,7 +1111,7 @@ def pass1_executor_child(executor: str, episodes: int, steps: int, seed: int, wo
     """(In a fresh child.) rolltape.evaluate with the random policy and ``executor``; with
     Ray, ray.init (inside evaluate) and ray.shutdown are part of this process's time."""
     started = time.perf_counter()
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     imported = time.perf_counter()
     run = evaluate(ENV_ID, "random", episodes=episodes, seed=seed, max_episode_steps=steps,
@@ -1167,7 +1169,7 @@ def bench_ray_vs_local(ctx: Context) -> dict[str, Any]:
 
 def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
     """Render 2 tapes on K=1 vs K=2 render workers (no splitting)."""
-    from .render import RenderRequest
+    from rolltape.pass2.replay import RenderRequest
 
     cfg = ctx.config
     tapes = _random_tapes(ctx, cfg.p2_workers_steps, 2)
@@ -1202,8 +1204,8 @@ def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
 
 def bench_pass2_segments(ctx: Context) -> dict[str, Any]:
     """One long episode rendered whole on one worker vs split across 2 workers and joined."""
-    from .encode import count_frames
-    from .render import RenderRequest
+    from rolltape.pass2.encode import count_frames
+    from rolltape.pass2.replay import RenderRequest
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.segments_steps)
@@ -1247,8 +1249,8 @@ def bench_pass2_segments(ctx: Context) -> dict[str, Any]:
 
 def bench_gif_vs_mp4(ctx: Context) -> dict[str, Any]:
     """Encode the same real frames as mp4 and as gif with rolltape.encode.open_writer."""
-    from .encode import open_writer, read_frames
-    from .render import RenderRequest
+    from rolltape.pass2.encode import open_writer, read_frames
+    from rolltape.pass2.replay import RenderRequest
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.gif_frames - 1)
@@ -1295,7 +1297,7 @@ REPORT_BUDGET_S = 10.0
 _REPORT_CHILD = """
 import json, sys, time
 started = time.perf_counter()
-from rolltape.report import build_report
+from rolltape.outputs.report import build_report
 imported = time.perf_counter()
 path = build_report(sys.argv[1])
 first = time.perf_counter()
@@ -1323,7 +1325,7 @@ def _time_report_build(run_dir: Path, cwd: Path) -> dict[str, Any]:
 
 def bench_report_build(ctx: Context) -> dict[str, Any]:
     """build_report on a run of many episodes with 3 videos; an absolute budget."""
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     cfg = ctx.config
     run = evaluate(ENV_ID, "random", episodes=cfg.report_episodes, max_episode_steps=50,
@@ -1385,7 +1387,7 @@ def select(only: str | Sequence[str] | None) -> list[str]:
 
 
 def _machine() -> dict[str, Any]:
-    from .envs import package_version
+    from rolltape.envs import package_version
 
     return {"platform": platform.platform(), "python": platform.python_version(),
             "cpu_count": os.cpu_count(),
@@ -1447,7 +1449,7 @@ def run(only: str | Sequence[str] | None = None, *, quick: bool = False,
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Like artifacts.write_json, but anything JSON cannot hold is written as its str()."""
-    from .artifacts import write_text
+    from rolltape.outputs.artifacts import write_text
 
     write_text(path, json.dumps(data, indent=2, allow_nan=False, default=str) + "\n")
 

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from .backends import DEFAULT_ORDER
-from .errors import DivergenceError, Interrupted, RunFailed, UsageError
+from rolltape.pass2.backends import DEFAULT_ORDER
+from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -29,7 +29,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
 # Not a terminal (a log, CI): a fixed width so tables do not wrap at 80 columns. Lines are
 # never wrapped, so a per-tape line stays one line for grep whatever its path's length.
 out = Console(width=None if sys.stdout.isatty() else 120, soft_wrap=True)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # a message stays one line, for grep and logs
 
 CAMERA_HELP = "default, free, a model camera NAME, or track:BODY; repeat for several."
 LAYOUT_HELP = "single, horizontal, vertical, grid, or separate (one file per camera)."
@@ -82,7 +82,7 @@ def _storable(value: Any) -> bool:
 
 def _print_version(value: bool) -> None:
     if value:
-        from . import __version__
+        from rolltape import __version__
 
         out.print(f"rolltape {__version__}", highlight=False)
         raise typer.Exit()
@@ -155,7 +155,7 @@ def eval_(
     viewer: bool = typer.Option(True, help="Add the interactive 3-D replay to the report."),
 ) -> None:
     """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
-    from .evaluate import evaluate
+    from rolltape.evaluate import evaluate
 
     run = evaluate(
         env, policy, episodes=episodes, seed=seed,
@@ -190,7 +190,7 @@ def summary_table(results: dict[str, Any], width: int) -> Table:
     """The per-role summary, reshaped to fit ``width`` columns: rich would wrap its cells
     into unreadable stubs, so columns go instead, least telling first (min / max, then
     the intervals, then the length). Every number is in results.json and the report."""
-    from .report import interval, num
+    from rolltape.outputs.report import interval, num
 
     def success(s: dict[str, Any], ci: bool) -> str:
         if s["success_rate"] is None:
@@ -316,9 +316,9 @@ def render(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
-    from .artifacts import artifact_paths, check_output_name
-    from .evaluate import check_render_options
-    from .render import MODES, QUALITY, RenderRequest
+    from rolltape.outputs.artifacts import artifact_paths, check_output_name
+    from rolltape.evaluate import check_render_options
+    from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
 
     if on_divergence not in ("warn", "fail"):
         raise UsageError("--on-divergence must be warn or fail.")
@@ -360,8 +360,8 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
-    from .evaluate import check_render_options
-    from .render import RenderRequest
+    from rolltape.evaluate import check_render_options
+    from rolltape.pass2.replay import RenderRequest
 
     check_render_options(rtol=rtol, atol=atol)
     check_workers(workers)
@@ -383,10 +383,10 @@ def check_workers(workers: int) -> None:
 
 def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,
                   quiet: bool) -> list[Any]:
-    from .executors import sigterm_raises
-    from .progress import Progress
-    from .render import check_requests, render as render_tapes
-    from .tape import Tape
+    from rolltape.executors.launch import sigterm_raises
+    from rolltape.progress import Progress
+    from rolltape.rendering import check_requests, render as render_tapes
+    from rolltape.tape import Tape
 
     # Loading every tape first also reports a bad one before any work or progress bar.
     totals = [Tape.load(r.tape).length + 1 for r in requests]
@@ -411,7 +411,7 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
 
 
 def _print_replays(results: list[Any]) -> int:
-    from .tape import Tape
+    from rolltape.tape import Tape
 
     diverged = 0
     for r in results:
@@ -444,7 +444,7 @@ def doctor(
     timeout: float = typer.Option(60.0, help="Seconds before a probe counts as hung."),
 ) -> None:
     """Probe each GL backend in a subprocess: which work here, why the others fail."""
-    from .backends import doctor as run_doctor, first_working, format_doctor
+    from rolltape.pass2.backends import doctor as run_doctor, first_working, format_doctor
 
     results = run_doctor(backends, timeout=timeout)
     out.print(format_doctor(results), highlight=False)
@@ -459,8 +459,8 @@ def demo(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Evaluate the bundled demo policy against a random baseline and render one verified video."""
-    from .demo import demo_assets
-    from .evaluate import evaluate
+    from rolltape.demo import demo_assets
+    from rolltape.evaluate import evaluate
 
     assets = demo_assets()
     out.print(f"demo: {assets['env_id']} with the bundled PPO policy "
@@ -479,7 +479,7 @@ def bench(
     only: Optional[str] = typer.Option(None, help="NAME[,NAME]: run only these benchmarks."),
 ) -> None:
     """Measure speed and memory targets as ratios against baselines run alongside."""
-    from .bench import run_and_print
+    from rolltape.bench import run_and_print
 
     raise typer.Exit(run_and_print(only, quick=quick, out=output))
 
@@ -491,7 +491,7 @@ def report(
                                           help="Where to write the page (default RUN/report.html)."),
 ) -> None:
     """Write RUN/report.html: the run's numbers, plots, videos and provenance on one page."""
-    from .report import build_report
+    from rolltape.outputs.report import build_report
 
     out.print(f"report written to {build_report(run, out=output)}", highlight=False,
               soft_wrap=True)
@@ -505,7 +505,7 @@ def view(
     refresh: bool = typer.Option(False, help="Rebuild RUN/viewer even when it is up to date."),
 ) -> None:
     """Serve RUN's 3-D tape viewer (MuJoCo in WebAssembly) on localhost until Ctrl-C."""
-    from .viewer import export_viewer, serve, viewer_is_current
+    from rolltape.outputs.viewer import export_viewer, serve, viewer_is_current
 
     if refresh or not viewer_is_current(run):
         info = export_viewer(run, overwrite=True)

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import UsageError
+from rolltape.errors import UsageError
 
 
 def env_spec(
@@ -216,31 +216,6 @@ def check_sizing(env_id: str, gym_id: str | None = None) -> None:
     if not _accepts(gym_id or _load_user_env(env_id), "width"):
         raise UsageError(f"Env '{env_id}' draws its frames at its own size and ignores "
                          "--width/--height; drop them.")
-
-
-def check_drawing_worker(spec: dict[str, Any], width: int | None, height: int | None,
-                         cameras: Sequence[str], conn: Any) -> None:
-    """Entry point of a spawned process (``rolltape.evaluate`` runs it before pass 1 when
-    a video asks for a size or cameras): build the env without rendering and check that it
-    has what was asked for. Sends None, or the one-line problem. A process of its own,
-    because importing MuJoCo in the orchestrator would fix its GL backend."""
-    from .cameras import check_cameras
-
-    try:
-        env = make_env(spec)
-        try:
-            if width is not None or height is not None:
-                check_sizing(spec["id"])
-            check_cameras(env, cameras)
-        finally:
-            env.close()
-        conn.send(None)
-    except UsageError as exc:
-        conn.send(str(exc))
-    except Exception:  # not this check's to report: pass 1 builds the env and says why
-        conn.send(None)
-    finally:
-        conn.close()
 
 
 _MUJOCO_WARNINGS: list[str] = []

@@ -21,19 +21,23 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from . import stats
-from .artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
+from rolltape import stats
+from rolltape.outputs.artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
                         git_commit, provenance, read_jsonl, write_json, write_text)
-from .artifacts import check_writable_folder
-from .backends import DEFAULT_ORDER, parse_backends
-from .cameras import check_layout
-from .envs import env_spec, json_safe
-from .errors import DivergenceError, Interrupted, RunFailed, UsageError
-from .executors import signals_deferred, sigterm_raises
-from .progress import Progress
-from .render import MODES, QUALITY, RenderRequest, render
-from .rollout import EPISODE_TIMEOUT, Episodes, PolicyJob, run_pass1, split_jobs
-from .tape import Tape
+from rolltape.outputs.artifacts import check_writable_folder
+from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
+from rolltape.pass2.cameras import check_layout
+from rolltape.envs import env_spec, json_safe
+from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError
+from rolltape.executors.launch import signals_deferred, sigterm_raises
+from rolltape.progress import Progress
+from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
+from rolltape.rendering import render
+from rolltape.executors.local import run_shares
+from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, PolicyJob, playing,
+                                    split_jobs)
+from rolltape.pass1.worker import policy_worker
+from rolltape.tape import Tape
 
 ON_DIVERGENCE = ("warn", "fail")
 
@@ -144,8 +148,8 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
     cameras = [c for c in cfg.cameras if c != "default"]
     if not cfg.wants_video or (not cameras and cfg.width is None and cfg.height is None):
         return
-    from .envs import check_drawing_worker
-    from .executors import spawn_worker, stop_worker
+    from rolltape.pass2.cameras import check_drawing_worker
+    from rolltape.executors.launch import spawn_worker, stop_worker
 
     worker = spawn_worker(check_drawing_worker, spec, cfg.width, cfg.height, cameras,
                           env={"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None})
@@ -235,7 +239,7 @@ class EvalConfig:
                              f"{self.episode_timeout}.")
         check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
-        from .policies import sb3_checkpoint
+        from rolltape.policies import sb3_checkpoint
 
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
         if self.policy.startswith("sb3:") and not sb3_checkpoint(checkpoint).is_file():
@@ -303,7 +307,7 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     spec = env_spec(env, config.env_kwargs, config.max_episode_steps)
     check_drawing(spec, config)
     if config.executor == "ray":
-        from .ray_executor import check_ray
+        from rolltape.executors.ray import check_ray
 
         check_ray(config.ray_address)
     run = RunDir(out, overwrite=overwrite, resume=resume)
@@ -431,11 +435,18 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
         how = (f"{cfg.workers} env process(es), batched inference" if cfg.batched_inference
                else f"{cfg.workers} worker(s)")
         task = bar.add(f"pass 1 (rendering off, {how})", total)
-        if cfg.batched_inference:
-            messages = run_pass1([jobs], batch_envs=cfg.workers, timeout=cfg.episode_timeout)
+        # Batched inference is a pass-1 variant: one worker, --workers env processes.
+        chunks = [jobs] if cfg.batched_inference else split_jobs(jobs, cfg.workers)
+        if cfg.executor == "ray":
+            from rolltape.executors.ray import run_pass1_on_ray
+
+            messages = run_pass1_on_ray(chunks)
         else:
-            messages = run_pass1(split_jobs(jobs, cfg.workers), executor=cfg.executor,
-                                 timeout=cfg.episode_timeout)
+            messages = run_shares(policy_worker, chunks,
+                                  (cfg.workers if cfg.batched_inference else 0,), env=NO_GL,
+                                  timeout=cfg.episode_timeout, units=UNITS,
+                                  stalled=lambda k, n: playing(chunks[k], n),
+                                  timeout_name="--episode-timeout")
         with closing(messages):  # on any exception here, its workers stop now, not at GC
             for kind, payload in messages:
                 if kind == "episode":
@@ -478,7 +489,8 @@ def _input_digests(cfg: EvalConfig) -> dict[str, str | None]:
     """sha256 of the files the policy is made of (checkpoint or policy file, VecNormalize
     statistics), so that resuming with a swapped file is refused instead of mixing two
     policies in one run."""
-    from .policies import sb3_checkpoint, sha256_of
+    from rolltape.files import sha256_of
+    from rolltape.policies import sb3_checkpoint
 
     source = cfg.policy
     if source.startswith("sb3:"):
@@ -617,12 +629,12 @@ def _write_reports(root: Path, rows: dict[str, list[dict[str, Any]]],
                    videos: list[dict[str, Any]], with_viewer: bool, warnings: list[str]) -> None:
     """report.html (with the 3-D replay when asked) and report.ipynb; a problem here is a
     warning, never a lost run."""
-    from .notebook import write_notebook
-    from .report import build_report
+    from rolltape.outputs.notebook import write_notebook
+    from rolltape.outputs.report import build_report
 
     viewer = None
     if with_viewer:
-        from .viewer import export_viewer
+        from rolltape.outputs.viewer import export_viewer
 
         tapes = [root / v["tape"] for v in videos if v.get("path")] or \
             [root / r["tape"] for r in rows["policy"][:1]]

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -34,18 +33,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import UsageError
+from rolltape.errors import UsageError
+from rolltape.files import sha256_of
 
 SB3_ALGOS = ("PPO", "A2C", "SAC", "TD3", "DDPG", "DQN")
-
-
-def sha256_of(path: str | Path) -> str:
-    """Hex sha256 of a file, for provenance."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Policy:
@@ -236,7 +227,7 @@ def load_policy(
             raise UsageError("--vecnormalize applies to SB3 checkpoints, not to the random policy.")
         return RandomPolicy(env.action_space)
     if source.startswith("tape:"):
-        from .tape import Tape
+        from rolltape.tape import Tape
 
         tape = Tape.load(source[len("tape:"):])
         desc = {"kind": "tape", "source": source[len("tape:"):],

@@ -26,7 +26,8 @@ from typing import IO, Any, Callable
 
 import numpy as np
 
-from .errors import UsageError
+from rolltape.errors import UsageError
+from rolltape.files import atomic_file
 
 SCHEMA_VERSION = 1
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
@@ -140,14 +141,8 @@ class Tape:
                 arrays[name] = getattr(self, name)
         header = json.dumps(self.header(), allow_nan=False).encode()
         arrays["header"] = np.frombuffer(header, dtype=np.uint8)
-        tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                np.savez_compressed(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with atomic_file(path) as f:
+            np.savez_compressed(f, **arrays)
         return path
 
     @classmethod

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from rolltape.errors import UsageError
 
 DEMO_DIR = Path(__file__).resolve().parent
 

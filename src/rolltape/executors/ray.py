@@ -46,11 +46,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from .errors import RunFailed, UsageError
+from rolltape.errors import RunFailed, UsageError
+from rolltape.files import write_bytes
 
 if TYPE_CHECKING:  # only for annotations: the real imports happen where they are used
-    from .render import RenderRequest, RenderResult
-    from .rollout import PolicyJob
+    from rolltape.pass2.replay import RenderRequest, RenderResult
+    from rolltape.pass1.rollout import PolicyJob
 
 __all__ = ["check_ray", "render_on_ray", "run_pass1_on_ray"]
 
@@ -194,16 +195,9 @@ def _one_line(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------
 
 def _write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` at ``path`` via a temporary sibling and a rename, like Tape.save."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write ``data`` at ``path`` (its folder made if need be), atomically."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(path, data)
 
 
 def _place_folder(path: Path, files: dict[str, bytes]) -> None:
@@ -251,7 +245,7 @@ def _clear_gl_variables() -> None:
 def _forget_mujoco_warnings() -> None:
     """A Ray worker outlives a run (a local worker does not): report each task's own
     MuJoCo warnings, not those of whatever ran in this process before."""
-    from . import envs
+    from rolltape import envs
 
     envs._MUJOCO_WARNINGS.clear()
 
@@ -266,8 +260,8 @@ def _pass1_task(jobs: list[PolicyJob]) -> dict[str, Any]:
     # Pass 1 never renders: a GL backend in the environment could only add risk.
     _clear_gl_variables()
     _forget_mujoco_warnings()
-    from .envs import mujoco_warnings
-    from .rollout import run_policy_job
+    from rolltape.envs import mujoco_warnings
+    from rolltape.pass1.rollout import run_policy_job
 
     tmp = Path(tempfile.mkdtemp(prefix="rolltape-pass1-"))
     messages: list[tuple[str, Any]] = []
@@ -374,8 +368,8 @@ def _render_task(backend: str | None, req: RenderRequest, tape: bytes | None,
     kind is "done" (payload: RenderResult with the caller's paths; files: one bytes or
     {name: bytes} per output), "backend_failed", "usage_error" or "error" (payload: text).
     """
-    from .backends import _mujoco_gl_already_read, gl_environment, select_backend_in_this_process
-    from .render import BackendFailure, _inject_fault, _Replayer
+    from rolltape.pass2.backends import _mujoco_gl_already_read, gl_environment, select_backend_in_this_process
+    from rolltape.pass2.replay import BackendFailure, _inject_fault, _Replayer
 
     if backend is None:
         _clear_gl_variables()  # verification draws nothing and needs no GL
@@ -433,13 +427,13 @@ def _render_task(backend: str | None, req: RenderRequest, tape: bytes | None,
 
 def _task_env(backend: str | None) -> dict[str, str]:
     """The runtime_env variables of a render task for ``backend``."""
-    from .backends import gl_environment
+    from rolltape.pass2.backends import gl_environment
 
     # Verify-only tasks get a runtime_env of their own too, so they never share a worker
     # with pass 1 (which may have imported torch) and keep torch_loaded meaningful.
     env = dict(gl_environment(backend)) if backend else {"ROLLTAPE_RAY_WORKER": "verify"}
     if backend:  # drawing: no display or sound probing by pygame, as in local workers
-        from .render import HEADLESS_SDL
+        from rolltape.pass2.replay import HEADLESS_SDL
 
         env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
     if os.environ.get("ROLLTAPE_FAULT"):  # test hook: reach the worker as it reaches local ones
@@ -463,8 +457,8 @@ def render_on_ray(requests: Sequence[RenderRequest], backends: Sequence[str],
         UsageError: after every request has finished, when some failed on every backend
             (each reason is listed) or hit bad input.
     """
-    from .encode import format_from_path, open_writer
-    from .render import MODES
+    from rolltape.pass2.encode import format_from_path, open_writer
+    from rolltape.pass2.replay import MODES
 
     check_ray()
     ray = _import_ray()

@@ -14,7 +14,7 @@ name says which run it came from.
 
 Example::
 
-    from rolltape.encode import open_writer
+    from rolltape.pass2.encode import open_writer
 
     with open_writer("episode.mp4", fps=1 / 0.05) as writer:
         for frame in frames:  # each an (H, W, 3) uint8 RGB array

@@ -219,7 +219,7 @@ def select_backend_in_this_process(backend: str) -> None:
 
 def _src_root() -> str:
     """Directory that holds the ``rolltape`` package, so the child imports this very code."""
-    return str(Path(__file__).resolve().parent.parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _child_environment(backend: str, base: Mapping[str, str]) -> dict[str, str]:

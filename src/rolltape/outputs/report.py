@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from . import plots
-from .artifacts import RESULTS_SCHEMA_VERSION, write_text
-from .errors import UsageError
+from rolltape.outputs import plots
+from rolltape.outputs.artifacts import RESULTS_SCHEMA_VERSION, write_text
+from rolltape.errors import UsageError
 
 __all__ = ["build_report", "load_run"]
 
@@ -263,7 +263,7 @@ def _cumulative_curves(root: Path, results: dict[str, Any]) -> tuple[list[plots.
     """Cumulative reward of the rendered episodes (and the baseline on the same seeds)."""
     import numpy as np
 
-    from .tape import Tape
+    from rolltape.tape import Tape
 
     policy_rows = [r for r in results.get("episodes_rows") or [] if r["return"] is not None]
     baseline_rows = {r.get("index"): r for r in results.get("baseline_rows") or []}
@@ -465,7 +465,7 @@ def _provenance(meta: dict[str, Any] | None, results: dict[str, Any],
 def _environment() -> Any:
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.PackageLoader("rolltape", "templates"),
+    return jinja2.Environment(loader=jinja2.PackageLoader("rolltape.outputs", "templates"),
                               autoescape=True, undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True)
 
@@ -563,6 +563,6 @@ def build_report(run_dir: str | os.PathLike[str], *, out: str | os.PathLike[str]
 
 
 def _version() -> str:
-    from . import __version__
+    from rolltape import __version__
 
     return __version__

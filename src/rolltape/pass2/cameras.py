@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import UsageError
+from rolltape.errors import UsageError
 
 LAYOUTS = ("single", "horizontal", "vertical", "grid", "separate")
 
@@ -301,3 +301,28 @@ def separate_path(path: str, camera: str) -> str:
     tag = camera.replace(":", "-").replace("/", "-")
     trailing = "/" if path.endswith("/") else ""
     return str(p.with_name(f"{p.stem}-{tag}{p.suffix}")) + trailing
+
+
+def check_drawing_worker(spec: dict[str, Any], width: int | None, height: int | None,
+                         cameras: Sequence[str], conn: Any) -> None:
+    """Entry point of a spawned process (``rolltape.evaluate`` runs it before pass 1 when
+    a video asks for a size or cameras): build the env without rendering and check that it
+    has what was asked for. Sends None, or the one-line problem. A process of its own,
+    because importing MuJoCo in the orchestrator would fix its GL backend."""
+    from rolltape.envs import check_sizing, make_env
+
+    try:
+        env = make_env(spec)
+        try:
+            if width is not None or height is not None:
+                check_sizing(spec["id"])
+            check_cameras(env, cameras)
+        finally:
+            env.close()
+        conn.send(None)
+    except UsageError as exc:
+        conn.send(str(exc))
+    except Exception:  # not this check's to report: pass 1 builds the env and says why
+        conn.send(None)
+    finally:
+        conn.close()

@@ -41,10 +41,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import UsageError
+from rolltape.errors import UsageError
 
 #: The page's own source, in the repository (``viewer/`` beside ``src/``).
-SOURCE_DIR = Path(__file__).resolve().parents[2] / "viewer"
+SOURCE_DIR = Path(__file__).resolve().parents[3] / "viewer"
 #: Set to a ``node_modules`` folder to take the assets from there instead.
 NODE_MODULES_ENV = "ROLLTAPE_VIEWER_NODE_MODULES"
 INSTALL_HINT = "run `npm ci --prefix viewer` in the rolltape checkout (or `bash scripts/setup.sh`)"
@@ -241,7 +241,7 @@ def model_files(main: str | os.PathLike[str]) -> list[Path]:
 def _describe_envs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """(Runs in a fresh interpreter.) What the viewer needs from each env: its MJCF path,
     step duration, nq and the camera Gymnasium renders with; ``fullpath`` None if not MuJoCo."""
-    from .envs import json_safe, make_env
+    from rolltape.envs import json_safe, make_env
 
     out = []
     for spec in specs:
@@ -322,8 +322,8 @@ def export_viewer(run_dir: str | os.PathLike[str],
     ``trusted``: the user named the run's env on this command line (eval does), so its code
     may come from the current folder; otherwise it is read from tapes, and must be installed.
     """
-    from .envs import check_tape_env_module
-    from .tape import Tape
+    from rolltape.envs import check_tape_env_module
+    from rolltape.tape import Tape
 
     run_dir = Path(run_dir)
     tapes = _run_tapes(run_dir, tape_paths)
@@ -461,7 +461,7 @@ def _write(out: Path, assets: Path, loaded: list[tuple[Path, Any]],
 def viewer_is_current(run_dir: str | os.PathLike[str]) -> bool:
     """True when ``RUN/viewer/`` has this rolltape's layout, page and assets and shows every
     MuJoCo tape of the run (so ``rolltape view`` need not rebuild it)."""
-    from .tape import Tape
+    from rolltape.tape import Tape
 
     run_dir = Path(run_dir)
     folder = run_dir / "viewer"

@@ -2,33 +2,34 @@
 
 :func:`record_episode` is the whole algorithm: reset with the episode's seed, then
 act/step until the env says done, keeping what the env returned untouched (rewards stay
-float64; actions stay the exact array passed to ``env.step``). :func:`policy_worker` runs
-it for a list of episodes in a spawned process whose environment has no GL variables.
+float64; actions stay the exact array passed to ``env.step``). :func:`run_policy_job` runs
+it for one job; :mod:`rolltape.pass1.worker` is the process that runs them (the
+orchestrator picks the executor that starts it).
+
+May import: envs, tape, policies, errors. Never: an executor, the render side, outputs.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice
-from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-from .envs import (PhysicsLog, json_safe, make_env, mujoco_warnings, obs_digest,
+from rolltape.envs import (PhysicsLog, json_safe, make_env, obs_digest,
                    obs_digests)
-from .errors import RunFailed, UsageError
-from .executors import describe_exit, spawn_worker, stop_workers
-from .policies import Policy, load_policy
-from .tape import Tape, finite_or_none
+from rolltape.errors import UsageError
+from rolltape.policies import Policy, load_policy
+from rolltape.tape import Tape, finite_or_none
 
 EPISODE_TIMEOUT = 600.0  # seconds a pass-1 worker may go without finishing an episode
+NO_GL = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}  # pass 1 never renders
+UNITS = ("episode", "episode_failed")  # the messages that say one episode is over
 
 
 @dataclass(frozen=True)
@@ -243,32 +244,6 @@ def last_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
 
 
-def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
-    """Entry point of a spawned pass-1 process: run the jobs in order, report over ``conn``.
-    With ``batch_envs`` N > 0 they run batched on N env processes (:mod:`rolltape.batched`)."""
-    # Pass 1 never renders: a GL backend in the environment could only add risk.
-    for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
-        os.environ.pop(var, None)
-    try:
-        if batch_envs:
-            from .batched import run_batched_job
-
-            run_batched_job(jobs, batch_envs, conn.send)
-        else:
-            for job in jobs:
-                run_policy_job(job, conn.send)
-        conn.send(("done", mujoco_warnings()))
-    except UsageError as exc:
-        conn.send(("usage_error", str(exc)))
-    except OSError as exc:  # a full disk, most likely: say where
-        where = f" while writing '{exc.filename}'" if exc.filename else ""
-        conn.send(("error", (f"{exc.strerror or last_line(exc)}{where}", traceback.format_exc())))
-    except BaseException as exc:  # report, then let the parent decide
-        conn.send(("error", (last_line(exc), traceback.format_exc())))
-    finally:
-        conn.close()
-
-
 def split_jobs(jobs: list[PolicyJob], workers: int) -> list[list[PolicyJob]]:
     """Deal episodes to ``workers`` workers in turn (episode i to worker i mod W), so each
     gets a similar mix of long and short episodes. Every episode is reset with its own seed
@@ -282,58 +257,9 @@ def split_jobs(jobs: list[PolicyJob], workers: int) -> list[list[PolicyJob]]:
     return [c for c in chunks if c]
 
 
-def run_pass1(chunks: list[list[PolicyJob]], executor: str = "local", batch_envs: int = 0,
-              timeout: float = EPISODE_TIMEOUT) -> Iterator[tuple[str, Any]]:
-    """Run each chunk in its own worker; yield ("policy"|"episode"|"episode_failed"|"done",
-    payload) messages as they arrive. Bad input inside a worker is raised here as
-    :class:`UsageError`; a worker that crashes, or finishes no episode for ``timeout``
-    seconds, as :class:`RunFailed` naming the episode it was playing.
-
-    With ``batch_envs`` N > 0 each chunk's worker instead plays its episodes on N env
-    processes with one batched forward pass per step (:mod:`rolltape.batched`, opt-in)."""
-    if executor == "ray":
-        from .ray_executor import run_pass1_on_ray
-
-        yield from run_pass1_on_ray(chunks)
-        return
-    no_gl = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}  # pass 1 never renders
-    workers = [spawn_worker(policy_worker, chunk, batch_envs, env=no_gl) for chunk in chunks]
-    running = {w.conn: w for w in workers}
-    chunk_of = {w.conn: chunk for w, chunk in zip(workers, chunks)}
-    finished = {w.conn: 0 for w in workers}  # episodes each worker has reported
-    heard = {w.conn: time.monotonic() for w in workers}
-    try:
-        while running:
-            for conn in wait(list(running), timeout=min(timeout, 5.0)):
-                worker = running[conn]
-                try:
-                    kind, payload = conn.recv()
-                except EOFError:
-                    worker.proc.wait(5)
-                    raise RunFailed(f"A pass-1 worker {describe_exit(worker.proc.returncode)} "
-                                    f"while playing {_playing(chunk_of[conn], finished[conn])}."
-                                    ) from None
-                heard[conn] = time.monotonic()
-                if kind == "usage_error":
-                    raise UsageError(payload)
-                if kind == "error":
-                    raise RunFailed(f"Pass 1 failed: {payload[0]}.", payload[1])
-                if kind in ("episode", "episode_failed"):
-                    finished[conn] += 1
-                if kind == "done":
-                    del running[conn]
-                yield kind, payload
-            for conn, at in heard.items():
-                if conn in running and time.monotonic() - at > timeout:
-                    raise RunFailed(f"A pass-1 worker finished no episode for {timeout:.0f} s "
-                                    f"(--episode-timeout) while playing "
-                                    f"{_playing(chunk_of[conn], finished[conn])}; it was stopped.")
-    finally:
-        stop_workers(workers)
-
-
-def _playing(chunk: list[PolicyJob], finished: int) -> str:
-    """'episode 7 (seed 1007)': what a worker that has reported ``finished`` is playing."""
+def playing(chunk: list[PolicyJob], finished: int) -> str:
+    """'policy episode 7 (seed 1007)': what a pass-1 worker that has reported ``finished``
+    episodes of ``chunk`` is playing (for the executor's message when it dies or hangs)."""
     ep = next(islice(chain.from_iterable(job.episodes for job in chunk), finished, None), None)
     return "its first episode" if ep is None else f"{ep.role} episode {ep.index} (seed {ep.seed})"
 

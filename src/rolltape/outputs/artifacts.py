@@ -22,34 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from rolltape.errors import UsageError
+from rolltape.files import write_json, write_text  # noqa: F401  (re-exported)
 
 RESULTS_SCHEMA_VERSION = 1
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Write JSON atomically; NaN and infinity are refused (they are not JSON)."""
-    text = json.dumps(obj, indent=2, allow_nan=False)
-    return write_text(path, text + "\n")
-
-
-def write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write a text file atomically: a temporary sibling, then a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a plain open() would honour umask
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
     """Append one row and flush, so a reader (or a resume) sees each episode as it ends."""
     with open(path, "a") as f:
@@ -381,7 +357,7 @@ def write_tape_copy(path: str | os.PathLike[str], tape: Any, record: dict[str, A
 
 def versions() -> dict[str, str | None]:
     """Versions of the parts that decide the numbers, read without importing them."""
-    from .envs import package_version
+    from rolltape.envs import package_version
 
     names = ["rolltape", "numpy", "gymnasium", "mujoco", "stable-baselines3", "torch", "av"]
     return {"python": platform.python_version(), **{n: package_version(n) for n in names}}

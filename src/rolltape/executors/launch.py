@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from .errors import Interrupted
+from rolltape.errors import Interrupted
 
 
 @dataclass

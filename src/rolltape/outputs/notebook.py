@@ -23,8 +23,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .artifacts import write_text
-from .errors import UsageError
+from rolltape.outputs.artifacts import write_text
+from rolltape.errors import UsageError
 
 NOTEBOOK_NAME = "report.ipynb"
 
@@ -42,7 +42,7 @@ def write_notebook(run_dir: str | os.PathLike[str], *, overwrite: bool = True) -
     """
     import nbformat
 
-    from .report import load_run
+    from rolltape.outputs.report import load_run
 
     run, results, metadata = load_run(run_dir)
     if metadata is None:
@@ -214,7 +214,7 @@ import numpy as np
 from IPython.display import SVG, Image, Video, display
 
 from rolltape import Tape
-from rolltape.notebook import Table, svg_histogram, svg_lines
+from rolltape.outputs.notebook import Table, svg_histogram, svg_lines
 
 # Paths are relative to this notebook, so the run folder can be moved or copied.
 RUN = Path(".")

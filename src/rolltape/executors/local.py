@@ -1,0 +1,188 @@
+"""The local executor: jobs run in fresh worker processes on this machine.
+
+Two shapes of work, both given as plain data and a worker entry point by the orchestrator
+(this module imports no work of its own):
+
+- :func:`run_shares`: one worker per share of the work (pass 1), each reporting small
+  messages as it goes; a worker that dies or falls silent fails the run.
+- :class:`BackendPool`: jobs dealt to up to N workers, each started with one backend's
+  environment (pass 2, where a backend is a GL library); a worker that crashes, hangs or
+  says its backend cannot work fails only its job, which is retried on the next backend.
+
+May import: the launcher, errors. Never: policies, torch, the render side, outputs.
+
+Example (not run: it spawns processes):
+    >>> for kind, payload in run_shares(policy_worker, chunks, (0,), env={}, timeout=600,
+    ...                                 units=("episode",), stalled=describe):
+    ...     print(kind)
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from rolltape.errors import RunFailed, UsageError
+from rolltape.executors.launch import describe_exit, spawn_worker, stop_worker, stop_workers
+
+
+def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[Any, ...], *,
+               env: Mapping[str, str | None], timeout: float, units: tuple[str, ...],
+               stalled: Callable[[int, int], str], timeout_name: str = "its timeout"
+               ) -> Iterator[tuple[str, Any]]:
+    """Run ``target(share, *args, conn)`` for each share in its own worker and yield its
+    ``(kind, payload)`` messages as they arrive, until each has sent ("done", ...).
+
+    A worker's ("usage_error", text) is raised as :class:`UsageError`, its ("error",
+    (line, traceback)) as :class:`RunFailed`; so is a worker that dies, or sends no message
+    of a kind in ``units`` (one finished unit of work) for ``timeout`` seconds, with
+    ``stalled(share index, units finished)`` naming what it was doing. Every worker is
+    stopped when this generator ends, however it ends."""
+    workers = [spawn_worker(target, share, *args, env=env) for share in shares]
+    share_of = {w.conn: k for k, w in enumerate(workers)}
+    running = {w.conn: w for w in workers}
+    finished = {w.conn: 0 for w in workers}
+    heard = {w.conn: time.monotonic() for w in workers}
+    try:
+        while running:
+            for conn in wait(list(running), timeout=min(timeout, 5.0)):
+                worker = running[conn]
+                try:
+                    kind, payload = conn.recv()
+                except EOFError:
+                    worker.proc.wait(5)
+                    raise RunFailed(f"A worker {describe_exit(worker.proc.returncode)} while "
+                                    f"playing {stalled(share_of[conn], finished[conn])}."
+                                    ) from None
+                if kind == "usage_error":
+                    raise UsageError(payload)
+                if kind == "error":
+                    raise RunFailed(f"A worker failed: {payload[0]}.", payload[1])
+                if kind in units:
+                    finished[conn] += 1
+                    heard[conn] = time.monotonic()
+                if kind == "done":
+                    del running[conn]
+                yield kind, payload
+            for conn, at in heard.items():
+                if conn in running and time.monotonic() - at > timeout:
+                    raise RunFailed(f"A worker finished nothing for {timeout:.0f} s "
+                                    f"({timeout_name}) while playing "
+                                    f"{stalled(share_of[conn], finished[conn])}; it was stopped.")
+    finally:
+        stop_workers(workers)
+
+
+@dataclass
+class _Slot:
+    worker: Any = None
+    backend: str | None = None
+    job: int | None = None
+    last_heard: float = 0.0
+
+
+class BackendPool:
+    """Runs ``jobs`` on up to ``workers`` processes of ``target(backend, *args, conn)``,
+    moving to the next backend of ``order`` when one crashes, hangs (no message for
+    ``timeout`` s) or reports ("backend_failed", i, why); the job is retried there.
+
+    A worker receives ``(i, job)`` and answers ("progress", i, n), ("done", i, result),
+    ("usage_error", i, text) or ("error", i, text). ``needs_backend[i]`` False runs job i
+    with no backend (None). ``environment(backend, workers)`` gives a worker's variables.
+    After :meth:`run`, ``failures[i]`` lists (backend, why) for each job, ``dead`` the
+    backends that failed, ``errors`` (i, kind, text) what workers refused or raised."""
+
+    def __init__(self, target: Callable[..., None], args: tuple[Any, ...],
+                 jobs: Sequence[Any], order: Sequence[str], workers: int, timeout: float, *,
+                 needs_backend: Sequence[bool],
+                 environment: Callable[[str | None, int], dict[str, str]],
+                 on_progress: Callable[[int, int], None],
+                 on_done: Callable[[int, Any], None],
+                 cancel: Any = None, cwd_on_path: bool = True) -> None:
+        self.target, self.args, self.jobs, self.order = target, args, jobs, list(order)
+        self.timeout, self.cancel, self.cwd_on_path = timeout, cancel, cwd_on_path
+        self.needs_backend, self.environment = needs_backend, environment
+        self.on_progress, self.on_done = on_progress, on_done
+        self.slots = [_Slot() for _ in range(min(workers, max(1, len(jobs))))]
+        self.pending = deque(range(len(jobs)))
+        self.failures: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(jobs))}
+        self.dead: dict[str, str] = {}  # backend -> why it failed
+        self.errors: list[tuple[int, str, str]] = []
+
+    def run(self) -> None:
+        try:
+            while self.pending or any(s.job is not None for s in self.slots):
+                if self.cancel is not None and self.cancel.is_set():
+                    break  # the caller gave up (pass 1 failed): stop the workers
+                for slot in self.slots:
+                    if slot.job is None and self.pending:
+                        self._start(slot, self.pending.popleft())
+                busy = [s for s in self.slots if s.job is not None]
+                if not busy:
+                    break  # every backend is dead: what is left cannot be done
+                ready = wait([s.worker.conn for s in busy], timeout=0.5)
+                for slot in busy:
+                    if slot.worker.conn in ready:
+                        self._receive(slot)
+                    elif time.monotonic() - slot.last_heard > self.timeout:
+                        self._backend_died(slot, f"it hung (no progress for {self.timeout:.0f} s)")
+        finally:
+            stop_workers(slot.worker for slot in self.slots)
+
+    def _backend_for(self, i: int) -> str | None:
+        if not self.needs_backend[i]:
+            return None
+        alive = [b for b in self.order if b not in self.dead]
+        return alive[0] if alive else ""
+
+    def _start(self, slot: _Slot, i: int) -> None:
+        backend = self._backend_for(i)
+        if backend == "":
+            return
+        if slot.worker is None or slot.backend != backend or not slot.worker.alive():
+            self._kill(slot)
+            slot.worker = spawn_worker(self.target, backend, *self.args,
+                                       env=self.environment(backend, len(self.slots)),
+                                       cwd_on_path=self.cwd_on_path)
+            slot.backend = backend
+        slot.job, slot.last_heard = i, time.monotonic()
+        slot.worker.conn.send((i, self.jobs[i]))
+
+    def _kill(self, slot: _Slot) -> None:
+        if slot.worker is not None:
+            slot.worker.conn.close()
+            stop_worker(slot.worker, grace=0.1)
+        slot.worker = slot.job = None
+
+    def _backend_died(self, slot: _Slot, reason: str) -> None:
+        if slot.backend is not None:
+            self.dead.setdefault(slot.backend, reason)
+            if slot.job is not None:
+                self.failures[slot.job].append((slot.backend, reason))
+        if slot.job is not None:
+            self.pending.appendleft(slot.job)
+        self._kill(slot)
+
+    def _receive(self, slot: _Slot) -> None:
+        try:
+            kind, i, payload = slot.worker.conn.recv()
+        except (EOFError, OSError):
+            slot.worker.proc.wait(5)
+            self._backend_died(slot, f"the worker process "
+                                     f"{describe_exit(slot.worker.proc.returncode)}")
+            return
+        slot.last_heard = time.monotonic()
+        if kind == "progress":
+            self.on_progress(i, payload)
+            return
+        if kind == "backend_failed":
+            self._backend_died(slot, payload)
+            return
+        i, slot.job = slot.job, None
+        if kind == "done":
+            self.on_done(i, payload)
+        else:
+            self.errors.append((i, kind, payload))

@@ -1,0 +1,72 @@
+"""Files, written so that a reader never sees half of one, and their digests.
+
+Every file rolltape writes goes through :func:`atomic_file`: a temporary sibling
+(``.NAME.XXXXXXXX.partial``, which a killed writer may leave and
+:func:`rolltape.outputs.artifacts.remove_temporaries` sweeps), then a rename.
+
+May import: the standard library only (every side of the package uses it).
+
+>>> import tempfile, pathlib
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> write_json(folder / "a.json", {"x": 1}).read_text()
+'{\\n  "x": 1\\n}\\n'
+>>> len(sha256_of(folder / "a.json"))
+64
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+    """Open a temporary sibling of ``path`` for writing; rename it onto ``path`` when the
+    block ends, or remove it if the block raises (a full disk, Ctrl-C)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; a plain open() would honour umask
+        with os.fdopen(fd, mode) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` at ``path`` atomically."""
+    with atomic_file(path) as f:
+        f.write(data)
+    return Path(path)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a text file atomically."""
+    with atomic_file(path, "w") as f:
+        f.write(text)
+    return Path(path)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write JSON atomically; NaN and infinity are refused (they are not JSON)."""
+    return write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file, for provenance."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,40 @@
+"""The pass-1 worker process: runs policy jobs per row (:mod:`rolltape.pass1.rollout`) or
+batched (:mod:`rolltape.pass1.batched`) and reports each episode to its parent.
+
+May import: pass 1, envs, errors. Never: an executor, the render side, outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any
+
+from rolltape.envs import mujoco_warnings
+from rolltape.errors import UsageError
+from rolltape.pass1.batched import run_batched_job
+from rolltape.pass1.rollout import PolicyJob, last_line, run_policy_job
+
+
+def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
+    """Entry point of a spawned pass-1 process: run the jobs in order, report over ``conn``.
+    With ``batch_envs`` N > 0 they run batched on N env processes (:mod:`rolltape.pass1.batched`)."""
+    # Pass 1 never renders: a GL backend in the environment could only add risk.
+    for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
+        os.environ.pop(var, None)
+    try:
+        if batch_envs:
+            run_batched_job(jobs, batch_envs, conn.send)
+        else:
+            for job in jobs:
+                run_policy_job(job, conn.send)
+        conn.send(("done", mujoco_warnings()))
+    except UsageError as exc:
+        conn.send(("usage_error", str(exc)))
+    except OSError as exc:  # a full disk, most likely: say where
+        where = f" while writing '{exc.filename}'" if exc.filename else ""
+        conn.send(("error", (f"{exc.strerror or last_line(exc)}{where}", traceback.format_exc())))
+    except BaseException as exc:  # report, then let the parent decide
+        conn.send(("error", (last_line(exc), traceback.format_exc())))
+    finally:
+        conn.close()

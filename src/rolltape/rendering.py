@@ -1,0 +1,301 @@
+"""``rolltape.render``: pass 2 for a list of tapes, on the executor the caller picks.
+
+The orchestrator's side of pass 2: check the requests, split long episodes into segments
+when there are more workers than tapes, run the jobs on the local :class:`BackendPool` (or
+on Ray), join the segments, and write the pixel-free outputs and sidecars. The drawing
+itself happens in render workers (:mod:`rolltape.pass2.replay`).
+
+May import: the render side's types, executors, outputs. Never: policies, torch.
+
+Example (not run: it spawns render processes):
+    >>> results = render([RenderRequest("runs/x/tapes/policy-0000.npz", ["ep0.mp4"])])
+    >>> results[0].verified, results[0].frames
+    (True, 1001)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rolltape.envs import check_tape_env_module
+from rolltape.errors import UsageError
+from rolltape.executors.local import BackendPool
+from rolltape.files import sha256_of
+from rolltape.outputs.artifacts import refuse_existing
+from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
+from rolltape.pass2.cameras import check_layout
+from rolltape.pass2.encode import format_from_path
+from rolltape.pass2.replay import (DATA_SUFFIXES, HEADLESS_SDL, MODES, QUALITY, RenderRequest,
+                                   RenderResult, render_worker)
+from rolltape.tape import sum_rewards
+
+
+MIN_SEGMENT = 50  # frames; shorter segments cost more in process start-up than they save
+
+
+def plan_segments(requests: Sequence[RenderRequest], workers: int
+                  ) -> list[tuple[int, RenderRequest]]:
+    """Split long episodes into segments when there are more workers than episodes, so one
+    long video also uses every core. Returns (request index, job) pairs in order."""
+    from rolltape.tape import Tape
+
+    per_request = max(1, workers // max(1, len(requests)))
+    jobs = []
+    for i, req in enumerate(requests):
+        n, total = 1, 0
+        if (per_request > 1 and req.outputs and req.mode in ("resim", "restore")
+                and req.layout != "separate"):
+            tape = Tape.load(req.tape)
+            total = tape.length + 1
+            ok = tape.physics is not None if req.mode == "resim" else tape.has_state
+            if ok:
+                n = max(1, min(per_request, total // MIN_SEGMENT))
+        if n == 1:
+            jobs.append((i, req))
+            continue
+        bounds = [round(k * total / n) for k in range(n + 1)]
+        for k in range(n):
+            jobs.append((i, replace(req, outputs=_segment_outputs(req.outputs, k),
+                                    frames=(bounds[k], bounds[k + 1]), overwrite=True)))
+    return jobs
+
+
+def _segment_outputs(outputs: Sequence[str], k: int) -> tuple[str, ...]:
+    """Where segment ``k`` draws. mp4 and webm get a file of their own format each (joined
+    later by copying packets, no re-encoding); gif and PNG outputs share one lossless PNG
+    folder (a trailing slash makes the writer draw PNG frames) that the join reads back."""
+    parts, lossless = [], None
+    for out in outputs:
+        path = Path(out.rstrip("/"))
+        if _joined_by_packets(out):
+            parts.append(str(path.with_name(f".{path.stem}.segment{k}-{os.getpid()}{path.suffix}")))
+        elif lossless is None:
+            lossless = str(path.with_name(f".{path.name}.segment{k}-{os.getpid()}")) + "/"
+            parts.append(lossless)
+    return tuple(parts)
+
+
+def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
+    """Put segment outputs together, in order, into the requested files: mp4/webm by
+    copying packets, gif/PNG by reading back the PNG frames the segments drew."""
+    from rolltape.pass2.encode import join_videos, open_writer, read_frames
+
+    fps = parts[0].fps  # the rate the segments were written at (req.fps or the env's)
+    drawn = [p.outputs for p in parts]  # drawn[k][j]: segment k's j-th output
+    frames = sum(p.frames for p in parts)
+    frame_counts = []
+    try:
+        writers = [open_writer(path, fps=fps, overwrite=req.overwrite) for path in req.outputs
+                   if not _joined_by_packets(path)]
+        try:
+            if writers:  # gif/PNG outputs: read back the one lossless folder of each segment
+                lossless = next(j for j, out in enumerate(drawn[0]) if out.endswith("/"))
+                for outputs in drawn:
+                    for frame in read_frames(outputs[lossless]):
+                        for w in writers:
+                            w.write(frame)
+            frame_counts += [w.frames_written for w in writers]
+            for w in writers:
+                w.close()
+        except BaseException:
+            for w in writers:
+                w.abort()
+            raise
+        for j, path in enumerate(req.outputs):
+            if _joined_by_packets(path):
+                frame_counts.append(join_videos([d[j] for d in drawn], path,
+                                                overwrite=req.overwrite))
+    finally:
+        for outputs in drawn:
+            _remove(outputs)
+    if any(count != frames for count in frame_counts):
+        raise RuntimeError(f"Joining the segments of '{req.tape}' gave {frame_counts} frames "
+                           f"where they drew {frames}; please report this.")
+    divergences = [p.divergence for p in parts if p.divergence is not None]
+    rewards = [r for p in parts for r in p.rewards]
+    verified = None if req.mode == "restore" else not divergences
+    return replace(parts[0], tape=req.tape, outputs=tuple(req.outputs), frames=frames,
+                   verified=verified, divergence=divergences[0] if divergences else None,
+                   replay_return=None if req.mode == "restore" else sum_rewards(rewards),
+                   seconds=max(p.seconds for p in parts), segments=len(parts),
+                   rewards=tuple(rewards),
+                   failures=tuple(f for p in parts for f in p.failures))
+
+
+def _joined_by_packets(path: str) -> bool:
+    return format_from_path(path) in ("mp4", "webm")
+
+
+def _remove(paths: Sequence[str]) -> None:
+    """Delete segment outputs (files or PNG folders); missing ones are fine."""
+    for out in paths:
+        target = Path(out.rstrip("/"))
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+
+
+def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[str],
+                   workers: int = 1) -> list[str]:
+    """Refuse bad render options up front; return the backend order."""
+    from rolltape.tape import Tape
+
+    order = list(parse_backends(backends))
+    for req in requests:
+        if req.mode not in MODES:
+            raise UsageError(f"Unknown mode '{req.mode}'; use one of {', '.join(MODES)}.")
+        if req.quality not in QUALITY:
+            raise UsageError(f"Unknown quality '{req.quality}'; use one of {', '.join(QUALITY)}.")
+        check_layout(req.layout, req.cameras)
+        if req.env_id is None:  # a tape's own env module: only an installed one is imported
+            check_tape_env_module(Tape.load(req.tape).env_id, req.tape)
+        for out in req.outputs:
+            if not str(out).endswith(DATA_SUFFIXES):
+                format_from_path(out)
+            if not req.overwrite:
+                refuse_existing(out, False)
+    if workers < 1:
+        raise UsageError(f"--render-workers must be at least 1, got {workers}.")
+    return order
+
+
+def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
+    """Write the pixel-free outputs and a ``.metadata.json`` sidecar beside every output."""
+    from rolltape.envs import json_safe
+    from rolltape.outputs.artifacts import (provenance, write_episode_jsonl, write_sidecar,
+                                            write_tape_copy)
+    from rolltape.tape import Tape
+
+    if not req.outputs:
+        return result  # verification only: nothing was written, nothing to describe
+    tape = Tape.load(req.tape)
+    record = {
+        **provenance(),
+        "tape": {"path": req.tape, "sha256": sha256_of(req.tape), "env": tape.env,
+                 "seed": tape.seed, "policy": tape.policy,
+                 # Taken at eval time only: git would run the hooks of a folder the tape names.
+                 "policy_git": tape.policy.get("git")},
+        "config": json_safe(asdict(req)),
+        "result": result.to_dict(),
+    }
+    data = [o for o in req.outputs if o.endswith(DATA_SUFFIXES)]
+    for out in data:
+        if out.endswith(".jsonl"):
+            write_episode_jsonl(out, tape, record)
+        else:
+            write_tape_copy(out, tape, record)
+    outputs = result.outputs + tuple(data)
+    record["result"]["outputs"] = list(outputs)
+    for out in outputs:
+        write_sidecar(out, record)
+    return replace(result, outputs=outputs)
+
+
+def render(
+    requests: Sequence[RenderRequest],
+    *,
+    backends: str | Sequence[str] = DEFAULT_ORDER,
+    workers: int = 1,
+    timeout: float = 120.0,
+    executor: str = "local",
+    ray_address: str | None = None,
+    ray_num_gpus: float = 0.0,
+    split: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
+    on_result: Callable[[int, RenderResult], None] | None = None,
+    cancel: threading.Event | None = None,
+    background: bool = False,
+) -> list[RenderResult | None]:
+    """Replay each request in spawned workers; return one result per request, in order.
+
+    With more ``workers`` than requests and ``split``, long episodes are rendered in
+    segments on several workers and joined. A request that fails on every backend gets
+    None and the reasons are raised at the end as one :class:`UsageError` (after every other
+    request has finished), so that results already made are kept. ``on_progress(i, frames)``
+    and ``on_result(i, result)`` let a caller show progress and save results as they come.
+    Setting ``cancel`` (from another thread) stops the workers; unfinished requests get None.
+    ``background`` runs the workers at a lower CPU priority (nice +10), so that work beside
+    them (pass 1, with ``render_early``) comes first and rendering takes what is left.
+    """
+    order = check_requests(requests, backends, workers)
+    # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
+    drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(DATA_SUFFIXES)))
+             for r in requests]
+    if executor == "ray":
+        from rolltape.executors.ray import check_ray, render_on_ray
+
+        check_ray(ray_address)  # reuses the session evaluate() opened
+        results = render_on_ray(drawn, order, timeout=timeout, num_gpus=ray_num_gpus)
+        results = [r if r is None else _write_records(q, r) for q, r in zip(requests, results)]
+        if on_result is not None:
+            for i, r in enumerate(results):
+                if r is not None:
+                    on_result(i, r)
+        return results
+
+    jobs = plan_segments(drawn, workers if split else 1)
+    owner = [i for i, _ in jobs]
+    parts: dict[int, dict[int, RenderResult]] = {i: {} for i in range(len(requests))}
+    need = {i: owner.count(i) for i in range(len(requests))}
+    progress = [0] * len(jobs)
+    results: list[RenderResult | None] = [None] * len(requests)
+
+    def job_progress(j: int, frames: int) -> None:
+        progress[j] = frames
+        if on_progress is not None:
+            on_progress(owner[j], sum(p for k, p in enumerate(progress) if owner[k] == owner[j]))
+
+    def job_done(j: int, result: RenderResult) -> None:
+        i = owner[j]
+        parts[i][j] = result
+        if len(parts[i]) < need[i]:
+            return
+        done = [parts[i][k] for k in sorted(parts[i])]
+        result = done[0] if need[i] == 1 else _join(drawn[i], done)
+        results[i] = _write_records(requests[i], result)
+        if on_result is not None:
+            on_result(i, results[i])
+
+    plain = [job for _, job in jobs]
+    pool = BackendPool(render_worker, (10 if background else 0,), plain, order, workers,
+                       timeout, needs_backend=[bool(job.outputs) for job in plain],
+                       environment=_worker_environment, on_progress=job_progress,
+                       on_done=lambda j, r: job_done(j, replace(r, failures=tuple(
+                           pool.failures[j]))),
+                       cancel=cancel,
+                       # A tape is data: a worker imports installed modules only, unless the
+                       # user named an env module with --env (maybe a file in this folder).
+                       cwd_on_path=any(":" in (job.env_id or "") for job in plain))
+    try:
+        pool.run()
+    finally:
+        for i, job in jobs:  # segment outputs of a request that could not finish
+            if job is not drawn[i]:
+                _remove(job.outputs)
+    problems = [text if kind == "usage_error" else
+                f"Rendering '{plain[j].tape}' failed: {text.splitlines()[0]} (rerun the command "
+                "to reproduce)." for j, kind, text in pool.errors]
+    unfinished = [i for i, r in enumerate(results) if r is None and requests[i].outputs]
+    if unfinished and len(pool.dead) == len(order):
+        reasons = "; ".join(f"{b}: {why}" for b, why in pool.dead.items())
+        problems.append(f"Every GL backend failed ({reasons}); run `rolltape doctor` to see "
+                        "what each needs.")
+    if problems:
+        raise UsageError(" ".join(problems))
+    return results
+
+
+def _worker_environment(backend: str | None, workers: int) -> dict[str, str]:
+    """A render worker's variables: its GL backend's, SDL's dummy drivers, and its share of
+    the cores for Mesa's llvmpipe (which would otherwise draw on every core in each)."""
+    env = gl_environment(backend) if backend else {}
+    env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
+    if "LP_NUM_THREADS" not in os.environ:
+        env["LP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    return env
