@@ -92,7 +92,7 @@ def test_gl_environment() -> None:
 def test_module_import_is_light() -> None:
     # The package itself needs numpy (tapes); what must never load early is GL or torch.
     code = (
-        "import sys, rolltape.backends; "
+        "import sys, rolltape.pass2.backends; "
         "print([m for m in ('mujoco', 'OpenGL', 'torch') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

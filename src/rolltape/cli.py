@@ -3,6 +3,9 @@
 Each verb parses its flags, calls one API function and prints what it did. Bad input is
 one sentence on stderr and exit status 2; a replay that diverged with
 ``--on-divergence fail`` exits 1.
+
+May import: anything of rolltape, lazily inside each verb (so `rolltape --help` stays fast).
+Never: torch or GL at module level.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from rolltape.pass2.backends import DEFAULT_ORDER
-from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError
+from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -320,12 +323,11 @@ def render(
     from rolltape.evaluate import check_render_options
     from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
 
-    if on_divergence not in ("warn", "fail"):
-        raise UsageError("--on-divergence must be warn or fail.")
+    check_choice("--on-divergence", on_divergence, ("warn", "fail"))
     check_render_options(width=width, height=height, fps=fps, rtol=rtol, atol=atol,
                          formats=video_format)
     check_choice("--mode", mode, MODES)
-    check_choice("--quality", quality, QUALITY)
+    check_choice("--quality", quality, tuple(QUALITY))
     check_workers(workers)
     if output is not None:
         check_output_name(output, several=len(tapes) > 1)
@@ -369,11 +371,6 @@ def verify(
     results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
     if _print_replays(results):
         raise DivergenceError("Some tapes did not replay exactly; see the first divergent step above.")
-
-
-def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise UsageError(f"{flag} must be one of {', '.join(choices)}, got '{value}'.")
 
 
 def check_workers(workers: int) -> None:

@@ -4,6 +4,9 @@ An env spec is a small JSON-safe dict: ``{"id", "kwargs", "max_episode_steps", "
 Pass 1 builds it with ``render_mode=None``; pass 2 builds the same spec with
 ``render_mode="rgb_array"``. Gymnasium is imported lazily so the orchestrator stays light.
 
+May import: errors, gymnasium and mujoco lazily. Never: policies, pass 1, pass 2, executors,
+outputs.
+
 Example:
     >>> spec = env_spec("HalfCheetah-v5", {"forward_reward_weight": 1.0})
     >>> env = make_env(spec)

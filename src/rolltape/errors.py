@@ -3,9 +3,13 @@
 Every mistake a user can make (a bad path, an unknown env id, a corrupt tape) is raised as
 :class:`UsageError` with one sentence that names what is wrong and how to fix it. The CLI
 prints that sentence and exits with status 2; nothing else is printed.
+
+May import: nothing of rolltape (every module imports it).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 
 class UsageError(Exception):
@@ -42,3 +46,15 @@ class Interrupted(BaseException):
         super().__init__(message or f"stopped by signal {signum}")
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+def check_choice(what: str, value: object, choices: Sequence[str]) -> None:
+    """Refuse ``value`` unless it is one of ``choices``: the one check of every enumerated
+    option (``--mode``, ``--quality``, ...), naming it and what it may be.
+
+    >>> check_choice("--mode", "sideways", ("resim", "restore"))
+    Traceback (most recent call last):
+    rolltape.errors.UsageError: Unknown --mode 'sideways'; use one of resim, restore.
+    """
+    if value not in choices:
+        raise UsageError(f"Unknown {what} '{value}'; use one of {', '.join(choices)}.")

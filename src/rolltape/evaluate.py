@@ -3,7 +3,10 @@
 The orchestrator imports neither torch nor GL: the policy runs in a spawned pass-1 worker,
 videos come from spawned render workers, and only files and small messages travel.
 
-Example:
+May import: pass 1's job types, the render side's request types, executors, outputs. Never:
+torch, GL (the policy and MuJoCo live in workers).
+
+Example (not run: it evaluates a checkpoint):
     >>> run = evaluate("HalfCheetah-v5", "sb3:ppo.zip", vecnormalize="vecnormalize.pkl",
     ...                episodes=30, seed=1000, baseline="random", video=2, out="runs/cheetah")
     >>> run.results["summary"]["policy"]["mean"]
@@ -28,7 +31,7 @@ from rolltape.outputs.artifacts import check_writable_folder
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.envs import env_spec, json_safe
-from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError
+from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.executors.launch import signals_deferred, sigterm_raises
 from rolltape.progress import Progress
 from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
@@ -211,19 +214,13 @@ class EvalConfig:
         if self.workers < 1 or self.render_workers < 0:
             raise UsageError("--workers must be at least 1 and --render-workers 0 (one per "
                              "core) or more.")
-        if self.executor not in EXECUTORS:
-            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, "
-                             f"got '{self.executor}'.")
+        check_choice("--executor", self.executor, EXECUTORS)
         if self.baseline not in (None, "random"):
             raise UsageError(f"--baseline '{self.baseline}' is not supported; use 'random' "
                              "or leave it off.")
-        if self.on_divergence not in ON_DIVERGENCE:
-            raise UsageError(f"--on-divergence must be one of {', '.join(ON_DIVERGENCE)}.")
-        if self.mode not in MODES:
-            raise UsageError(f"--mode must be one of {', '.join(MODES)}, got '{self.mode}'.")
-        if self.quality not in QUALITY:
-            raise UsageError(f"--quality must be one of {', '.join(QUALITY)}, "
-                             f"got '{self.quality}'.")
+        check_choice("--on-divergence", self.on_divergence, ON_DIVERGENCE)
+        check_choice("--mode", self.mode, MODES)
+        check_choice("--quality", self.quality, tuple(QUALITY))
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise UsageError(f"--max-episode-steps must be at least 1, got "
                              f"{self.max_episode_steps}.")

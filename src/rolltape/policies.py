@@ -13,7 +13,10 @@ A policy source is a string, as on the command line:
 Only :func:`load_policy` imports a policy framework, and only in the process that calls it
 (the pass-1 worker): the orchestrator and the render workers never import torch.
 
-Example:
+May import: tape, files, errors; torch and SB3 lazily. Never: the render side, executors,
+outputs (pass 1 only).
+
+Example (not run: it loads a checkpoint):
     >>> policy = load_policy("sb3:ppo.zip", env, vecnormalize="vecnormalize.pkl")
     >>> policy.reset(seed=1000)
     >>> action = policy.act(obs)

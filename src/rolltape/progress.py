@@ -2,6 +2,8 @@
 
 A thin wrapper over rich so callers need not care whether progress is shown.
 
+May import: rich. Never: the work (the orchestrator's progress bars only).
+
 Example:
     >>> with Progress(enabled=True) as bar:
     ...     task = bar.add("pass 1", total=30)

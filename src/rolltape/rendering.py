@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rolltape.envs import check_tape_env_module
-from rolltape.errors import UsageError
+from rolltape.errors import UsageError, check_choice
 from rolltape.executors.local import BackendPool
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
@@ -148,10 +148,8 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
 
     order = list(parse_backends(backends))
     for req in requests:
-        if req.mode not in MODES:
-            raise UsageError(f"Unknown mode '{req.mode}'; use one of {', '.join(MODES)}.")
-        if req.quality not in QUALITY:
-            raise UsageError(f"Unknown quality '{req.quality}'; use one of {', '.join(QUALITY)}.")
+        check_choice("mode", req.mode, MODES)
+        check_choice("quality", req.quality, tuple(QUALITY))
         check_layout(req.layout, req.cameras)
         if req.env_id is None:  # a tape's own env module: only an installed one is imported
             check_tape_env_module(Tape.load(req.tape).env_id, req.tape)

@@ -21,6 +21,8 @@ What is computed, and by which convention:
 Every result that leaves this module as a dict is JSON-safe: plain ``int``/``float``/
 ``list``/``None``, never numpy scalars, never NaN or infinity (those become ``None``), so
 ``json.dumps(result, allow_nan=False)`` always works.
+
+May import: numpy only.
 """
 
 from __future__ import annotations

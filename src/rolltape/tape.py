@@ -5,7 +5,10 @@ returned for each step, a digest of each observation, and for MuJoCo envs the ph
 of each frame. It is one ``.npz`` file with a JSON header inside, so it can be rendered
 later, elsewhere, many times.
 
-Example:
+May import: errors, files, numpy. Never: envs, policies, GL (a tape is data, loaded
+anywhere).
+
+Example (not run: it reads a run's tape):
     >>> tape = Tape.load("runs/cheetah/tapes/policy-0000.npz")
     >>> tape.length, tape.total_return
     (1000, 4391.2...)

@@ -7,7 +7,10 @@ what isolation must avoid. Unlike multiprocessing's spawn it does not re-run the
 and the child's environment (``MUJOCO_GL``...) is fixed before its interpreter starts.
 Parent and child talk over a socket pair with small pickled messages.
 
-Example:
+May import: errors and the standard library. Never: the work (it starts whatever entry point
+it is given).
+
+Example (not run: it spawns a process):
     >>> worker = spawn_worker(policy_worker, jobs, 0, env={"MUJOCO_GL": None})
     >>> message = worker.conn.recv()
 """

@@ -22,7 +22,10 @@ then ``os.replace``) at the paths the caller asked for. Policy files (checkpoint
 VecNormalize statistics, policy modules) are still read by the task from its own node, so
 on a cluster they must sit at the same path on every node (shared storage).
 
-Example:
+May import: Ray (lazily), the job types of pass 1 and pass 2 it ships as tasks. Never: the
+orchestrator.
+
+Example (not run: it needs a Ray cluster):
     >>> check_ray()  # starts a local Ray instance, or connects to RAY_ADDRESS
     >>> for kind, payload in run_pass1_on_ray(split_jobs(jobs, 4)):
     ...     print(kind)
@@ -46,7 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from rolltape.errors import RunFailed, UsageError
+from rolltape.errors import RunFailed, UsageError, check_choice
 from rolltape.files import write_bytes
 
 if TYPE_CHECKING:  # only for annotations: the real imports happen where they are used
@@ -466,8 +469,7 @@ def render_on_ray(requests: Sequence[RenderRequest], backends: Sequence[str],
 
     order = list(backends)
     for req in requests:
-        if req.mode not in MODES:
-            raise UsageError(f"Unknown mode '{req.mode}'; use one of {', '.join(MODES)}.")
+        check_choice("mode", req.mode, MODES)
     remote = ray.remote(max_retries=0)(_render_task)  # a crash is handled here, by fallback
     results: list[RenderResult | None] = [None] * len(requests)
     failures: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(requests))}

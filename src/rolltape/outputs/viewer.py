@@ -281,7 +281,7 @@ def describe_envs(specs: list[dict[str, Any]], trusted: bool = False) -> list[di
     env.pop("PYOPENGL_PLATFORM", None)
     # -c puts the current folder first on sys.path; a tape's env must not come from there.
     path = "" if trusted else "import sys; sys.path.remove(''); "
-    proc = subprocess.run([sys.executable, "-c", f"{path}from rolltape.viewer import "
+    proc = subprocess.run([sys.executable, "-c", f"{path}from rolltape.outputs.viewer import "
                            "_describe_main; _describe_main()"], input=json.dumps(specs),
                           capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():

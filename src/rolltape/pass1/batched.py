@@ -12,7 +12,9 @@ finishes is reset with the next episode's seed. Only SB3 policies have a batched
 pass; other policies (the random baseline, callables, tapes) act row by row, one instance
 per sub-env, and their tapes are identical to per-row ones.
 
-Example:
+May import: pass 1, envs, policies, errors. Never: an executor, the render side, outputs.
+
+Example (not run: it spawns processes):
     >>> for kind, payload in run_pass1([jobs], batch_envs=4):   # see rollout.run_pass1
     ...     print(kind)
 """

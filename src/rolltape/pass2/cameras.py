@@ -11,7 +11,10 @@ Several cameras are combined by a layout: ``single``, ``horizontal``, ``vertical
 ``grid``, or ``separate`` (one file per camera). A stream that runs out of frames holds its
 last frame. An overlay can write the step, reward and return onto each frame.
 
-Example:
+May import: envs, errors, numpy (mujoco lazily). Never: policies, pass 1, executors,
+outputs.
+
+Example (not run: it needs a MuJoCo env and a GL context):
     >>> rig = CameraRig(env, ["default", "track:torso"])
     >>> frame = compose(rig.frames(), "horizontal")
 """

@@ -12,6 +12,8 @@ temporary is deleted and whatever was at the output path before is left untouche
 A process killed with SIGKILL can leave a ``*.partial-<pid>-*`` behind; the pid in the
 name says which run it came from.
 
+May import: errors, PyAV, Pillow, numpy. Never: envs, policies, pass 1, executors, outputs.
+
 Example::
 
     from rolltape.pass2.encode import open_writer

@@ -1,0 +1,36 @@
+"""The ``>>>`` examples in module docstrings run, where running them is cheap; the others
+say "(not run: why)" beside their heading."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+from pathlib import Path
+
+import pytest
+
+CHEAP = ["rolltape.errors", "rolltape.stats", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
+         "rolltape.outputs.plots", "rolltape.progress"]
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_docstring_examples_run(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an example that writes files writes them here
+    failed, attempted = doctest.testmod(importlib.import_module(name),
+                                        optionflags=doctest.ELLIPSIS)
+    assert attempted > 0 and failed == 0
+
+
+def test_every_other_example_says_it_is_not_run():
+    cheap = {f"{name.replace('.', '/')}.py" for name in CHEAP}
+    unmarked = []
+    for path in sorted((SRC / "rolltape").rglob("*.py")):
+        rel = str(path.relative_to(SRC))
+        text = path.read_text()
+        if rel in cheap or ">>>" not in text:
+            continue
+        doc = text.split('"""')[1] if text.startswith('"""') else ""
+        if ">>>" in doc and "not run" not in doc:
+            unmarked.append(rel)
+    assert unmarked == []
