@@ -312,7 +312,8 @@ def probe(backend: str, timeout: float = 60.0) -> ProbeResult:
     command = [
         sys.executable,
         "-c",
-        "import sys; from rolltape.backends import _child_main; sys.exit(_child_main(sys.argv[1]))",
+        "import sys; from rolltape.pass2.backends import _child_main; "
+        "sys.exit(_child_main(sys.argv[1]))",
         name,
     ]
     start = time.monotonic()
@@ -511,7 +512,7 @@ def _child_main(backend: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rolltape.backends [--probe NAME | --doctor [NAMES]]`` for use by hand."""
+    """``python -m rolltape.pass2.backends [--probe NAME | --doctor [NAMES]]`` by hand."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == "--probe":
         result = probe(args[1])
@@ -521,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = doctor(args[1] if len(args) == 2 else KNOWN_BACKENDS)
         print(format_doctor(results))
         return 0 if first_working(results) else 1
-    print("usage: python -m rolltape.backends --probe NAME | --doctor [egl,osmesa,glfw]",
+    print("usage: python -m rolltape.pass2.backends --probe NAME | --doctor [egl,osmesa,glfw]",
           file=sys.stderr)
     return 2
 
