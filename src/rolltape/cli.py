@@ -16,15 +16,15 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from rolltape.pass2.backends import DEFAULT_ORDER
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
+from rolltape.outputs.summary import improvement_line, summary_rows, summary_title
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -190,56 +190,23 @@ TABLE_WIDTH = 80  # off a terminal the table fits what a log viewer or an 80-col
 
 
 def summary_table(results: dict[str, Any], width: int) -> Table:
-    """The per-role summary, reshaped to fit ``width`` columns: rich would wrap its cells
-    into unreadable stubs, so columns go instead, least telling first (min / max, then
-    the intervals, then the length). Every number is in results.json and the report."""
-    from rolltape.outputs.report import interval, num
-
-    def success(s: dict[str, Any], ci: bool) -> str:
-        if s["success_rate"] is None:
-            return "n/a"
-        count = f"{s['success_count']}/{s['n']}"
-        return f"{count} {interval(s['success_ci'])}" if ci else count
-
-    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [  # (header, cell of a role)
-        ("mean ± std", lambda s: f"{num(s['mean'])} ± {num(s['std'])}"),
-        ("IQM [95% CI]", lambda s: f"{num(s['iqm'])} {interval(s['iqm_ci'])}"),
-        ("min / max", lambda s: f"{num(s['min'])} / {num(s['max'])}"),
-        ("success [95% CI]", lambda s: success(s, True)),
-        ("length", lambda s: num(s["mean_length"], 0)),
-    ]
-    # What goes first when the table is too wide: (header, its shorter form or None: dropped).
-    shorter = [("min / max", None), ("success [95% CI]", ("success", lambda s: success(s, False))),
-               ("IQM [95% CI]", ("IQM", lambda s: num(s["iqm"]))), ("length", None)]
-    title = (f"{results['env_id']}: {results['episodes']} episodes, seeds "
-             f"{results['seed']}..{results['seed'] + results['episodes'] - 1}")
-    while True:
-        table = Table(title=title)
-        table.add_column("", justify="right")
-        for header, _ in columns:
-            table.add_column(header, justify="right")
-        for role, s in results["summary"].items():
-            table.add_row(role, *(cell(s) for _, cell in columns))
-        # Measured with room to spare: rich clamps a measurement to the width it is given.
-        natural = Measurement.get(out, out.options.update(max_width=10_000), table).maximum
-        if not shorter or natural <= width:
-            return table
-        header, replacement = shorter.pop(0)
-        k = [h for h, _ in columns].index(header)
-        if replacement is None:
-            del columns[k]
-        else:
-            columns[k] = replacement
+    """The per-role summary as a rich table of at most ``width`` columns (cells and the
+    columns that go when it is narrow: :func:`rolltape.outputs.summary.summary_rows`)."""
+    header, rows = summary_rows(results, width)
+    table = Table(title=summary_title(results))
+    for name in header:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def print_run(results: dict[str, Any], path: Path) -> None:
     """The summary table, the videos and where everything went."""
     out.print(summary_table(results, out.width if out.is_terminal else TABLE_WIDTH))
-    imp = results.get("improvement_over_baseline")
-    if imp:
-        lo, hi = imp["diff_ci"]
-        out.print(f"improvement over random on the same seeds: {imp['mean_diff']:+.2f} "
-                  f"(95% CI {lo:+.2f} .. {hi:+.2f})")
+    line = improvement_line(results)
+    if line:
+        out.print(line)
     for v in results.get("videos", []):
         if v.get("path") is None:
             out.print(f"episode {v['index']}: not rendered")

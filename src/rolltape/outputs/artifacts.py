@@ -4,6 +4,8 @@ A run is built in a hidden staging folder beside its final place (``.NAME.partia
 moved into place when it is complete, so a reader never sees half a run, an existing run
 is never replaced without ``overwrite``, and an interrupted run can be resumed.
 
+May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
+
 Example:
     >>> run = RunDir("runs/cheetah", overwrite=False, resume=False)
     >>> write_json(run.path / "results.json", {"schema_version": 1})

@@ -4,6 +4,8 @@ Each chart is a string of inline SVG with a ``<title>`` and ``<desc>`` (read by 
 readers and shown by browsers), axis labels, ticks and a legend. Every point carries its own
 ``<title>``, so hovering a point names the episode without any script.
 
+May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
+
 Example:
     >>> svg = line_chart([Series("policy", [0, 1, 2], [1.0, 3.0, 2.0], "#0072B2")],
     ...                  title="Return per episode", xlabel="episode", ylabel="return")

@@ -2,9 +2,12 @@
 
 The page is read straight from the run folder: ``results.json`` for every number (all of
 them from pass 1), ``metadata.json`` for provenance, the tapes of the rendered episodes for
-their cumulative reward, and ``videos/`` for the players. Charts are inline SVG drawn by
-:mod:`rolltape.plots`; styles are inline; nothing is fetched from the network and nothing
-needs JavaScript.
+their cumulative reward, and ``videos/`` for the players. The summary's cells come from
+:mod:`rolltape.outputs.summary` (as the CLI's and the notebook's do), the charts are inline
+SVG drawn by :mod:`rolltape.outputs.plots`, styles are inline; nothing is fetched from the
+network and nothing needs JavaScript.
+
+May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
 
 Example:
     >>> build_report("runs/cheetah")
@@ -14,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import time
@@ -23,9 +25,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from rolltape.outputs import plots
-from rolltape.outputs.artifacts import RESULTS_SCHEMA_VERSION, write_text
 from rolltape.errors import UsageError
+from rolltape.files import write_text
+from rolltape.outputs import plots
+from rolltape.outputs.artifacts import RESULTS_SCHEMA_VERSION
+from rolltape.outputs.summary import interval, num, role_cells
 
 __all__ = ["build_report", "load_run"]
 
@@ -83,19 +87,6 @@ def load_run(run_dir: str | os.PathLike[str]) -> tuple[Path, dict[str, Any], dic
 # ------------------------------------------------------------------------------- formatting
 
 
-def num(x: Any, digits: int = 2, sign: bool = False) -> str:
-    """A number as the CLI prints it (``-28.75``); None (no value) as ``n/a``."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def interval(pair: Any, digits: int = 2, sign: bool = False) -> str:
-    if not pair or pair[0] is None or pair[1] is None:
-        return "n/a"
-    return f"[{num(pair[0], digits, sign)}, {num(pair[1], digits, sign)}]"
-
-
 def seconds(x: Any) -> str:
     if not isinstance(x, (int, float)):
         return "n/a"
@@ -145,32 +136,13 @@ def _href(target: Path, report: Path) -> str:
 
 
 def _summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
+    """One row per role: its name on the page and its cells
+    (:func:`rolltape.outputs.summary.role_cells`)."""
     names = {"policy": describe_policy(results.get("policy"), "policy"),
              "baseline": "random baseline"}
-    by_role = {"policy": results.get("episodes_rows") or [],
-               "baseline": results.get("baseline_rows") or []}
-    for role, s in results["summary"].items():
-        episodes = by_role.get(role, [])
-        known = sum(1 for r in episodes if r.get("success") is not None)
-        if s.get("success_rate") is None:
-            success, success_ci = "n/a", ""
-        else:
-            success = f"{s['success_rate']:.0%} ({s['success_count']}/{known or s['n']})"
-            lo, hi = s["success_ci"]
-            success_ci = f"[{lo:.0%}, {hi:.0%}]"
-        rows.append({
-            "role": role, "name": names.get(role, role), "n": s.get("n"),
-            "mean": num(s.get("mean")), "std": num(s.get("std")),
-            "mean_ci": interval(s.get("mean_ci")),
-            "iqm": num(s.get("iqm")), "iqm_ci": interval(s.get("iqm_ci")),
-            "median": num(s.get("median")),
-            "min": num(s.get("min")), "max": num(s.get("max")),
-            "success": success, "success_ci": success_ci,
-            "success_known": s.get("success_rate") is not None,
-            "length": num(s.get("mean_length"), 0) if s.get("mean_length") is not None else "n/a",
-        })
-    return rows
+    return [{"role": role, "name": names.get(role, role),
+             "success_known": s.get("success_rate") is not None, **role_cells(results, role)}
+            for role, s in results["summary"].items()]
 
 
 def _improvement(results: dict[str, Any]) -> dict[str, Any] | None:
@@ -482,7 +454,8 @@ def _viewer_on_disk(root: Path) -> dict[str, Any] | None:
 
 def _final_folder(root: Path) -> Path:
     """Where the run lives once finished: eval builds it in ``.NAME.partial`` beside its
-    place (:class:`rolltape.artifacts.RunDir`) and writes the report there before moving it."""
+    place (:class:`rolltape.outputs.artifacts.RunDir`) and writes the report there before
+    moving it."""
     name = root.name
     if name.startswith(".") and name.endswith(".partial") and len(name) > len("..partial"):
         return root.with_name(name[1:-len(".partial")])

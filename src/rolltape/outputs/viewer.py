@@ -16,6 +16,8 @@ The page draws recorded states (like ``restore`` mode): it sets ``qpos``, calls
 :data:`MODEL_SUPPORT` for the Gymnasium models checked in it. A model that fails to load
 there is shown as a message on the page.
 
+May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
+
 Example:
     >>> info = export_viewer("runs/cheetah")
     >>> info["href"]
