@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from rolltape import bench
+from rolltape.bench.scale import compare_tapes
 from rolltape.errors import UsageError
 
 from conftest import run_cli
@@ -105,11 +106,11 @@ def test_compare_tapes_is_bitwise(tmp_path: Path) -> None:
         np.savez(tmp_path / f"{name}.npz", header=np.frombuffer(name.encode(), np.uint8),
                  **arrays)
     tapes = {n: tmp_path / f"{n}.npz" for n in "abcde"}
-    assert bench.compare_tapes([tapes["a"]], [tapes["b"]]) == []  # headers differ: ignored
-    assert bench.compare_tapes([tapes["a"]], [tapes["d"]]) == ["a.npz: x differs"]
-    assert bench.compare_tapes([tapes["a"]], [tapes["e"]])
-    assert bench.compare_tapes([tapes["a"]], [])
-    assert bench.compare_tapes([tapes["a"]], [tapes["c"]]) == ["a.npz: x differs"]  # 1 ulp
+    assert compare_tapes([tapes["a"]], [tapes["b"]]) == []  # headers differ: ignored
+    assert compare_tapes([tapes["a"]], [tapes["d"]]) == ["a.npz: x differs"]
+    assert compare_tapes([tapes["a"]], [tapes["e"]])
+    assert compare_tapes([tapes["a"]], [])
+    assert compare_tapes([tapes["a"]], [tapes["c"]]) == ["a.npz: x differs"]  # 1 ulp
 
 
 def test_headroom_puts_every_target_at_one() -> None:

@@ -109,6 +109,18 @@ def test_render_side_never_imports_policy_side_and_the_reverse():
     assert sorted((m, d) for m in pass1 for d in GRAPH[m] if d.startswith("rolltape.pass2")) == []
 
 
+
+def test_bench_is_reached_only_through_the_cli_verb():
+    """The benchmarks may import anything of rolltape; only `rolltape bench` imports them,
+    and each benchmark module shares rolltape.bench.common, never a sibling's code."""
+    importers = sorted(m for m in MODULES if not m.startswith("rolltape.bench")
+                       and any(d.startswith("rolltape.bench") for d in GRAPH[m]))
+    assert importers == ["rolltape.cli"]
+    siblings = sorted((m, d) for m in MODULES if m.startswith("rolltape.bench.")
+                      for d in GRAPH[m]
+                      if d.startswith("rolltape.bench") and d != "rolltape.bench.common")
+    assert siblings == []
+
 def test_a_running_render_worker_has_loaded_nothing_forbidden(tmp_path):
     """At run time too: a real worker draws a real MuJoCo tape and lists what it imported."""
     from rolltape.envs import env_spec, make_env

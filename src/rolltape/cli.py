@@ -441,11 +441,26 @@ def bench(
     output: Path = typer.Option(Path("bench-out"), "--out", "-o", help="Folder for bench.json and bench.png."),
     quick: bool = typer.Option(False, help="Tiny sizes (seconds), for tests; numbers not meaningful."),
     only: Optional[str] = typer.Option(None, help="NAME[,NAME]: run only these benchmarks."),
+    rss_frames: Optional[str] = typer.Option(
+        None, metavar="SHORT,LONG",
+        help="Steps of the short and long render_rss tapes (default 1000,5000; --quick 30,80)."),
 ) -> None:
     """Measure speed and memory targets as ratios against baselines run alongside."""
-    from rolltape.bench import run_and_print
+    from dataclasses import replace
 
-    raise typer.Exit(run_and_print(only, quick=quick, out=output))
+    from rolltape.bench import FULL, QUICK, run_and_print
+
+    config = QUICK if quick else FULL
+    if rss_frames is not None:
+        try:
+            short, long = (int(n) for n in rss_frames.split(","))
+        except ValueError:
+            short = long = 0
+        if short < 1 or long < 1:
+            raise UsageError(f"--rss-frames must be two step counts SHORT,LONG such as "
+                             f"1000,5000, got '{rss_frames}'.")
+        config = replace(config, rss_short=short, rss_long=long)
+    raise typer.Exit(run_and_print(only, quick=quick, out=output, config=config))
 
 
 @app.command()

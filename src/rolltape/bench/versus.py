@@ -1,0 +1,259 @@
+"""rolltape against the ways it replaces: SB3's ``evaluate_policy``
+(``pass1_vs_sb3_evaluate_policy``) and "the seed-000 way" of evaluating, then re-running
+the policy to film episode 0 (``end_to_end``, :func:`seed000_way`).
+
+May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rolltape.bench.common import (ENV_ID, POLICY_NOTE, SEED, Context, _median, _result,
+                                   run_child, track_workers)
+
+
+def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
+    """rolltape pass 1 vs SB3's evaluate_policy on the same checkpoint and episodes."""
+    from rolltape.evaluate import evaluate
+
+    cfg = ctx.config
+    ckpt, vecnorm = ctx.checkpoint()
+    times: dict[str, list[float]] = {"rolltape": [], "sb3": []}
+    evaluate_walls: list[float] = []
+    loops: dict[str, list[float]] = {"rolltape": [], "sb3": []}
+    rolltape_returns: list[float] = []
+    sb3: dict[str, Any] = {}
+    for rep in range(cfg.sb3_reps):
+        for who in (("rolltape", "sb3") if rep % 2 == 0 else ("sb3", "rolltape")):
+            if who == "rolltape":
+                started = time.perf_counter()
+                run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                               episodes=cfg.sb3_episodes, seed=SEED,
+                               max_episode_steps=cfg.sb3_steps, out=ctx.dir("rolltape"),
+                               overwrite=True)
+                evaluate_walls.append(time.perf_counter() - started)
+                times["rolltape"].append(run.metadata["timings"]["pass1_s"])
+                loops["rolltape"].append(sum(r["wall_s"] for r in run.results["episodes_rows"]))
+                rolltape_returns = [r["return"] for r in run.results["episodes_rows"]]
+            else:
+                sb3, wall = run_child(sb3_evaluate_child, {
+                    "checkpoint": str(ckpt), "vecnormalize": str(vecnorm),
+                    "episodes": cfg.sb3_episodes, "steps": cfg.sb3_steps, "seed": SEED},
+                    ctx.dir("sb3"))
+                times["sb3"].append(wall)
+                loops["sb3"].append(sb3["evaluate_s"])
+    ratio = _median(times["sb3"]) / _median(times["rolltape"])
+    first_r, first_s = rolltape_returns[0], sb3["returns"][0]
+    same = first_r == first_s
+    close = math.isclose(first_r, first_s, rel_tol=0, abs_tol=1e-5)
+    why = ("identical" if same else
+           "equal to 1e-5: SB3's Monitor rounds each episode return to 6 decimals and sums "
+           "in another order (rolltape uses math.fsum)" if close else
+           "they differ beyond rounding: check the seeding of the first episode")
+    return _result(
+        title="pass 1 vs SB3 evaluate_policy", ratio=ratio, target=1.5, op=">=",
+        gating=not cfg.quick,
+        ratio_of="SB3 evaluate_policy wall time / rolltape pass-1 time (a speed-up; each "
+                 "from a cold process: interpreter, torch, checkpoint, episodes)",
+        baseline=f"SB3 evaluate_policy {_median(times['sb3']):.2f} s",
+        measured=f"rolltape pass 1 {_median(times['rolltape']):.2f} s",
+        raw={"episodes": cfg.sb3_episodes, "steps": cfg.sb3_steps, "reps": cfg.sb3_reps,
+             "rolltape_pass1_s": times["rolltape"], "rolltape_evaluate_wall_s": evaluate_walls,
+             "sb3_wall_s": times["sb3"],
+             "rolltape_episode_loops_s": loops["rolltape"], "sb3_evaluate_policy_s": loops["sb3"],
+             "loop_speedup": _median(loops["sb3"]) / _median(loops["rolltape"]),
+             "sb3_import_s": sb3["import_s"], "sb3_load_s": sb3["load_s"],
+             "first_episode_seed": SEED, "first_return_rolltape": first_r,
+             "first_return_sb3": first_s, "first_return_abs_diff": abs(first_r - first_s),
+             "returns_rolltape": rolltape_returns, "returns_sb3": sb3["returns"],
+             "lengths_sb3": sb3["lengths"]},
+        notes=[f"first episode (seed {SEED}): rolltape {first_r:.6f}, SB3 {first_s:.6f} "
+               f"({why}); SB3 seeds only its first episode (VecEnv.seed applies to the next "
+               "reset; later episodes continue the env's RNG), rolltape seeds episode i with "
+               "seed + i, so only episode 0 is comparable",
+               "SB3 path: DummyVecEnv(Monitor(env)) + VecNormalize.load (training=False, "
+               "norm_reward=False), torch left at its default thread count as a user would; "
+               "rolltape's worker sets torch to 1 thread",
+               f"judged: pass 1 (spawning the policy process, importing torch, loading, "
+               f"the episodes); the whole evaluate() call, which also writes results.json, "
+               f"the report and the notebook, took {_median(evaluate_walls):.2f} s "
+               f"({_median(times['sb3']) / _median(evaluate_walls):.2f}x)",
+               f"episode loops only (no start-up): SB3 {_median(loops['sb3']):.2f} s, "
+               f"rolltape {_median(loops['rolltape']):.2f} s "
+               f"(speed-up {_median(loops['sb3']) / _median(loops['rolltape']):.2f}x)",
+               POLICY_NOTE])
+
+
+def sb3_evaluate_child(checkpoint: str, vecnormalize: str, episodes: int, steps: int,
+                       seed: int) -> dict[str, Any]:
+    """(In a fresh child.) SB3's evaluate_policy as its docs show, first episode seeded."""
+    started = time.perf_counter()
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    imported = time.perf_counter()
+    venv = DummyVecEnv([lambda: Monitor(gym.make(ENV_ID, max_episode_steps=steps))])
+    venv = VecNormalize.load(vecnormalize, venv)
+    venv.training, venv.norm_reward = False, False
+    model = PPO.load(checkpoint, device="cpu")
+    venv.seed(seed)  # used by the next reset only: evaluate_policy's first episode
+    loaded = time.perf_counter()
+    returns, lengths = evaluate_policy(model, venv, n_eval_episodes=episodes,
+                                       deterministic=True, return_episode_rewards=True)
+    finished = time.perf_counter()
+    venv.close()
+    return {"import_s": imported - started, "load_s": loaded - imported,
+            "evaluate_s": finished - loaded, "returns": [float(r) for r in returns],
+            "lengths": [int(n) for n in lengths]}
+
+
+
+def seed000_way(checkpoint: Path, vecnormalize: Path, episodes: int, steps: int, seed: int,
+                width: int, height: int, video: Path, work: Path, gl: str) -> dict[str, Any]:
+    """How it was done before rolltape ("the seed-000 way"): one process evaluates with SB3
+    and runs the random baseline; a second process re-generates episode 0's actions with the
+    policy, renders every frame into a list and encodes them all at the end."""
+    started = time.perf_counter()
+    args = {"checkpoint": str(checkpoint), "vecnormalize": str(vecnormalize), "steps": steps,
+            "seed": seed}
+    evaluation, eval_wall = run_child(seed000_evaluate_child, {**args, "episodes": episodes},
+                                      work)
+    video_run, video_wall = run_child(seed000_video_child, {
+        **args, "width": width, "height": height, "out": str(video)}, work, gl=gl)
+    return {"wall_s": time.perf_counter() - started, "evaluate_wall_s": eval_wall,
+            "video_wall_s": video_wall, **evaluation, **video_run}
+
+
+def seed000_evaluate_child(checkpoint: str, vecnormalize: str, steps: int, seed: int,
+                           episodes: int) -> dict[str, Any]:
+    """Seed-000 process 1: SB3 evaluate_policy, then a random baseline on seeds seed + i."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    venv = VecNormalize.load(vecnormalize, DummyVecEnv(
+        [lambda: Monitor(gym.make(ENV_ID, max_episode_steps=steps))]))
+    venv.training, venv.norm_reward = False, False
+    venv.seed(seed)
+    model = PPO.load(checkpoint, device="cpu")
+    returns, _ = evaluate_policy(model, venv, n_eval_episodes=episodes, deterministic=True,
+                                 return_episode_rewards=True)
+    env, baseline = gym.make(ENV_ID, max_episode_steps=steps), []
+    for i in range(episodes):
+        env.reset(seed=seed + i)
+        env.action_space.seed(seed + i)
+        total, done = 0.0, False
+        while not done:
+            _, reward, term, trunc, _ = env.step(env.action_space.sample())
+            total, done = total + float(reward), term or trunc
+        baseline.append(total)
+    return {"policy_returns": [float(r) for r in returns], "baseline_returns": baseline}
+
+
+def seed000_video_child(checkpoint: str, vecnormalize: str, steps: int, seed: int, width: int,
+                        height: int, out: str) -> dict[str, Any]:
+    """Seed-000 process 2: replay episode 0 by re-running the policy, keep every frame, then
+    encode the list."""
+    import resource
+
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from rolltape.pass2.encode import open_writer
+
+    venv = VecNormalize.load(vecnormalize, DummyVecEnv([lambda: gym.make(
+        ENV_ID, max_episode_steps=steps, render_mode="rgb_array", width=width, height=height)]))
+    venv.training, venv.norm_reward = False, False
+    model = PPO.load(checkpoint, device="cpu")
+    venv.seed(seed)
+    obs = venv.reset()
+    frames = [venv.render()]
+    for _ in range(steps):
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, dones, _ = venv.step(action)
+        if dones[0]:
+            break  # the VecEnv has already reset: its next frame is a new episode
+        frames.append(venv.render())
+    with open_writer(out, fps=venv.envs[0].metadata["render_fps"], overwrite=True) as writer:
+        for frame in frames:
+            writer.write(frame)
+    venv.close()
+    return {"frames": len(frames),
+            "video_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_end_to_end(ctx: Context) -> dict[str, Any]:
+    """evaluate() with a baseline and one verified video vs the seed-000 way.
+
+    rolltape runs with its defaults for everything not named here: 1 pass-1 worker,
+    quality full, render_workers 0 (one per core, so the one video is split across them),
+    the report and notebook written."""
+    from rolltape.evaluate import evaluate
+
+    cfg = ctx.config
+    ckpt, vecnorm = ctx.checkpoint()
+
+    def rolltape(render_early: bool) -> tuple[Any, float, list[dict[str, Any]]]:
+        started = time.perf_counter()
+        with track_workers() as workers:
+            run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                           episodes=cfg.e2e_episodes, seed=SEED, baseline="random",
+                           max_episode_steps=cfg.e2e_steps, video=1, width=cfg.width,
+                           height=cfg.height, out=ctx.dir(f"rolltape-early{render_early}"),
+                           overwrite=True, render_early=render_early)
+        return run, time.perf_counter() - started, workers
+
+    run, wall, workers = rolltape(render_early=False)
+    early, early_wall, _ = rolltape(render_early=True)
+    same = [r["return"] for r in run.results["episodes_rows"]] == \
+        [r["return"] for r in early.results["episodes_rows"]]
+    render_workers = run.metadata["config"]["render_workers"]
+    folder = ctx.dir("seed000")
+    old = seed000_way(ckpt, vecnorm, cfg.e2e_episodes, cfg.e2e_steps, SEED, cfg.width,
+                      cfg.height, folder / "episode0.mp4", folder, ctx.backend)
+    video = run.results["videos"][0]
+    render_peak = max((w["peak_rss_kb"] or 0 for w in workers
+                       if w["target"] == "render_worker"), default=0) / 1024
+    return _result(
+        title="end to end", ratio=wall / old["wall_s"], target=0.5, op="<=", gating=False,
+        ratio_of="rolltape evaluate() wall time / seed-000 way wall time",
+        baseline=f"seed-000 way {old['wall_s']:.1f} s",
+        measured=f"rolltape.evaluate {wall:.1f} s",
+        raw={"episodes": cfg.e2e_episodes, "steps": cfg.e2e_steps,
+             "size": [cfg.width, cfg.height], "rolltape_wall_s": wall,
+             "rolltape_timings": run.metadata["timings"], "rolltape_video": {
+                 k: video.get(k) for k in ("frames", "backend", "verified", "seconds",
+                                           "segments")},
+             "rolltape_render_workers": render_workers, "cpu_count": os.cpu_count(),
+             "rolltape_render_peak_rss_mb": render_peak, "seed000": old,
+             "render_early_wall_s": early_wall, "render_early_ratio": early_wall / old["wall_s"],
+             "render_early_timings": early.metadata["timings"],
+             "render_early_same_returns": same},
+        notes=[f"{cfg.e2e_episodes} episodes + {cfg.e2e_episodes}-episode random baseline + one "
+               f"{cfg.width}x{cfg.height} video of episode 0; rolltape also writes tapes, "
+               "statistics, report.html and report.ipynb and verifies the replay; the "
+               "seed-000 way verifies nothing",
+               f"rolltape's defaults: render_workers={render_workers} (0: one per core, "
+               f"{os.cpu_count()} here), so the video was drawn in "
+               f"{video.get('segments')} segment(s); pass 1 on 1 worker, quality full",
+               f"memory while drawing: rolltape's render worker peaked at {render_peak:.0f} MB, "
+               f"the seed-000 video process (all frames in a list) at "
+               f"{old['video_peak_rss_mb']:.0f} MB",
+               f"with --render-early (opt-in: pass 2 on episode 0's tape beside pass 1): "
+               f"{early_wall:.1f} s, ratio {early_wall / old['wall_s']:.3f}; pass 2 began "
+               f"{early.metadata['timings']['pass2_started_after_s']:.1f} s in, pass 1 took "
+               f"{early.metadata['timings']['pass1_s']:.1f} s (without: "
+               f"{run.metadata['timings']['pass1_s']:.1f} s); returns "
+               f"{'identical' if same else 'DIFFERENT'}", POLICY_NOTE])
+
