@@ -48,7 +48,7 @@ made in a temporary folder: its inference cost is the same as a trained one's.
 
 May import: anything of rolltape. Never imported by rolltape except by the ``bench`` verb.
 
-Example:
+Example (not run: it takes minutes):
     >>> report = run(quick=True, out="bench-out")          # or: rolltape bench --quick
     >>> report["benchmarks"]["pass1_overhead"]["ratio"]
     1.02...

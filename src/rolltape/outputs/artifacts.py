@@ -6,7 +6,7 @@ is never replaced without ``overwrite``, and an interrupted run can be resumed.
 
 May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
 
-Example:
+Example (not run: it makes a run folder):
     >>> run = RunDir("runs/cheetah", overwrite=False, resume=False)
     >>> write_json(run.path / "results.json", {"schema_version": 1})
     >>> run.commit()

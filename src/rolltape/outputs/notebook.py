@@ -10,7 +10,7 @@ anything.
 
 May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
 
-Example:
+Example (not run: it needs a finished run):
     >>> path = write_notebook("runs/cheetah")   # runs/cheetah/report.ipynb
     >>> # jupyter lab runs/cheetah/report.ipynb
 """

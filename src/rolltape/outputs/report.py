@@ -9,7 +9,7 @@ network and nothing needs JavaScript.
 
 May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
 
-Example:
+Example (not run: it needs a finished run):
     >>> build_report("runs/cheetah")
     PosixPath('runs/cheetah/report.html')
 """

@@ -18,7 +18,7 @@ there is shown as a message on the page.
 
 May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
 
-Example:
+Example (not run: it needs a finished run):
     >>> info = export_viewer("runs/cheetah")
     >>> info["href"]
     'viewer/index.html'
