@@ -324,11 +324,13 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
                               ) from None
     except (RunFailed, OSError) as exc:
         reason = str(exc) if isinstance(exc, RunFailed) else _os_error_text(exc)
+        detail = getattr(exc, "detail", "")  # the worker's traceback: kept, not printed
         with signals_deferred():
-            run.mark_stopped("failed", reason)
-            raise RunFailed(f"{reason.rstrip('.')}. {_kept(run)[0].upper()}{_kept(run)[1:]}; "
-                            "fix the cause and rerun with --resume to continue, or with "
-                            "--overwrite to discard them.", getattr(exc, "detail", "")) from None
+            run.mark_stopped("failed", reason, detail)
+            kept = _kept(run)
+            raise RunFailed(f"{reason.rstrip('.')}. {kept[0].upper()}{kept[1:]}; fix the cause "
+                            "and rerun with --resume to continue, or with --overwrite to "
+                            "discard them.", detail) from None
     except Exception as exc:  # a bug: keep what finished, say so next time, show it
         run.mark_stopped("failed", f"{type(exc).__name__}: {exc}")
         raise

@@ -154,10 +154,12 @@ class RunDir:
             return f"A failed run of '{self.final}'" + (f" ({reason.rstrip('.')})" if reason else "")
         return f"An interrupted run of '{self.final}'"
 
-    def mark_stopped(self, state: str, reason: str = "") -> None:
-        """Say in staging why the run stopped ('interrupted' or 'failed')."""
+    def mark_stopped(self, state: str, reason: str = "", detail: str = "") -> None:
+        """Say in staging why the run stopped ('interrupted' or 'failed'), with the
+        traceback of a failure when there is one (for a bug report)."""
         try:
-            write_json(self.staging / "status.json", {"state": state, "reason": reason})
+            write_json(self.staging / "status.json",
+                       {"state": state, "reason": reason, "traceback": detail or None})
         except OSError:
             pass  # a full disk: the next command then calls it interrupted
 
