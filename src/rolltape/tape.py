@@ -23,6 +23,7 @@ import struct
 import tokenize
 import zipfile
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
@@ -33,6 +34,8 @@ from rolltape.errors import UsageError
 from rolltape.files import atomic_file
 
 SCHEMA_VERSION = 1
+_RECENT: OrderedDict[tuple[Any, ...], Tape] = OrderedDict()  # see Tape.load
+_RECENT_TAPES = 16
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
 _OPTIONAL_ARRAYS = ("obs_digest", "qpos", "qvel", "physics")
 
@@ -154,10 +157,25 @@ class Tape:
 
         Nothing in the file is executed or trusted: no pickles, sizes capped before
         anything is expanded, every header field and array checked for its type.
+
+        A process reads each tape once: the last few loaded are kept (their arrays made
+        read-only) and given again while the file is unchanged (same size, inode and
+        modification time), since checking, planning, recording and reporting a render
+        all look at the same tapes.
         """
         path = Path(path)
         if not path.is_file():
             raise UsageError(f"Tape '{path}' does not exist; give the path of a .npz tape.")
+        st = path.stat()
+        key = (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        tape = _RECENT.pop(key, None) or cls._read(path)
+        _RECENT[key] = tape  # most recent last
+        while len(_RECENT) > _RECENT_TAPES:
+            _RECENT.popitem(last=False)
+        return tape
+
+    @classmethod
+    def _read(cls, path: Path) -> Tape:
         try:
             contents = _read_npz(path)
         except _DAMAGED as exc:
@@ -178,7 +196,7 @@ class Tape:
             raise UsageError(f"Tape '{path}' lacks the arrays {missing}; {_FIX}.")
         _check_header(header, path)
         try:
-            return cls(
+            tape = cls(
                 env=header["env"],
                 seed=header["seed"],
                 options=header.get("options"),
@@ -190,6 +208,10 @@ class Tape:
                 **{name: contents[name] for name in _REQUIRED_ARRAYS},
                 **{name: contents.get(name) for name in _OPTIONAL_ARRAYS},
             )
+            for value in vars(tape).values():
+                if isinstance(value, np.ndarray):
+                    value.flags.writeable = False  # shared by every caller that loads it
+            return tape
         except UsageError as exc:
             raise UsageError(f"Tape '{path}': {str(exc).rstrip('.')}; {_FIX}.") from None
 
