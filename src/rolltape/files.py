@@ -1,7 +1,7 @@
 """Files, written so that a reader never sees half of one, and their digests.
 
 Every file rolltape writes goes through :func:`atomic_file`: a temporary sibling
-(``.NAME.XXXXXXXX.partial``, which a killed writer may leave and
+(``.NAME.<random>.partial``, which a killed writer may leave and
 :func:`rolltape.outputs.artifacts.remove_temporaries` sweeps), then a rename.
 
 May import: the standard library only (every side of the package uses it).

@@ -225,7 +225,7 @@ def _why(exc: OSError) -> str:
 
 
 # What killed writers leave behind: NAME.partial-PID[-N], NAME.old-PID, .NAME.segmentK-PID
-# (tapes, encoders, segment renders) and write_text's .NAME.XXXXXXXX.partial.
+# (tapes, encoders, segment renders) and write_text's .NAME.<random>.partial.
 _TEMPORARY = re.compile(r"\.(partial|old|segment\d+)-\d+|^\..*\.partial$")
 
 
