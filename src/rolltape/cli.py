@@ -368,10 +368,10 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
                 return render_tapes(requests, backends=backends, workers=workers,
                                     on_progress=on_progress, on_result=result)
         except (KeyboardInterrupt, Interrupted) as exc:
-            signum = exc.signum if isinstance(exc, Interrupted) else 2
-            raise Interrupted(signum, f"Interrupted: {len(finished)} of {len(requests)} "
-                              "tape(s) were finished and their files kept; the others wrote "
-                              "nothing. Rerun with the other tapes (or --overwrite).") from None
+            raise Interrupted.saying(exc, f"Interrupted: {len(finished)} of {len(requests)} "
+                                          "tape(s) were finished and their files kept; the "
+                                          "others wrote nothing. Rerun with the other tapes "
+                                          "(or --overwrite).") from None
 
 
 def _print_replays(results: list[Any]) -> int:

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rolltape.errors import UsageError
+from rolltape.tape import finite_or_none
 
 
 def env_spec(
@@ -401,8 +402,7 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (np.integer, int)):
         return int(value)
     if isinstance(value, (np.floating, float)):
-        f = float(value)
-        return f if np.isfinite(f) else None
+        return finite_or_none(float(value))
     if value is None or isinstance(value, str):
         return value
     return str(value)

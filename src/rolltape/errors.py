@@ -47,6 +47,11 @@ class Interrupted(BaseException):
         self.signum = signum
         self.exit_code = 128 + signum
 
+    @classmethod
+    def saying(cls, stopped: BaseException, message: str) -> Interrupted:
+        """The same stop (Ctrl-C, or the signal ``stopped`` carries), now with ``message``."""
+        return cls(stopped.signum if isinstance(stopped, Interrupted) else 2, message)
+
 
 def check_choice(what: str, value: object, choices: Sequence[str]) -> None:
     """Refuse ``value`` unless it is one of ``choices``: the one check of every enumerated

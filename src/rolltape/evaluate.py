@@ -316,12 +316,11 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
             run.discard()
         raise
     except (KeyboardInterrupt, Interrupted) as exc:  # Ctrl-C, or SIGTERM
-        signum = exc.signum if isinstance(exc, Interrupted) else 2
         with signals_deferred():
             run.mark_stopped("interrupted")
-            raise Interrupted(signum, f"Interrupted{' (SIGTERM)' if signum == 15 else ''}: "
-                              f"{_kept(run)}; rerun the same command with --resume to continue."
-                              ) from None
+            by = " (SIGTERM)" if getattr(exc, "signum", 2) == 15 else ""
+            raise Interrupted.saying(exc, f"Interrupted{by}: {_kept(run)}; rerun the same "
+                                          "command with --resume to continue.") from None
     except (RunFailed, OSError) as exc:
         reason = str(exc) if isinstance(exc, RunFailed) else _os_error_text(exc)
         detail = getattr(exc, "detail", "")  # the worker's traceback: kept, not printed

@@ -25,6 +25,8 @@ import zipfile
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -104,7 +106,7 @@ class Tape:
         """Number of steps (frames of a render are ``length + 1``)."""
         return int(self.rewards.shape[0])
 
-    @property
+    @cached_property  # computed once: the header, the row and its flags all ask
     def total_return(self) -> float:
         """Sum of rewards, correctly rounded so it does not depend on order (NaN or
         infinite when the env returned such rewards: see :func:`sum_rewards`)."""
@@ -398,9 +400,12 @@ def sum_rewards(rewards: list[float]) -> float:
         return math.fsum(values)
     except ValueError:  # inf + -inf
         return math.nan
-    except OverflowError:  # finite rewards whose sum exceeds a float
-        return math.copysign(math.inf, sum(math.copysign(1.0, v) * min(abs(v), 1e300)
-                                           for v in values))
+    except OverflowError:  # finite rewards whose running sum exceeds a float
+        exact = sum(Fraction(v) for v in values)  # rare: exact, then rounded once
+        try:
+            return float(exact)
+        except OverflowError:
+            return math.inf if exact > 0 else -math.inf
 
 
 def finite_or_none(value: float) -> float | None:

@@ -69,22 +69,7 @@ def spawn_worker(target: Callable[..., None], *args: Any,
 
 def stop_worker(worker: Worker, grace: float = 2.0) -> None:
     """Ask politely (None on the pipe), then terminate, then kill. Safe to call twice."""
-    if not worker.conn.closed:
-        try:
-            worker.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
-    for stop in (None, worker.proc.terminate, worker.proc.kill):
-        if stop is not None and worker.proc.poll() is None:
-            stop()
-        try:
-            worker.proc.wait(grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    worker.proc.wait()
-    if not worker.conn.closed:
-        worker.conn.close()
+    stop_workers([worker], grace)
 
 
 def stop_workers(workers: Iterable[Worker], grace: float = 2.0) -> None:
