@@ -101,6 +101,14 @@ def test_the_work_never_imports_an_executor():
     assert upward == []
 
 
+def test_executors_know_no_job_s_insides():
+    """An executor runs whatever function it is handed: it imports none of the work."""
+    executors = [m for m in MODULES if m.startswith("rolltape.executors")]
+    assert sorted((m, d) for m in executors for d in GRAPH[m]
+                  if d.startswith(("rolltape.pass1", "rolltape.pass2", "rolltape.policies",
+                                   "rolltape.outputs", "rolltape.envs", "rolltape.tape"))) == []
+
+
 def test_render_side_never_imports_policy_side_and_the_reverse():
     pass2 = [m for m in MODULES if m.startswith("rolltape.pass2")]
     pass1 = [m for m in MODULES if m.startswith("rolltape.pass1")]

@@ -71,7 +71,13 @@ def test_ray_video_is_verified_and_complete(runs):
 
 
 def test_render_task_sees_the_backend_it_was_given(ray_session):
-    from rolltape.executors.ray import _task_env
+    from rolltape.executors.ray import RayBackendPool
+    from rolltape.rendering import _worker_environment
+
+    def _task_env(backend):
+        pool = RayBackendPool(None, [], [], 1.0, needs_backend=[],
+                              environment=_worker_environment, ship=bytes, on_done=print)
+        return pool._task_options(backend, 1)["runtime_env"]["env_vars"]
 
     @ray.remote
     def probe() -> tuple[str | None, str | None, bool]:
@@ -189,7 +195,7 @@ def test_local_executor_never_imports_ray(tmp_path):
 
 def test_pass1_work_is_cut_into_small_tasks_covering_every_episode():
     from rolltape.pass1.rollout import EpisodeJob, PolicyJob, split_jobs
-    from rolltape.executors.ray import _pass1_tasks
+    from rolltape.pass1.remote import cut_into_tasks as _pass1_tasks
 
     jobs = [PolicyJob(env={"id": ENV_ID}, policy=p,
                       episodes=[EpisodeJob(role, i, i, f"{role}-{i}.npz") for i in range(50)])

@@ -243,6 +243,11 @@ def mujoco_warnings() -> list[str]:
     return list(_MUJOCO_WARNINGS)
 
 
+def forget_mujoco_warnings() -> None:
+    """Start a new list: a reused worker (Ray's) reports each task's own warnings."""
+    _MUJOCO_WARNINGS.clear()
+
+
 def _env_creator(env_id: str) -> Any:
     """The class (or function) registered for an env id ("module:EnvId" ids included)."""
     import gymnasium as gym

@@ -19,10 +19,10 @@ import math
 import os
 import threading
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape import stats
 from rolltape.outputs.artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
@@ -32,10 +32,10 @@ from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.envs import env_spec, json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
-from rolltape.executors.launch import signals_deferred, sigterm_raises
+from rolltape.executors.launch import signals_deferred, sigterm_raises, stop_workers
 from rolltape.progress import Progress
-from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
-from rolltape.rendering import render
+from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
+from rolltape.rendering import render, warm_render_workers
 from rolltape.executors.local import run_shares
 from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, PolicyJob, playing,
                                     split_jobs)
@@ -167,8 +167,9 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
 
 
 @dataclass(frozen=True)
-class EvalConfig:
-    """Every choice of one evaluation; stored in metadata.json as the run's config."""
+class EvalConfig(RenderOptions):
+    """Every choice of one evaluation; stored in metadata.json as the run's config. How
+    videos are drawn and checked is the :class:`RenderOptions` every render request has."""
 
     env: str
     policy: str = "random"
@@ -187,18 +188,9 @@ class EvalConfig:
     ray_render_gpus: float = 0.0  # GPUs each Ray render task asks for
     video: Any = 0
     video_format: str = "mp4"
-    width: int | None = None
-    height: int | None = None
-    cameras: tuple[str, ...] = ()
-    layout: str = "single"
-    overlay: bool = False
-    mode: str = "resim"
-    quality: str = "full"
     backends: tuple[str, ...] = DEFAULT_ORDER
     render_workers: int = 0  # 0: one per CPU core (a long video is split across them)
     render_early: bool = False  # start pass 2 beside pass 1 (sooner overall; pass 1 may slow)
-    rtol: float = 0.0
-    atol: float = 0.0
     on_divergence: str = "warn"
     render_timeout: float = 120.0
     episode_timeout: float = EPISODE_TIMEOUT  # a pass-1 worker that finishes no episode for
@@ -358,7 +350,7 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
                       "deterministic": cfg.deterministic, "baseline": cfg.baseline,
                       **_input_digests(cfg)})
     timings: dict[str, float] = {}
-    with Progress(show_progress) as bar:
+    with Progress(show_progress) as bar, _warm_render_workers(cfg) as warm:
         started = time.perf_counter()
         early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
         try:
@@ -379,7 +371,8 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
             started = time.perf_counter()
             played = rows["policy"]  # positions differ from indices only if some failed
             picked = [played[p]["index"] for p in select_episodes(cfg.video, played)]
-            videos = _pass2(root, {r["index"]: r for r in played}, picked, cfg, warnings, bar)
+            videos = _pass2(root, {r["index"]: r for r in played}, picked, cfg, warnings, bar,
+                            warm=warm)
             timings["pass2_s"] = time.perf_counter() - started
     results["videos"] = videos
     results["warnings"] = warnings
@@ -436,9 +429,10 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
         # Batched inference is a pass-1 variant: one worker, --workers env processes.
         chunks = [jobs] if cfg.batched_inference else split_jobs(jobs, cfg.workers)
         if cfg.executor == "ray":
-            from rolltape.executors.ray import run_pass1_on_ray
+            from rolltape.executors.ray import run_on_ray
+            from rolltape.pass1.remote import cut_into_tasks, play_shipped
 
-            messages = run_pass1_on_ray(chunks)
+            messages = run_on_ray(play_shipped, cut_into_tasks(chunks), limit=len(chunks))
         else:
             messages = run_shares(policy_worker, chunks,
                                   (cfg.workers if cfg.batched_inference else 0,), env=NO_GL,
@@ -579,17 +573,38 @@ def _needs_returns(selection: Any) -> bool:
     return any(kind in ("best", "worst", "median") for kind, _ in video_picks(selection))
 
 
-def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cfg: EvalConfig, warnings: list[str], bar: Progress,
-           cancel: threading.Event | None = None) -> list[dict[str, Any]]:
+@contextmanager
+def _warm_render_workers(cfg: EvalConfig) -> Iterator[list[Any]]:
+    """Pass 2's local workers, started while pass 1 plays (at a low CPU priority, so that
+    pass 1 keeps its speed): a small job then does not wait for interpreters and imports
+    after its numbers are done. Whatever pass 2 did not use is stopped at the end."""
+    if not cfg.wants_video or cfg.executor != "local" or cfg.renders_early:
+        yield []
+        return
+    workers = cfg.render_workers or os.cpu_count() or 1
+    if not _needs_returns(cfg.video):  # a count or indices: no more workers than videos
+        picked = video_picks(cfg.video)
+        if all(kind != "all" for kind, _ in picked):
+            counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
+            # Long episodes are split across workers, so one video can use them all.
+            workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
+    warm = warm_render_workers(cfg.backends, workers, cfg.env)
+    try:
+        yield warm
+    finally:
+        stop_workers(warm)
+
+
+def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cfg: EvalConfig,
+           warnings: list[str], bar: Progress, cancel: threading.Event | None = None,
+           warm: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
     CPU priority, so that pass 1 keeps its speed."""
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
         outputs=artifact_paths(root / "videos" / f"policy-{i:04d}", cfg.video_format),
-        mode=cfg.mode, width=cfg.width, height=cfg.height, cameras=cfg.cameras,
-        layout=cfg.layout, overlay=cfg.overlay,
-        quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True,
+        overwrite=True, **cfg.render_options(),
         env_id=cfg.env,  # named by the user, so its module may be their own file
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
@@ -600,7 +615,7 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cf
                           timeout=cfg.render_timeout, executor=cfg.executor,
                           ray_num_gpus=cfg.ray_render_gpus,
                           on_progress=on_progress, on_result=on_result, cancel=cancel,
-                          background=cancel is not None)
+                          background=cancel is not None, warm=warm)
     except UsageError as exc:
         rendered = [None] * len(requests)
         warnings.append(str(exc))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +62,42 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write JSON atomically; NaN and infinity are refused (they are not JSON)."""
     return write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def write_folder(path: str | os.PathLike[str], files: dict[str, bytes]) -> Path:
+    """Put a folder of files (e.g. PNG frames) at ``path`` atomically, replacing an old
+    one: it is filled under a temporary name, then renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    try:
+        for name, data in files.items():
+            (tmp / Path(name).name).write_bytes(data)  # a bare name: never a path elsewhere
+        old = None
+        if os.path.lexists(path):
+            if path.is_dir() and not path.is_symlink():
+                old = path.with_name(f".{path.name}.{os.getpid()}.old.partial")
+                os.rename(path, old)
+            else:
+                os.remove(path)
+        os.rename(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def unmap_paths(text: str, paths: dict[str, str]) -> str:
+    """Name the caller's paths, not a task's temporary ones, in a message.
+
+    >>> unmap_paths("cannot read /tmp/t1/a.npz", {"/tmp/t1/a.npz": "runs/x/a.npz"})
+    'cannot read runs/x/a.npz'
+    """
+    for local, original in paths.items():
+        text = text.replace(local, original)
+    return text
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:

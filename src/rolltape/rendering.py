@@ -2,7 +2,7 @@
 
 The orchestrator's side of pass 2: check the requests, split long episodes into segments
 when there are more workers than tapes, run the jobs on the local :class:`BackendPool` (or
-on Ray), join the segments, and write the pixel-free outputs and sidecars. The drawing
+Ray's), join the segments, and write the pixel-free outputs and sidecars. The drawing
 itself happens in render workers (:mod:`rolltape.pass2.replay`).
 
 May import: the render side's types, executors, outputs. Never: policies, torch.
@@ -20,16 +20,17 @@ import shutil
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from rolltape.envs import check_tape_env_module
 from rolltape.errors import UsageError, check_choice
-from rolltape.executors.local import BackendPool
+from rolltape.executors.launch import stop_workers
+from rolltape.executors.local import BackendPool, warm_workers
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
 from rolltape.pass2.cameras import check_layout
-from rolltape.pass2.encode import format_from_path
+from rolltape.pass2.encode import format_from_path, open_writer
 from rolltape.pass2.replay import (DATA_SUFFIXES, HEADLESS_SDL, MODES, QUALITY, RenderRequest,
                                    RenderResult, render_worker)
 from rolltape.tape import sum_rewards
@@ -83,7 +84,7 @@ def _segment_outputs(outputs: Sequence[str], k: int) -> tuple[str, ...]:
 def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
     """Put segment outputs together, in order, into the requested files: mp4/webm by
     copying packets, gif/PNG by reading back the PNG frames the segments drew."""
-    from rolltape.pass2.encode import join_videos, open_writer, read_frames
+    from rolltape.pass2.encode import join_videos, read_frames
 
     fps = parts[0].fps  # the rate the segments were written at (req.fps or the env's)
     drawn = [p.outputs for p in parts]  # drawn[k][j]: segment k's j-th output
@@ -209,6 +210,7 @@ def render(
     on_result: Callable[[int, RenderResult], None] | None = None,
     cancel: threading.Event | None = None,
     background: bool = False,
+    warm: Sequence[Any] = (),
 ) -> list[RenderResult | None]:
     """Replay each request in spawned workers; return one result per request, in order.
 
@@ -220,24 +222,16 @@ def render(
     Setting ``cancel`` (from another thread) stops the workers; unfinished requests get None.
     ``background`` runs the workers at a lower CPU priority (nice +10), so that work beside
     them (pass 1, with ``render_early``) comes first and rendering takes what is left.
+    ``warm`` are workers from :func:`warm_render_workers`, used (or stopped) here.
     """
     order = check_requests(requests, backends, workers)
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
     drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(DATA_SUFFIXES)))
              for r in requests]
-    if executor == "ray":
-        from rolltape.executors.ray import check_ray, render_on_ray
-
-        check_ray(ray_address)  # reuses the session evaluate() opened
-        results = render_on_ray(drawn, order, timeout=timeout, num_gpus=ray_num_gpus)
-        results = [r if r is None else _write_records(q, r) for q, r in zip(requests, results)]
-        if on_result is not None:
-            for i, r in enumerate(results):
-                if r is not None:
-                    on_result(i, r)
-        return results
-
-    jobs = plan_segments(drawn, workers if split else 1)
+    on_ray = executor == "ray"
+    # Ray draws each episode in one task (its outputs come back as bytes); locally, long
+    # episodes are split across the workers and joined.
+    jobs = plan_segments(drawn, workers if split and not on_ray else 1)
     owner = [i for i, _ in jobs]
     parts: dict[int, dict[int, RenderResult]] = {i: {} for i in range(len(requests))}
     need = {i: owner.count(i) for i in range(len(requests))}
@@ -251,7 +245,7 @@ def render(
 
     def job_done(j: int, result: RenderResult) -> None:
         i = owner[j]
-        parts[i][j] = result
+        parts[i][j] = replace(result, failures=tuple(pool.fallback.failures[j]))
         if len(parts[i]) < need[i]:
             return
         done = [parts[i][k] for k in sorted(parts[i])]
@@ -261,15 +255,29 @@ def render(
             on_result(i, results[i])
 
     plain = [job for _, job in jobs]
-    pool = BackendPool(render_worker, (10 if background else 0,), plain, order, workers,
-                       timeout, needs_backend=[bool(job.outputs) for job in plain],
-                       environment=_worker_environment, on_progress=job_progress,
-                       on_done=lambda j, r: job_done(j, replace(r, failures=tuple(
-                           pool.failures[j]))),
-                       cancel=cancel,
-                       # A tape is data: a worker imports installed modules only, unless the
-                       # user named an env module with --env (maybe a file in this folder).
-                       cwd_on_path=any(":" in (job.env_id or "") for job in plain))
+    needs_backend = [bool(job.outputs) for job in plain]
+    pool: Any  # BackendPool or RayBackendPool: the same rules, the same attributes
+    if on_ray:
+        from rolltape.executors.ray import RayBackendPool, check_ray
+        from rolltape.pass2.remote import replay_shipped
+
+        check_ray(ray_address)  # reuses the session evaluate() opened
+        for req in plain:  # the checks (and messages) a local writer makes before it starts
+            for path in req.outputs:
+                open_writer(path, fps=req.fps or 30, overwrite=req.overwrite).abort()
+        stop_workers(warm)
+        pool = RayBackendPool(replay_shipped, plain, order, timeout,
+                              needs_backend=needs_backend, environment=_worker_environment,
+                              ship=_tape_bytes, on_done=job_done, num_gpus=ray_num_gpus)
+    else:
+        pool = BackendPool(render_worker, (10 if background else 0, 0), plain, order, workers,
+                           timeout, needs_backend=needs_backend,
+                           environment=_worker_environment, on_progress=job_progress,
+                           on_done=job_done, cancel=cancel,
+                           # A tape is data: a worker imports installed modules only, unless
+                           # the user named an env module with --env (maybe a local file).
+                           cwd_on_path=any(":" in (job.env_id or "") for job in plain),
+                           started=warm)
     try:
         pool.run()
     finally:
@@ -280,13 +288,30 @@ def render(
                 f"Rendering '{plain[j].tape}' failed: {text.splitlines()[0]} (rerun the command "
                 "to reproduce)." for j, kind, text in pool.errors]
     unfinished = [i for i, r in enumerate(results) if r is None and requests[i].outputs]
-    if unfinished and len(pool.dead) == len(order):
-        reasons = "; ".join(f"{b}: {why}" for b, why in pool.dead.items())
-        problems.append(f"Every GL backend failed ({reasons}); run `rolltape doctor` to see "
-                        "what each needs.")
+    if unfinished and pool.fallback.problem():
+        problems.append(pool.fallback.problem())
     if problems:
         raise UsageError(" ".join(problems))
     return results
+
+
+def warm_render_workers(backends: str | Sequence[str], workers: int, env_id: str | None
+                        ) -> list[Any]:
+    """Start ``workers`` render workers on the first backend now, for a later
+    :func:`render` (``warm=``): while pass 1 plays, their interpreters start and import
+    the simulator and the encoder at a low CPU priority, so pass 2 begins drawing at once
+    (at the normal priority).
+    ``env_id`` is the env as the user named it (their own module may need this folder)."""
+    order = parse_backends(backends)
+    return warm_workers(render_worker, order[0], (0, 10), workers, _worker_environment,
+                        cwd_on_path=":" in (env_id or ""))
+
+
+def _tape_bytes(req: RenderRequest) -> bytes | None:
+    """What a remote task gets of a tape: its bytes (None when it does not exist: the
+    task's loader then says so, as a local worker's would)."""
+    path = Path(req.tape)
+    return path.read_bytes() if path.is_file() else None
 
 
 def _worker_environment(backend: str | None, workers: int) -> dict[str, str]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from rolltape.interpreter import python_command
 from rolltape.bench.common import (ENV_ID, SEED, Context, _backends, _median,
                                    _record_random_tape, _result, _timed_render, child_env)
 
@@ -78,7 +78,7 @@ print(json.dumps({"import_s": imported - started, "first_s": first - imported,
 def _time_report_build(run_dir: Path, cwd: Path) -> dict[str, Any]:
     """Import rolltape.report and build the report twice in a fresh interpreter."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _REPORT_CHILD, str(run_dir)], cwd=cwd,
+    proc = subprocess.run(python_command(_REPORT_CHILD, str(run_dir)), cwd=cwd,
                           env=child_env(), capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - started
     if proc.returncode != 0:

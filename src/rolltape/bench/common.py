@@ -13,12 +13,13 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+from rolltape.interpreter import python_command
 
 ENV_ID = "HalfCheetah-v5"
 SEED = 1000
@@ -163,8 +164,8 @@ def run_child(fn: Callable[..., dict[str, Any]], kwargs: dict[str, Any], cwd: Pa
     name = fn.__name__
     result_file = cwd / f"{name}.result.json"
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _CHILD, fn.__module__, name,
-                           json.dumps(kwargs), str(result_file)], cwd=cwd, env=child_env(gl),
+    proc = subprocess.run(python_command(_CHILD, fn.__module__, name, json.dumps(kwargs),
+                                         str(result_file)), cwd=cwd, env=child_env(gl),
                           capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - started
     if proc.returncode != 0 or not result_file.is_file():

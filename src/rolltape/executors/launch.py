@@ -1,13 +1,12 @@
 """Where workers run. The default is local fresh processes; nothing here imports torch or GL.
 
-A worker is a new Python interpreter (``python -c _CHILD``), never a fork: a
-forked child would inherit the parent's modules and any GL or torch thread state, which is
-what isolation must avoid. Unlike multiprocessing's spawn it does not re-run the caller's
-``__main__``, so ``rolltape.evaluate`` works from a script without a ``__main__`` guard,
-and the child's environment (``MUJOCO_GL``...) is fixed before its interpreter starts.
+A worker is a new Python interpreter (``python -c _CHILD``, started as
+:mod:`rolltape.interpreter` starts every one), never a fork. Unlike multiprocessing's spawn
+it does not re-run the caller's ``__main__``, so ``rolltape.evaluate`` works from a script
+without a ``__main__`` guard.
 Parent and child talk over a socket pair with small pickled messages.
 
-May import: errors and the standard library. Never: the work (it starts whatever entry point
+May import: errors, the interpreter launcher and the standard library. Never: the work (it starts whatever entry point
 it is given).
 
 Example (not run: it spawns a process):
@@ -29,6 +28,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from rolltape.errors import Interrupted
+from rolltape.interpreter import python_command
 
 
 @dataclass
@@ -57,9 +57,8 @@ def spawn_worker(target: Callable[..., None], *args: Any,
         else:
             child_env[key] = value
     ours, theirs = socket.socketpair()
-    program = _CHILD if cwd_on_path else _DROP_CWD + _CHILD
-    cmd = [sys.executable, "-c", program, target.__module__, target.__qualname__,
-           str(theirs.fileno())]
+    cmd = python_command(_CHILD, target.__module__, target.__qualname__, str(theirs.fileno()),
+                         keep_cwd=cwd_on_path)
     proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env)
     theirs.close()  # so our recv() sees EOF when the child dies
     conn = Connection(ours.detach())
@@ -156,10 +155,6 @@ def describe_exit(returncode: int | None) -> str:
             return f"was killed by signal {-returncode}"
     return f"exited with status {returncode}"
 
-
-# ``python -c`` puts the current folder ('') first on sys.path; this drops it before the
-# first import (even the standard library's, which a file there would shadow).
-_DROP_CWD = "import sys\nif sys.path[:1] == ['']: del sys.path[0]\n"
 
 # The child's whole program: read the arguments from the pipe, import the target, call it.
 # SIGINT is ignored: Ctrl-C reaches the whole process group, and the parent decides what

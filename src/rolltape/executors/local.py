@@ -8,6 +8,7 @@ Two shapes of work, both given as plain data and a worker entry point by the orc
 - :class:`BackendPool`: jobs dealt to up to N workers, each started with one backend's
   environment (pass 2, where a backend is a GL library); a worker that crashes, hangs or
   says its backend cannot work fails only its job, which is retried on the next backend.
+  :func:`warm_workers` starts such workers ahead of their jobs.
 
 May import: the launcher, errors. Never: policies, torch, the render side, outputs.
 
@@ -26,6 +27,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape.errors import RunFailed, UsageError
+from rolltape.executors.fallback import BackendFallback
 from rolltape.executors.launch import describe_exit, spawn_worker, stop_worker, stop_workers
 
 
@@ -76,6 +78,16 @@ def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[A
         stop_workers(workers)
 
 
+def warm_workers(target: Callable[..., None], backend: str, args: tuple[Any, ...],
+                 workers: int, environment: Callable[[str | None, int], dict[str, str]],
+                 cwd_on_path: bool = True) -> list[Any]:
+    """Start ``workers`` processes of ``target(backend, *args, conn)`` before their jobs are
+    known (pass 2's workers while pass 1 runs), for a :class:`BackendPool` to use: their
+    interpreters and imports are ready when the first job comes."""
+    return [spawn_worker(target, backend, *args, env=environment(backend, workers),
+                         cwd_on_path=cwd_on_path) for _ in range(workers)]
+
+
 @dataclass
 class _Slot:
     worker: Any = None
@@ -87,13 +99,16 @@ class _Slot:
 class BackendPool:
     """Runs ``jobs`` on up to ``workers`` processes of ``target(backend, *args, conn)``,
     moving to the next backend of ``order`` when one crashes, hangs (no message for
-    ``timeout`` s) or reports ("backend_failed", i, why); the job is retried there.
+    ``timeout`` s) or reports ("backend_failed", i, why); the job is retried there
+    (:class:`~rolltape.executors.fallback.BackendFallback`, the rule Ray's pool follows too).
 
     A worker receives ``(i, job)`` and answers ("progress", i, n), ("done", i, result),
     ("usage_error", i, text) or ("error", i, text). ``needs_backend[i]`` False runs job i
     with no backend (None). ``environment(backend, workers)`` gives a worker's variables.
-    After :meth:`run`, ``failures[i]`` lists (backend, why) for each job, ``dead`` the
-    backends that failed, ``errors`` (i, kind, text) what workers refused or raised."""
+    After :meth:`run`, ``fallback.failures[i]`` lists (backend, why) for each job,
+    ``fallback.dead`` the backends that failed, ``errors`` (i, kind, text) what workers
+    refused or raised. ``started`` are workers of ``order[0]`` started ahead by
+    :func:`warm_workers`, used before any new one is spawned."""
 
     def __init__(self, target: Callable[..., None], args: tuple[Any, ...],
                  jobs: Sequence[Any], order: Sequence[str], workers: int, timeout: float, *,
@@ -101,15 +116,19 @@ class BackendPool:
                  environment: Callable[[str | None, int], dict[str, str]],
                  on_progress: Callable[[int, int], None],
                  on_done: Callable[[int, Any], None],
-                 cancel: Any = None, cwd_on_path: bool = True) -> None:
-        self.target, self.args, self.jobs, self.order = target, args, jobs, list(order)
+                 cancel: Any = None, cwd_on_path: bool = True,
+                 started: Sequence[Any] = ()) -> None:
+        self.target, self.args, self.jobs = target, args, jobs
         self.timeout, self.cancel, self.cwd_on_path = timeout, cancel, cwd_on_path
         self.needs_backend, self.environment = needs_backend, environment
         self.on_progress, self.on_done = on_progress, on_done
         self.slots = [_Slot() for _ in range(min(workers, max(1, len(jobs))))]
+        # Workers started ahead (warm_workers) on the first backend; what is not needed stops.
+        for slot, worker in zip(self.slots, started):
+            slot.worker, slot.backend = worker, order[0] if order else None
+        stop_workers(started[len(self.slots):])
         self.pending = deque(range(len(jobs)))
-        self.failures: dict[int, list[tuple[str, str]]] = {i: [] for i in range(len(jobs))}
-        self.dead: dict[str, str] = {}  # backend -> why it failed
+        self.fallback = BackendFallback(order, len(jobs))
         self.errors: list[tuple[int, str, str]] = []
 
     def run(self) -> None:
@@ -132,14 +151,8 @@ class BackendPool:
         finally:
             stop_workers(slot.worker for slot in self.slots)
 
-    def _backend_for(self, i: int) -> str | None:
-        if not self.needs_backend[i]:
-            return None
-        alive = [b for b in self.order if b not in self.dead]
-        return alive[0] if alive else ""
-
     def _start(self, slot: _Slot, i: int) -> None:
-        backend = self._backend_for(i)
+        backend = self.fallback.backend_for(self.needs_backend[i])
         if backend == "":
             return
         if slot.worker is None or slot.backend != backend or not slot.worker.alive():
@@ -158,10 +171,10 @@ class BackendPool:
         slot.worker = slot.job = None
 
     def _backend_died(self, slot: _Slot, reason: str) -> None:
-        if slot.backend is not None:
-            self.dead.setdefault(slot.backend, reason)
-            if slot.job is not None:
-                self.failures[slot.job].append((slot.backend, reason))
+        if slot.backend is not None and slot.job is not None:
+            self.fallback.died(slot.job, slot.backend, reason)
+        elif slot.backend is not None:
+            self.fallback.dead.setdefault(slot.backend, reason)
         if slot.job is not None:
             self.pending.appendleft(slot.job)
         self._kill(slot)

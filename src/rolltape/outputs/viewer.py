@@ -44,6 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rolltape.errors import UsageError
+from rolltape.interpreter import python_command
 
 #: The page's own source, in the repository (``viewer/`` beside ``src/``).
 SOURCE_DIR = Path(__file__).resolve().parents[3] / "viewer"
@@ -281,11 +282,10 @@ def describe_envs(specs: list[dict[str, Any]], trusted: bool = False) -> list[di
     env = dict(os.environ)
     env.pop("MUJOCO_GL", None)
     env.pop("PYOPENGL_PLATFORM", None)
-    # -c puts the current folder first on sys.path; a tape's env must not come from there.
-    path = "" if trusted else "import sys; sys.path.remove(''); "
-    proc = subprocess.run([sys.executable, "-c", f"{path}from rolltape.outputs.viewer import "
-                           "_describe_main; _describe_main()"], input=json.dumps(specs),
-                          capture_output=True, text=True, env=env)
+    # A tape's env must not come from the current folder (only a user-named one may).
+    proc = subprocess.run(python_command("from rolltape.outputs.viewer import _describe_main; "
+                                         "_describe_main()", keep_cwd=trusted),
+                          input=json.dumps(specs), capture_output=True, text=True, env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("ROLLTAPE-VIEWER "):
             return json.loads(line.partition(" ")[2])

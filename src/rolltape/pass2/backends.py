@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rolltape.errors import UsageError
+from rolltape.interpreter import python_command
 
 __all__ = [
     "DEFAULT_ORDER",
@@ -312,13 +313,8 @@ def probe(backend: str, timeout: float = 60.0) -> ProbeResult:
     """
     name = _check_backend(backend)
     env = _child_environment(name, os.environ)
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from rolltape.pass2.backends import _child_main; "
-        "sys.exit(_child_main(sys.argv[1]))",
-        name,
-    ]
+    command = python_command("from rolltape.pass2.backends import _child_main; "
+                             "sys.exit(_child_main(sys.argv[1]))", name)
     start = time.monotonic()
     try:
         # Own session so a hung child and anything it spawned can be killed together.

@@ -31,7 +31,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -51,24 +51,41 @@ HEADLESS_SDL = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
 DATA_SUFFIXES = (".npz", ".jsonl")  # outputs without pixels, written by the parent
 
 
-@dataclass(frozen=True)
-class RenderRequest:
-    """One tape to replay, and what to make of it (no outputs: verify only, nothing drawn)."""
+@dataclass(frozen=True, kw_only=True)
+class RenderOptions:
+    """How replays are drawn and checked: the one record of these choices, shared by an
+    evaluation's config (``EvalConfig``) and each :class:`RenderRequest`.
 
-    tape: str
-    outputs: tuple[str, ...] = ()
+    >>> RenderRequest("a.npz", ("a.mp4",), width=64).render_options()["width"]
+    64
+    """
+
     mode: str = "resim"
     width: int | None = None
     height: int | None = None
     cameras: tuple[str, ...] = ()  # see rolltape.cameras; () is the env's own view
     layout: str = "single"  # how several cameras share a frame (or "separate" files)
     overlay: bool = False  # write step, reward and return onto each frame
-    fps: float | None = None
+    quality: str = "full"  # a QUALITY preset
     rtol: float = 0.0
     atol: float = 0.0
+
+    def render_options(self) -> dict[str, Any]:
+        """These fields and their values, to make a :class:`RenderRequest` from any
+        record that has them."""
+        return {f.name: getattr(self, f.name) for f in fields(RenderOptions)}
+
+
+@dataclass(frozen=True)
+class RenderRequest(RenderOptions):
+    """One tape to replay, and what to make of it (no outputs: verify only, nothing drawn);
+    the :class:`RenderOptions` are keyword-only."""
+
+    tape: str
+    outputs: tuple[str, ...] = ()
+    fps: float | None = None
     overwrite: bool = False
     env_id: str | None = None  # replay against another env than the tape's (checked)
-    quality: str = "full"  # a QUALITY preset
     frames: tuple[int, int] | None = None  # draw only frames [first, stop): one segment
 
 
@@ -431,9 +448,11 @@ def _keep_warning(message: Any, *args: Any, **kwargs: Any) -> None:
     _WARNED.append(str(message).strip())
 
 
-def render_worker(backend: str | None, niceness: int, conn: Any) -> None:
+def render_worker(backend: str | None, niceness: int, start_niceness: int, conn: Any) -> None:
     """Entry point of a spawned render process: one GL backend, many tapes. A positive
-    ``niceness`` lowers its CPU priority (and its GL threads', which inherit it)."""
+    ``niceness`` lowers its CPU priority (and its GL threads', which inherit it); a positive
+    ``start_niceness`` lowers only that of its start (imports, on a thread of its own: a
+    worker started ahead, while pass 1 plays, then draws at the normal priority)."""
     import warnings
 
     if niceness:
@@ -442,15 +461,10 @@ def render_worker(backend: str | None, niceness: int, conn: Any) -> None:
     # cause ("DISPLAY ... is missing") only as a warning.
     warnings.showwarning = _keep_warning
     try:
-        if backend is not None:
-            select_backend_in_this_process(backend)  # before anything imports mujoco
-            _inject_fault(backend)
-            try:
-                import mujoco  # noqa: F401  (the import itself fails for a missing GL library)
-            except Exception as exc:
-                conn.send(("backend_failed", None, f"import mujoco failed: {exc}"))
-                return
-        _import_what_jobs_need(backend)
+        failed = _in_thread_at_niceness(start_niceness, _start, backend)
+        if failed:
+            conn.send(("backend_failed", None, failed))
+            return
         replayer = _Replayer(backend, lambda n: conn.send(("progress", current[0], n)))
         current: list[Any] = [None]
         while True:
@@ -471,6 +485,38 @@ def render_worker(backend: str | None, niceness: int, conn: Any) -> None:
         replayer.close()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
+
+
+def _in_thread_at_niceness(niceness: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, on a thread whose niceness is raised by ``niceness`` (on Linux a
+    thread's priority is its own, and a process cannot raise it back), or here if 0."""
+    if not niceness:
+        return fn(*args)
+    import threading
+
+    out: list[Any] = [None]
+
+    def run() -> None:
+        os.nice(niceness)
+        out[0] = fn(*args)
+
+    thread = threading.Thread(target=run, name="rolltape-start")
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def _start(backend: str | None) -> str | None:
+    """Make this process ready to draw with ``backend``; return why it cannot, or None."""
+    if backend is not None:
+        select_backend_in_this_process(backend)  # before anything imports mujoco
+        _inject_fault(backend)
+        try:
+            import mujoco  # noqa: F401  (the import itself fails for a missing GL library)
+        except Exception as exc:
+            return f"import mujoco failed: {exc}"
+    _import_what_jobs_need(backend)
+    return None
 
 
 def _import_what_jobs_need(backend: str | None) -> None:
