@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 CHEAP = ["rolltape.errors", "rolltape.stats", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
-         "rolltape.outputs.plots", "rolltape.progress"]
+         "rolltape.outputs.plots", "rolltape.progress", "rolltape.compare.checkpoints"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
