@@ -202,3 +202,23 @@ def test_two_policies_from_the_command_line(tmp_path):
     saved = json.loads((out / "comparison.json").read_text())
     assert [(p["a"], p["b"]) for p in saved["pairs"]] == [("zero", "policy-random")]
     assert saved["pairs"][0]["returns"]["sentence"] in done.stdout
+
+
+def test_bad_input_for_several_policies_leaves_nothing(tmp_path):
+    done = run_cli("eval", ENV, "--policy", "random", "--policy", "random", "--episodes", "0",
+                   "--out", str(tmp_path / "new" / "ab"))
+    assert done.returncode == 2 and "--episodes" in done.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_resume_keeps_the_finished_runs(sweep):
+    """Last in this file: it rewrites the sweep's comparison (without the strip)."""
+    from rolltape.compare.sweep import evaluate_many
+
+    before = {r.path.name: (r.path / "results.json").stat().st_mtime_ns for r in sweep.runs}
+    again = evaluate_many(ENV, [e.policy for e in sweep.entries], baseline="random",
+                          episodes=EPISODES, seed=5, video=0, out=sweep.path, resume=True,
+                          **TINY)
+    assert {r.path.name: (r.path / "results.json").stat().st_mtime_ns
+            for r in again.runs} == before
+    assert again.comparison["pairs"] == sweep.comparison["pairs"]

@@ -19,6 +19,7 @@ Example (not run: it evaluates checkpoints):
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,6 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
     kept and interrupted ones continued. ``strip`` (default: when videos are asked for)
     renders one video across the numbered checkpoints.
     """
-    from rolltape.evaluate import evaluate
-
     entries = expand_policies(list(policies), None if vecnormalize is None else str(vecnormalize))
     if baseline not in (None, BASELINE):
         raise UsageError(f"--baseline '{baseline}' is not supported; use 'random' or leave "
@@ -87,28 +86,21 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
     check_writable_folder(root)
     if not resume:
         refuse_existing(root, overwrite)
+    # The first folder this command makes: removed again if bad input stops the first run.
+    created = next((p for p in reversed([root, *root.parents]) if not p.exists()), None)
     root.mkdir(parents=True, exist_ok=True)
     jobs = [(e.label, e.policy, e.vecnormalize, options) for e in entries]
     if baseline is not None:  # evaluated once, no videos: it is the yardstick
         jobs.append((BASELINE, "random", None, {**options, "video": 0}))
     write_json(root / "sweep.json", _manifest(env, entries, baseline, root))
-    runs = []
-    for label, policy, stats, opts in jobs:
-        folder = root / label
-        if resume and _finished(folder):
-            from rolltape.outputs.report import load_run
-
-            _, results, metadata = load_run(folder)
-            from rolltape.evaluate import RunResult
-
-            run = RunResult(folder, results, metadata or {})
-        else:
-            run = evaluate(env, policy, out=folder, vecnormalize=stats, baseline=None,
-                           overwrite=overwrite, resume=resume, show_progress=show_progress,
-                           command=command, **opts)
-        runs.append(run)
-        if on_run is not None:
-            on_run(label, run)
+    runs: list[Any] = []  # filled as each run finishes
+    try:
+        _evaluate_all(env, jobs, root, runs, overwrite=overwrite, resume=resume,
+                      show_progress=show_progress, command=command, on_run=on_run)
+    except UsageError:
+        if created is not None and not runs:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     loaded = [LoadedRun.load(root / e.label, e.label, e.steps) for e in entries]
     base = LoadedRun.load(root / BASELINE, BASELINE, baseline=True) if baseline else None
     strip_info = None
@@ -122,6 +114,28 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
     result = write_comparison(loaded, root, baseline=base, reference=reference,
                               strip=strip_info)
     return SweepResult(root, entries, runs, result)
+
+
+def _evaluate_all(env: str, jobs: list[tuple[str, str, str | None, dict[str, Any]]],
+                  root: Path, runs: list[Any], *, overwrite: bool, resume: bool,
+                  show_progress: bool, command: list[str] | None, on_run: Any) -> None:
+    """One evaluate() per job, in order, each finished run appended to ``runs``; with
+    ``resume`` a finished run is kept as it is."""
+    from rolltape.evaluate import RunResult, evaluate
+    from rolltape.outputs.report import load_run
+
+    for label, policy, stats, opts in jobs:
+        folder = root / label
+        if resume and _finished(folder):
+            _, results, metadata = load_run(folder)
+            run = RunResult(folder, results, metadata or {})
+        else:
+            run = evaluate(env, policy, out=folder, vecnormalize=stats, baseline=None,
+                           overwrite=overwrite, resume=resume, show_progress=show_progress,
+                           command=command, **opts)
+        runs.append(run)
+        if on_run is not None:
+            on_run(label, run)
 
 
 def _manifest(env: str, entries: list[Entry], baseline: str | None, root: Path
