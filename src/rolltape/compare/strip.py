@@ -39,14 +39,18 @@ def pick_seed(checkpoints: list[LoadedRun]) -> Key:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def _label(frame: np.ndarray, text: str) -> np.ndarray:
-    """``text`` on a dark band across the top of ``frame``."""
+def _label(frame: np.ndarray, text: str, short: str) -> np.ndarray:
+    """``text`` on a dark band across the top of ``frame`` (``short`` when it is too
+    narrow for the whole text)."""
     from PIL import Image, ImageDraw, ImageFont
 
     image = Image.fromarray(frame)
     draw = ImageDraw.Draw(image)
-    font = ImageFont.load_default(size=max(10, frame.shape[0] // 16))
+    font = ImageFont.load_default(size=max(9, frame.shape[0] // 24))
     left, top, right, bottom = draw.textbbox((6, 4), text, font=font)
+    if right > frame.shape[1] - 4:
+        text = short
+        left, top, right, bottom = draw.textbbox((6, 4), text, font=font)
     draw.rectangle((0, 0, frame.shape[1], bottom + 4), fill=(0, 0, 0))
     draw.text((6, 4), text, fill=(255, 255, 255), font=font)
     return np.asarray(image)
@@ -100,7 +104,7 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str, options: dict[str, 
         for run, label, req in zip(checkpoints, labels, requests):
             text = f"{label}   seed {key[2]}   return {run.rows[key]['return']:.1f}"
             for frame in read_frames(req.outputs[0]):
-                writer.write(_label(frame, text))
+                writer.write(_label(frame, text, label))
     return {"path": STRIP, "seed": key[2], "task": key[1], "labels": labels,
             "verified": not problems and all(r.verified for r in results),
             "parts": [{"label": lab, "verified": r.verified, "frames": r.frames}
