@@ -348,7 +348,12 @@ def _html(result: dict[str, Any], out: Path) -> str:
             f"<td>{_g(r['mean_diff'], sign=True)}<br>{_gi(r['diff_ci'], sign=True)}</td>"
             f"<td>{num(poi['p'])}<br>{interval(poi['ci'])}</td>"
             f"<td>{_g(r['minimum_detectable_difference'])}</td><td>{success}</td></tr>")
-    parts.append("</table><h2>Policies</h2><table><tr><th>policy</th><th>training steps</th>"
+    parts.append("</table><h2>Policies</h2>")
+    if len(result["tasks"]) > 1:
+        parts.append(f"<p class='sub'>Returns pooled over the {len(result['tasks'])} tasks "
+                     "(their scales differ): compare per task in the verdicts above, or with "
+                     "the normalized aggregates.</p>")
+    parts.append("<table><tr><th>policy</th><th>training steps</th>"
                  "<th>mean [95% CI]</th><th>IQM [95% CI]</th><th>min / max</th>"
                  "<th>success</th><th>run</th></tr>")
     for e in result["entries"]:
