@@ -22,7 +22,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rolltape.compare.checkpoints import Entry, expand_policies, is_glob
 from rolltape.compare.report import write_comparison
@@ -60,7 +60,8 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
                   vecnormalize: str | os.PathLike[str] | None = None,
                   baseline: str | None = None, reference: str | None = None,
                   overwrite: bool = False, resume: bool = False, show_progress: bool = False,
-                  command: list[str] | None = None, on_run: Any = None,
+                  command: list[str] | None = None,
+                  on_run: Callable[[str, Any], None] | None = None,
                   strip: bool | None = None, **options: Any) -> SweepResult:
     """Evaluate each of ``policies`` (globs expanded, checkpoints ordered by steps) on the
     same seeds, each into its own run folder under ``out``, and compare them.
@@ -118,7 +119,8 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
 
 def _evaluate_all(env: str, jobs: list[tuple[str, str, str | None, dict[str, Any]]],
                   root: Path, runs: list[Any], *, overwrite: bool, resume: bool,
-                  show_progress: bool, command: list[str] | None, on_run: Any) -> None:
+                  show_progress: bool, command: list[str] | None,
+                  on_run: Callable[[str, Any], None] | None) -> None:
     """One evaluate() per job, in order, each finished run appended to ``runs``; with
     ``resume`` a finished run is kept as it is."""
     from rolltape.evaluate import RunResult, evaluate
