@@ -271,3 +271,8 @@ def test_suite_rows_pair_by_task_and_give_normalized_aggregates(tmp_path):
     push = (sum(old["push"]) / n - 5.0) / (sum(new["push"]) / n - 5.0)
     assert agg["old"]["mean"]["value"] == pytest.approx((reach + push) / 2)
     assert "Performance profiles" in (tmp_path / "c" / "comparison.html").read_text()
+    suite = {(p["a"], p["b"]): p["probability_of_improvement"] for p in saved["suite_pairs"]}
+    per_task = [by[("new", "old", t)]["returns"]["probability_of_improvement"]["p"]
+                for t in saved["tasks"]]
+    assert suite[("new", "old")]["p"] == pytest.approx(sum(per_task) / 2)
+    assert "across 2 tasks: P(new > old)" in done.stdout

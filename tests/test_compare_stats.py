@@ -148,15 +148,14 @@ def rliable_library(monkeypatch):
     """rliable 1.2 passes ``random_state=None`` to arch's bootstrap, which arch 8 (the
     first arch to import beside pandas 3) no longer takes; rliable draws its resamples
     from numpy's global generator anyway, so the keyword is dropped here."""
-    from arch.bootstrap import IIDBootstrap
+    from arch.bootstrap import IIDBootstrap, IndependentSamplesBootstrap
     from rliable import library
 
-    original = IIDBootstrap.__init__
+    for cls in (IIDBootstrap, IndependentSamplesBootstrap):
+        def init(self, *args, random_state=None, _original=cls.__init__, **kwargs):
+            _original(self, *args, **kwargs)
 
-    def init(self, *args, random_state=None, **kwargs):
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(IIDBootstrap, "__init__", init)
+        monkeypatch.setattr(cls, "__init__", init)
     return library
 
 
@@ -222,3 +221,19 @@ def test_normalize_scores_and_refusals():
         stats.paired_comparison([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="paired samples"):
         stats.probability_of_improvement([1.0, 2.0], [1.0])
+
+
+def test_suite_probability_of_improvement_matches_rliable(rliable_library):
+    from rliable import metrics
+
+    x, y = SCORES[:, :3], SCORES[:, 1:4]
+    ours = stats.suite_probability_of_improvement(
+        {f"t{k}": x[:, k] for k in range(3)}, {f"t{k}": y[:, k] for k in range(3)},
+        paired=False, n_resamples=2000, seed=2)
+    assert ours["p"] == pytest.approx(metrics.probability_of_improvement(x, y))
+    np.random.seed(5)
+    _, ci = rliable_library.get_interval_estimates(
+        {"xy": [x, y]}, lambda a, b: np.array([metrics.probability_of_improvement(a, b)]),
+        reps=800)
+    width = ci["xy"][1, 0] - ci["xy"][0, 0]
+    assert ours["ci"] == pytest.approx([ci["xy"][0, 0], ci["xy"][1, 0]], abs=0.15 * width)

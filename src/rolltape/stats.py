@@ -534,6 +534,7 @@ __all__ += [
     "paired_comparison",
     "performance_profile",
     "probability_of_improvement",
+    "suite_probability_of_improvement",
 ]
 
 _POWER = 0.8  # the power at which the smallest detectable difference is quoted
@@ -578,6 +579,17 @@ def probability_of_improvement(
     if paired and xs.size != ys.size:
         raise ValueError(f"paired samples need one value per seed each, got {xs.size} and "
                          f"{ys.size}; pass paired=False for unmatched samples.")
+    point, values = _improvement_resamples(xs, ys, paired, n_resamples,
+                                           np.random.default_rng(seed))
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(values, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return {"p": point, "ci": [float(lo), float(hi)], "n_x": int(xs.size),
+            "n_y": int(ys.size), "paired": bool(paired)}
+
+
+def _improvement_resamples(xs: np.ndarray, ys: np.ndarray, paired: bool, resamples: int,
+                           rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    """P(X > Y) and its value on each of ``resamples`` bootstrap resamples."""
     n, m = xs.size, ys.size
     order = np.argsort(ys, kind="stable")
     below = np.searchsorted(ys[order], xs, side="left")  # Y episodes under each X episode
@@ -591,17 +603,47 @@ def probability_of_improvement(
         return np.einsum("ri,ri->r", cx, wins) / (n * m)
 
     point = float(u_over_nm(np.ones((1, n)), np.ones((1, m)))[0])
-    rng = np.random.default_rng(seed)
-    values = np.empty(n_resamples)
+    values = np.empty(resamples)
     block = max(1, 4_000_000 // (n + m))  # bounds memory for big samples
-    for start in range(0, n_resamples, block):
-        count = min(block, n_resamples - start)
+    for start in range(0, resamples, block):
+        count = min(block, resamples - start)
         cx = _resample_counts(rng, n, count)
         cy = cx if paired else _resample_counts(rng, m, count)
         values[start:start + count] = u_over_nm(cx, cy)
+    return point, values
+
+
+def suite_probability_of_improvement(
+    x: Mapping[str, ArrayLike], y: Mapping[str, ArrayLike], *, paired: bool = True,
+    confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0,
+) -> dict[str, Any]:
+    """rliable's probability of improvement over a suite: P(X > Y) on each task (as
+    :func:`probability_of_improvement`), averaged over tasks, with a stratified bootstrap
+    interval (episodes resampled within each task).
+
+    >>> round(suite_probability_of_improvement({"a": [2, 3], "b": [1, 1]},
+    ...                                        {"a": [1, 4], "b": [1, 1]})["p"], 3)
+    0.5
+
+    Raises:
+        ValueError: the two suites name different tasks, or a task's values are bad.
+    """
+    _check_confidence(confidence)
+    xt, yt = _task_arrays(x), _task_arrays(y)
+    if set(xt) != set(yt):
+        raise ValueError(f"both need the same tasks, got {sorted(xt)} and {sorted(yt)}.")
+    rng = np.random.default_rng(seed)
+    points, draws = [], []
+    for task in xt:
+        if paired and xt[task].size != yt[task].size:
+            raise ValueError(f"task {task!r}: paired samples need one value per seed each, "
+                             f"got {xt[task].size} and {yt[task].size}.")
+        point, values = _improvement_resamples(xt[task], yt[task], paired, n_resamples, rng)
+        points.append(point)
+        draws.append(values)
     alpha = 1.0 - confidence
-    lo, hi = np.quantile(values, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return {"p": point, "ci": [float(lo), float(hi)], "n_x": int(n), "n_y": int(m),
+    lo, hi = np.quantile(np.mean(draws, axis=0), [alpha / 2.0, 1.0 - alpha / 2.0])
+    return {"p": float(np.mean(points)), "ci": [float(lo), float(hi)], "tasks": len(xt),
             "paired": bool(paired)}
 
 

@@ -77,6 +77,18 @@ def _pair(a: LoadedRun, b: LoadedRun, seed: int) -> list[dict[str, Any]]:
     return out
 
 
+def _suite_pair(a: LoadedRun, b: LoadedRun, seed: int) -> dict[str, Any]:
+    """P(a > b) on each task, averaged over tasks (rliable's), seeds paired within tasks."""
+    xs, ys = {}, {}
+    for group, keys in a.tasks().items():
+        keys = _finite_pairs(a, b, keys)
+        if keys:
+            xs[str(_task_name(group))], ys[str(_task_name(group))] = a.returns(keys), b.returns(keys)
+    return {"a": a.label, "b": b.label,
+            "probability_of_improvement": stats.suite_probability_of_improvement(
+                xs, ys, paired=True, seed=seed)}
+
+
 def _pairs_to_compare(entries: list[LoadedRun], baseline: LoadedRun | None
                       ) -> list[tuple[LoadedRun, LoadedRun]]:
     """Each entry against the one before it (is the newer better?), the last against the
@@ -146,10 +158,13 @@ def comparison(runs: list[LoadedRun], *, baseline: LoadedRun | None = None,
                      "returns": [e.rows[k]["return"] for g in e.tasks().values() for k in g
                                  if e.rows[k]["return"] is not None]} for e in everyone],
         "pairs": pairs,
-        "learning_curve": None, "aggregates": None, "profiles": None, "reference": reference,
-        "warnings": warnings,
+        "suite_pairs": None, "learning_curve": None, "aggregates": None, "profiles": None,
+        "reference": reference, "warnings": warnings,
     }
     several_tasks = len(first.tasks()) > 1
+    if several_tasks:
+        result["suite_pairs"] = [_suite_pair(a, b, seed)
+                                 for a, b in _pairs_to_compare(runs, baseline)]
     ref = next((e for e in runs if e.label == reference), None)
     if reference is not None and ref is None:
         raise UsageError(f"--reference '{reference}' is not one of the compared runs "
@@ -348,6 +363,16 @@ def _html(result: dict[str, Any], out: Path) -> str:
             f"<td>{_g(r['mean_diff'], sign=True)}<br>{_gi(r['diff_ci'], sign=True)}</td>"
             f"<td>{num(poi['p'])}<br>{interval(poi['ci'])}</td>"
             f"<td>{_g(r['minimum_detectable_difference'])}</td><td>{success}</td></tr>")
+    if result.get("suite_pairs"):
+        parts.append(f"</table><h2>Across the {len(result['tasks'])} tasks</h2><p class='sub'>"
+                     "P(first &gt; second) on each task, averaged over tasks (rliable's "
+                     "probability of improvement), with a stratified bootstrap 95% interval."
+                     "</p><table><tr><th>comparison</th><th>P(first &gt; second) [95% CI]</th>"
+                     "</tr>")
+        for p in result["suite_pairs"]:
+            poi = p["probability_of_improvement"]
+            parts.append(f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}</td>"
+                         f"<td>{num(poi['p'])} {interval(poi['ci'])}</td></tr>")
     parts.append("</table><h2>Policies</h2>")
     if len(result["tasks"]) > 1:
         parts.append(f"<p class='sub'>Returns pooled over the {len(result['tasks'])} tasks "
@@ -439,6 +464,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"{e['label']:<{width}} {steps}  mean {num(s.get('mean'))} "
                      f"{interval(s.get('mean_ci'))}  IQM {num(s.get('iqm'))} "
                      f"{interval(s.get('iqm_ci'))}{success}")
+    for p in result.get("suite_pairs") or []:
+        poi = p["probability_of_improvement"]
+        lines.append(f"across {poi['tasks']} tasks: P({p['a']} > {p['b']}) = {num(poi['p'])} "
+                     f"{interval(poi['ci'])}")
     for p in result["pairs"]:
         task = f"[{p['task']}] " if p["task"] else ""
         lines.append(f"{task}{p['returns']['sentence']}")
