@@ -140,6 +140,11 @@ def comparison(runs: list[LoadedRun], *, baseline: LoadedRun | None = None,
     runs = [r for r in runs if r is not baseline]
     check_comparable(runs + ([baseline] if baseline is not None else []))
     baseline = baseline or baseline_entry(runs)
+    if baseline is not None and baseline.label in {r.label for r in runs}:
+        baseline.label = f"{baseline.label}-baseline"  # a run of the user's named random
+    if reference is not None and reference not in {r.label for r in runs}:
+        raise UsageError(f"--reference '{reference}' is not one of the compared runs "
+                         f"({', '.join(e.label for e in runs)}); name one of them.")
     warnings: list[str] = []
     everyone = runs + ([baseline] if baseline is not None else [])
     pairs = [p for a, b in _pairs_to_compare(runs, baseline) for p in _pair(a, b, seed)]
@@ -166,9 +171,6 @@ def comparison(runs: list[LoadedRun], *, baseline: LoadedRun | None = None,
         result["suite_pairs"] = [_suite_pair(a, b, seed)
                                  for a, b in _pairs_to_compare(runs, baseline)]
     ref = next((e for e in runs if e.label == reference), None)
-    if reference is not None and ref is None:
-        raise UsageError(f"--reference '{reference}' is not one of the compared runs "
-                         f"({', '.join(e.label for e in runs)}); name one of them.")
     if ref is not None and baseline is None:
         warnings.append("--reference needs a random baseline on the same seeds (eval with "
                         "--baseline random); no normalized aggregates.")
@@ -227,7 +229,8 @@ def _charts(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(title, caption, svg) of each picture."""
     colors = _colors(result)
     charts = []
-    shown = [p for p in result["pairs"] if p["b"] != "random"][-MAX_DIFF_SERIES:] or \
+    base = {e["label"] for e in result["entries"] if e["baseline"]}
+    shown = [p for p in result["pairs"] if p["b"] not in base][-MAX_DIFF_SERIES:] or \
         result["pairs"][:MAX_DIFF_SERIES]
     if shown:
         series = []
