@@ -195,13 +195,15 @@ def test_two_policies_from_the_command_line(tmp_path):
     out = tmp_path / "ab"
     done = run_cli("eval", ENV, "--policy", "random", "--policy", f"{policy}:act",
                    "--episodes", "3", "--max-episode-steps", str(STEPS), "--no-report",
-                   "--out", str(out), "-q")
+                   "--workers", "2", "--out", str(out), "-q")
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["comparison.html", "comparison.json",
                                                      "policy-random", "sweep.json", "zero"]
     saved = json.loads((out / "comparison.json").read_text())
     assert [(p["a"], p["b"]) for p in saved["pairs"]] == [("zero", "policy-random")]
     assert saved["pairs"][0]["returns"]["sentence"] in done.stdout
+    for run in ("policy-random", "zero"):  # --workers applies to each policy's run
+        assert json.loads((out / run / "metadata.json").read_text())["config"]["workers"] == 2
 
 
 def test_bad_input_for_several_policies_leaves_nothing(tmp_path):
