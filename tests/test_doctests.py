@@ -11,7 +11,8 @@ import pytest
 
 CHEAP = ["rolltape.errors", "rolltape.stats", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
          "rolltape.outputs.plots", "rolltape.progress", "rolltape.executors.fallback",
-         "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter"]
+         "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter",
+         "rolltape.compare.checkpoints"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

@@ -108,8 +108,10 @@ def _options(ctx: typer.Context,
 def eval_(
     env: str = typer.Argument(..., help="Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, "
                                         "or FILE.py:CLASS (a class or factory)."),
-    policy: str = typer.Option("random", "--policy", "-p",
-                               help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz"),
+    policy: Optional[List[str]] = typer.Option(
+        None, "--policy", "-p",
+        help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz; repeat, or "
+             "a quoted glob of SB3 checkpoints, to compare several on the same seeds."),
     vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics (.pkl)."),
     algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
     episodes: int = typer.Option(10, "--episodes", "-n", help="Number of episodes."),
@@ -158,10 +160,13 @@ def eval_(
     viewer: bool = typer.Option(True, help="Add the interactive 3-D replay to the report."),
 ) -> None:
     """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
+    from rolltape.compare.sweep import wants_sweep
     from rolltape.evaluate import evaluate
 
-    run = evaluate(
-        env, policy, episodes=episodes, seed=seed,
+    policies = policy or ["random"]
+    # Several policies go to the comparison driver, which runs this same evaluate per policy.
+    run = (_eval_many if wants_sweep(policies) else evaluate)(
+        env, policies if wants_sweep(policies) else policies[0], episodes=episodes, seed=seed,
         out=out_dir or Path("runs") / f"{Path(env).name.replace(':', '-')}-"
                                       f"{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
@@ -179,11 +184,42 @@ def eval_(
         overwrite=overwrite, resume=resume,
         show_progress=not quiet, command=sys.argv,
     )
+    if run is None:  # several policies: _eval_many printed them
+        return
     print_run(run.results, run.path)
     failed = run.results["failed_episodes"]
     if failed:  # the numbers are written, but they are not all the numbers asked for
         raise RunFailed(f"{len(failed)} episode(s) failed (see the warning above); rerun "
                         "with --resume to play them again.")
+
+
+def _eval_many(env: str, policies: list[str], **options: Any) -> None:
+    """Several policies (or a glob of checkpoints) on the same seeds: one run each under
+    --out, then their comparison (rolltape.compare.sweep)."""
+    from rolltape.compare.sweep import evaluate_many
+
+    sweep = evaluate_many(env, policies, **options)
+    _print_comparison(sweep.comparison, sweep.path)
+    failed = [r.path for r in sweep.runs if r.results["failed_episodes"]]
+    if failed:
+        raise RunFailed(f"episodes failed in {', '.join(map(str, failed))}; rerun with "
+                        "--resume to play them again.")
+
+
+def _print_comparison(result: dict[str, Any], path: Path) -> None:
+    from rolltape.compare.report import summary_lines
+
+    for line in summary_lines(result):
+        out.print(line, highlight=False, markup=False)
+    for w in result.get("warnings") or []:
+        err.print(f"warning: {w}", highlight=False, markup=False)
+    strip = result.get("strip")
+    if strip and strip.get("path"):
+        state = "verified" if strip["verified"] else "NOT verified"
+        out.print(f"video across checkpoints: {path / strip['path']} (seed {strip['seed']}, "
+                  f"{state})", highlight=False)
+    out.print(f"comparison written to {path / 'comparison.html'} (and comparison.json)",
+              highlight=False)
 
 
 TABLE_WIDTH = 80  # off a terminal the table fits what a log viewer or an 80-column tty shows
@@ -400,6 +436,34 @@ def _print_replays(results: list[Any]) -> int:
         for backend, why in r.failures:
             err.print(f"  note: {backend} failed first: {why}")
     return diverged
+
+
+@app.command()
+def compare(
+    runs: List[Path] = typer.Argument(..., help="Run folders evaluated on the same seeds (or "
+                                                "the folder of a multi-policy eval)."),
+    output: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Folder for comparison.json and comparison.html (default "
+                                  "beside the first run, compare-A-vs-B)."),
+    reference: Optional[str] = typer.Option(
+        None, help="The run (by folder name) that scores 1 in normalized aggregates; random "
+                   "scores 0."),
+    overwrite: bool = typer.Option(False, help="Replace an existing comparison."),
+) -> None:
+    """Paired statistics of runs on the same seeds: verdicts, intervals, pictures."""
+    from rolltape.compare.report import write_comparison
+    from rolltape.compare.runs import load_runs, sweep_runs
+    from rolltape.outputs.artifacts import refuse_existing
+
+    loaded = load_runs(runs)
+    own = len(runs) == 1 and sweep_runs(runs[0]) is not None  # rebuild a sweep's own
+    if output is None:
+        output = runs[0] if own else runs[0].parent / (
+            "compare-" + "-vs-".join(r.label for r in loaded if not r.baseline))
+    if not own or output != runs[0]:
+        refuse_existing(output / "comparison.json", overwrite)
+    result = write_comparison(loaded, output, reference=reference)
+    _print_comparison(result, output)
 
 
 @app.command()

@@ -517,3 +517,450 @@ def aggregate(groups: Mapping[str, Sequence[bool | None]]) -> dict[str, Any]:
     overall["mean_group_rate"] = _json_float(sum(rates) / len(rates)) if rates else None
     result["overall"] = overall
     return result
+
+
+# --------------------------------------------------------------------------- comparisons
+#
+# Two policies evaluated on the same seeds give *paired* episodes: episode i of both
+# started from the same state. Everything below works on such pairs (or, for suites, on
+# normalized scores per task) and follows rliable's conventions where it has one.
+
+__all__ += [
+    "aggregate_scores",
+    "mcnemar_exact",
+    "minimum_detectable_difference",
+    "newcombe_paired_interval",
+    "normalize_scores",
+    "paired_comparison",
+    "performance_profile",
+    "probability_of_improvement",
+    "suite_probability_of_improvement",
+]
+
+_POWER = 0.8  # the power at which the smallest detectable difference is quoted
+_Z_POWER = NormalDist().inv_cdf(_POWER)
+
+
+def _resample_counts(rng: np.random.Generator, n: int, resamples: int) -> np.ndarray:
+    """(resamples, n) counts: how often each of the n items is drawn in each resample."""
+    draws = rng.integers(0, n, size=(resamples, n))
+    flat = draws + n * np.arange(resamples)[:, None]
+    return np.bincount(flat.ravel(), minlength=resamples * n).reshape(resamples, n)
+
+
+def probability_of_improvement(
+    x: ArrayLike, y: ArrayLike, *, paired: bool = True, confidence: float = 0.95,
+    n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0,
+) -> dict[str, Any]:
+    """P(X > Y): the chance that an episode of X beats an episode of Y, ties counting half.
+
+    This is rliable's probability of improvement on one task: the Mann-Whitney statistic
+    ``U`` of X against Y divided by ``n * m`` (every episode of X compared with every
+    episode of Y). 0.5 means neither tends to do better.
+
+    The interval is a percentile bootstrap. With ``paired`` (the default; episodes matched
+    by seed, so ``len(x) == len(y)``) the same seeds are drawn for both, which keeps what
+    the pairs share; otherwise X and Y are resampled independently, as rliable does.
+    Each resample's U is computed exactly from how often each episode was drawn: Y is
+    sorted once, and an X episode's wins are the drawn Y episodes below it (a cumulative
+    count) plus half those equal to it, so a resample costs ``n + m`` operations, not
+    ``n * m``.
+
+    >>> p = probability_of_improvement([3.0, 4.0, 5.0], [1.0, 2.0, 5.0])
+    >>> p["p"], p["n_x"], p["n_y"]
+    (0.7222222222222222, 3, 3)
+
+    Raises:
+        ValueError: empty or non-finite values, or paired samples of different lengths.
+    """
+    xs = _as_finite_1d(x, "x")
+    ys = _as_finite_1d(y, "y")
+    _check_confidence(confidence)
+    if paired and xs.size != ys.size:
+        raise ValueError(f"paired samples need one value per seed each, got {xs.size} and "
+                         f"{ys.size}; pass paired=False for unmatched samples.")
+    point, values = _improvement_resamples(xs, ys, paired, n_resamples,
+                                           np.random.default_rng(seed))
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(values, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return {"p": point, "ci": [float(lo), float(hi)], "n_x": int(xs.size),
+            "n_y": int(ys.size), "paired": bool(paired)}
+
+
+def _improvement_resamples(xs: np.ndarray, ys: np.ndarray, paired: bool, resamples: int,
+                           rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    """P(X > Y) and its value on each of ``resamples`` bootstrap resamples."""
+    n, m = xs.size, ys.size
+    order = np.argsort(ys, kind="stable")
+    below = np.searchsorted(ys[order], xs, side="left")  # Y episodes under each X episode
+    upto = np.searchsorted(ys[order], xs, side="right")  # ... and those equal to it
+
+    def u_over_nm(cx: np.ndarray, cy: np.ndarray) -> np.ndarray:
+        """U / (n m) for each row of counts (how often each X and Y episode is drawn)."""
+        cum = np.zeros((cy.shape[0], m + 1))
+        np.cumsum(cy[:, order], axis=1, out=cum[:, 1:])
+        wins = cum[:, below] + 0.5 * (cum[:, upto] - cum[:, below])
+        return np.einsum("ri,ri->r", cx, wins) / (n * m)
+
+    point = float(u_over_nm(np.ones((1, n)), np.ones((1, m)))[0])
+    values = np.empty(resamples)
+    block = max(1, 4_000_000 // (n + m))  # bounds memory for big samples
+    for start in range(0, resamples, block):
+        count = min(block, resamples - start)
+        cx = _resample_counts(rng, n, count)
+        cy = cx if paired else _resample_counts(rng, m, count)
+        values[start:start + count] = u_over_nm(cx, cy)
+    return point, values
+
+
+def suite_probability_of_improvement(
+    x: Mapping[str, ArrayLike], y: Mapping[str, ArrayLike], *, paired: bool = True,
+    confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0,
+) -> dict[str, Any]:
+    """rliable's probability of improvement over a suite: P(X > Y) on each task (as
+    :func:`probability_of_improvement`), averaged over tasks, with a stratified bootstrap
+    interval (episodes resampled within each task).
+
+    >>> round(suite_probability_of_improvement({"a": [2, 3], "b": [1, 1]},
+    ...                                        {"a": [1, 4], "b": [1, 1]})["p"], 3)
+    0.5
+
+    Raises:
+        ValueError: the two suites name different tasks, or a task's values are bad.
+    """
+    _check_confidence(confidence)
+    xt, yt = _task_arrays(x), _task_arrays(y)
+    if set(xt) != set(yt):
+        raise ValueError(f"both need the same tasks, got {sorted(xt)} and {sorted(yt)}.")
+    rng = np.random.default_rng(seed)
+    points, draws = [], []
+    for task in xt:
+        if paired and xt[task].size != yt[task].size:
+            raise ValueError(f"task {task!r}: paired samples need one value per seed each, "
+                             f"got {xt[task].size} and {yt[task].size}.")
+        point, values = _improvement_resamples(xt[task], yt[task], paired, n_resamples, rng)
+        points.append(point)
+        draws.append(values)
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(np.mean(draws, axis=0), [alpha / 2.0, 1.0 - alpha / 2.0])
+    return {"p": float(np.mean(points)), "ci": [float(lo), float(hi)], "tasks": len(xt),
+            "paired": bool(paired)}
+
+
+def _binom_half_cdf(k: int, n: int) -> float:
+    """P(Binomial(n, 1/2) <= k), exactly (integer arithmetic, then one division)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+
+
+def _paired_table(a: Sequence[Any], b: Sequence[Any]) -> tuple[int, int, int, int, int]:
+    """(both, only a, only b, neither, dropped) over pairs whose outcomes are both known."""
+    if len(a) != len(b):
+        raise ValueError(f"paired outcomes need one flag per seed each, got {len(a)} and "
+                         f"{len(b)}.")
+    both = only_a = only_b = neither = dropped = 0
+    for i, (fa, fb) in enumerate(zip(a, b)):
+        sa, sb = _parse_outcome(fa, i), _parse_outcome(fb, i)
+        if sa is None or sb is None:
+            dropped += 1
+        elif sa and sb:
+            both += 1
+        elif sa:
+            only_a += 1
+        elif sb:
+            only_b += 1
+        else:
+            neither += 1
+    return both, only_a, only_b, neither, dropped
+
+
+def mcnemar_exact(a: Sequence[Any], b: Sequence[Any]) -> dict[str, Any]:
+    """Exact McNemar test: do A and B succeed on different seeds more often than chance?
+
+    Only the discordant pairs count: ``only_a`` seeds where A succeeded and B failed,
+    ``only_b`` the reverse. Under "no difference" each discordant pair is a fair coin, so
+    the two-sided p-value is ``min(1, 2 * P(Binomial(only_a + only_b, 1/2) <= min))``, as
+    statsmodels' ``mcnemar(exact=True)`` computes it. Pairs with an unknown outcome (None)
+    are left out and counted in ``dropped``.
+
+    >>> r = mcnemar_exact([1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0])
+    >>> r["only_a"], r["only_b"], r["pvalue"]
+    (5, 0, 0.0625)
+    """
+    both, only_a, only_b, neither, dropped = _paired_table(a, b)
+    discordant = only_a + only_b
+    p = 1.0 if discordant == 0 else min(1.0, 2.0 * _binom_half_cdf(min(only_a, only_b),
+                                                                   discordant))
+    return {"both": both, "only_a": only_a, "only_b": only_b, "neither": neither,
+            "n_pairs": both + only_a + only_b + neither, "dropped": dropped,
+            "pvalue": float(p)}
+
+
+def newcombe_paired_interval(both: int, only_a: int, only_b: int, neither: int,
+                             confidence: float = 0.95) -> tuple[float, float]:
+    """Newcombe's (1998) method 10 interval for ``rate(A) - rate(B)`` on paired outcomes.
+
+    Wilson intervals for each rate, combined by "square and add" with the correlation of
+    the pairs (phi, continuity-corrected as the method specifies). It stays inside
+    [-1, 1] and behaves at 0 and n, where the Wald interval does not. Reproduces the
+    published example (59, 6, 16, 80) -> (-0.1186, -0.0046) of Fagerland et al.
+
+    >>> [round(v, 4) for v in newcombe_paired_interval(59, 6, 16, 80)]
+    [-0.1186, -0.0046]
+
+    Raises:
+        ValueError: negative counts or no pairs at all.
+    """
+    counts = (both, only_a, only_b, neither)
+    if any(operator.index(c) < 0 for c in counts):
+        raise ValueError(f"counts must be 0 or more, got {counts}.")
+    n = sum(counts)
+    if n == 0:
+        raise ValueError("no pairs with known outcomes; there is no difference to bound.")
+    a, b, c, d = counts
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = wilson_interval(a + b, n, confidence)
+    l2, u2 = wilson_interval(a + c, n, confidence)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    cross = a * d - b * c
+    corrected = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
+    phi = corrected / math.sqrt(margins) if margins > 0 else 0.0
+    diff = p1 - p2
+    lower = diff - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2)
+                                 + (u2 - p2) ** 2))
+    upper = diff + math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1)
+                                 + (u1 - p1) ** 2))
+    return (max(-1.0, lower), min(1.0, upper))
+
+
+def minimum_detectable_difference(spread: float, n: int, confidence: float = 0.95,
+                                  power: float = _POWER) -> float:
+    """The smallest true difference that ``n`` paired episodes detect with ``power``.
+
+    The usual planning formula ``(z_{1-alpha/2} + z_power) * spread / sqrt(n)`` for a
+    two-sided test at level ``1 - confidence``; ``spread`` is the standard deviation of
+    one pair's difference. Below it, "no detectable difference" means "too few episodes
+    to tell", not "the same".
+
+    >>> round(minimum_detectable_difference(10.0, 25), 2)
+    5.6
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}.")
+    z = _z_for(confidence) + (_Z_POWER if power == _POWER else NormalDist().inv_cdf(power))
+    return float(z * spread / math.sqrt(n))
+
+
+def _episodes_needed(spread: float, effect: float, confidence: float) -> int | None:
+    """Paired episodes needed to detect ``effect`` with 80% power (None: no effect seen)."""
+    if effect == 0 or spread == 0:
+        return None
+    z = _z_for(confidence) + _Z_POWER
+    return int(math.ceil((z * spread / abs(effect)) ** 2))
+
+
+def _verdict(lo: float | None, hi: float | None) -> str:
+    if lo is not None and lo > 0:
+        return "better"
+    if hi is not None and hi < 0:
+        return "worse"
+    return "no detectable difference"
+
+
+def _num(x: float) -> str:
+    return f"{x:+.3g}" if abs(x) < 1000 else f"{x:+,.0f}"
+
+
+def paired_comparison(
+    a_returns: ArrayLike, b_returns: ArrayLike,
+    a_success: Sequence[Any] | None = None, b_success: Sequence[Any] | None = None, *,
+    a_name: str = "A", b_name: str = "B", confidence: float = 0.95,
+    n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0,
+) -> dict[str, Any]:
+    """Is A better than B? Every number on episodes matched by seed (index i = seed i).
+
+    ``returns``: the mean paired difference A - B with its paired bootstrap interval
+    (:func:`paired_improvement`), P(A > B) with its interval
+    (:func:`probability_of_improvement`), the smallest difference this many episodes could
+    detect (:func:`minimum_detectable_difference`, from the spread of the differences),
+    the verdict ("better" when the interval lies above 0, "worse" below, else "no
+    detectable difference") and a sentence saying it, with "underpowered" and the episodes
+    needed when nothing was detected.
+
+    ``success`` (None when neither reports success): the rates, the exact McNemar test,
+    Newcombe's interval for the difference of rates, the detectable difference, the
+    verdict (McNemar's p below ``1 - confidence``) and its sentence.
+
+    >>> c = paired_comparison([2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 2.5, 4.5], a_name="new", b_name="old")
+    >>> c["returns"]["verdict"]
+    'better'
+    """
+    a = _as_finite_1d(a_returns, "a_returns")
+    b = _as_finite_1d(b_returns, "b_returns")
+    diff = paired_improvement(a, b, seed=seed) if a.size == b.size else None
+    if diff is None:
+        raise ValueError(f"a_returns has {a.size} episodes and b_returns {b.size}; a paired "
+                         "comparison needs one return per seed for both.")
+    n = int(a.size)
+    lo, hi = diff["diff_ci"]
+    spread = float(np.std(a - b, ddof=1)) if n > 1 else 0.0
+    mde = minimum_detectable_difference(spread, n, confidence)
+    verdict = _verdict(lo, hi)
+    mean = diff["mean_diff"]
+    ci_text = f"{_num(mean)} return per episode (95% CI {_num(lo)} to {_num(hi)})"
+    if verdict != "no detectable difference":
+        sentence = f"{a_name} is {verdict} than {b_name}: {ci_text} on {n} paired seeds."
+    else:
+        need = _episodes_needed(spread, mean, confidence)
+        sentence = (f"No detectable difference between {a_name} and {b_name}: {ci_text}. "
+                    f"Underpowered: {n} paired episodes detect only differences of about "
+                    f"{mde:.3g} or more (80% power)"
+                    + (f"; about {need} would be needed to detect one of {abs(mean):.3g}."
+                       if need and need > n else "."))
+    returns = {
+        "n_pairs": n, "a_mean": diff["policy_mean"], "b_mean": diff["baseline_mean"],
+        "mean_diff": mean, "diff_ci": [lo, hi], "diff_std": _json_float(spread),
+        "probability_of_improvement": probability_of_improvement(
+            a, b, paired=True, confidence=confidence, n_resamples=n_resamples, seed=seed),
+        "minimum_detectable_difference": _json_float(mde),
+        "verdict": verdict, "sentence": sentence,
+    }
+    return {"a": a_name, "b": b_name, "returns": returns,
+            "success": _success_comparison(a_success, b_success, a_name, b_name, confidence)}
+
+
+def _success_comparison(a: Sequence[Any] | None, b: Sequence[Any] | None, a_name: str,
+                        b_name: str, confidence: float) -> dict[str, Any] | None:
+    if a is None or b is None:
+        return None
+    test = mcnemar_exact(a, b)
+    n = test["n_pairs"]
+    if n == 0:
+        return None  # neither reported success on a shared seed
+    both, only_a, only_b = test["both"], test["only_a"], test["only_b"]
+    lo, hi = newcombe_paired_interval(both, only_a, only_b, test["neither"], confidence)
+    diff = (only_a - only_b) / n
+    # Spread of one pair's difference (+1, 0, -1); with no discordant pair seen, plan for
+    # one in n so that the detectable difference is never a misleading 0.
+    discordant = max(only_a + only_b, 1) / n
+    mde = minimum_detectable_difference(math.sqrt(max(discordant - diff ** 2, 1e-12)), n,
+                                        confidence)
+    significant = test["pvalue"] < 1.0 - confidence
+    verdict = ("better" if diff > 0 else "worse") if significant else \
+        "no detectable difference"
+    rates = f"{(both + only_a) / n:.0%} vs {(both + only_b) / n:.0%}"
+    text = (f"success {rates} ({_num(diff * 100)} points, 95% CI {_num(lo * 100)} to "
+            f"{_num(hi * 100)}; McNemar p = {test['pvalue']:.3g})")
+    if significant:
+        sentence = f"{a_name} succeeds more often than {b_name}: {text}." if diff > 0 else \
+            f"{a_name} succeeds less often than {b_name}: {text}."
+    else:
+        sentence = (f"No detectable difference in success: {text}. Underpowered: {n} paired "
+                    f"episodes detect only differences of about {mde * 100:.0f} points or "
+                    "more (80% power).")
+    return {**test, "a_rate": (both + only_a) / n, "b_rate": (both + only_b) / n,
+            "diff": diff, "diff_ci": [lo, hi],
+            "minimum_detectable_difference": _json_float(mde), "verdict": verdict,
+            "sentence": sentence}
+
+
+# ----------------------------------------------------------------------- suite aggregates
+
+
+def normalize_scores(scores: ArrayLike, random_score: float,
+                     reference_score: float) -> np.ndarray:
+    """Scores rescaled so that the random policy is 0 and the reference is 1 (rliable's
+    human- or expert-normalized score).
+
+    >>> normalize_scores([0.0, 5.0, 10.0], random_score=0.0, reference_score=10.0).tolist()
+    [0.0, 0.5, 1.0]
+
+    Raises:
+        ValueError: when the reference scores what random scores (nothing to scale by).
+    """
+    arr = _as_finite_1d(scores, "scores")
+    span = float(reference_score) - float(random_score)
+    if not math.isfinite(span) or span == 0:
+        raise ValueError(f"the reference scores {reference_score!r} and random "
+                         f"{random_score!r}: normalizing needs two different finite scores.")
+    return (arr - float(random_score)) / span
+
+
+def _aggregates(blocks: list[np.ndarray], gamma: float) -> dict[str, np.ndarray]:
+    """IQM, mean, median and optimality gap of (resamples, n_t) score blocks, one per task."""
+    task_means = np.stack([blk.mean(axis=-1) for blk in blocks], axis=-1)
+    pooled = np.concatenate(blocks, axis=-1)
+    clipped = np.stack([np.minimum(blk, gamma).mean(axis=-1) for blk in blocks], axis=-1)
+    return {"iqm": np.asarray(_trim_mean_rows(pooled, axis=-1)),
+            "mean": task_means.mean(axis=-1),
+            "median": np.median(task_means, axis=-1),
+            "optimality_gap": gamma - clipped.mean(axis=-1)}
+
+
+def _task_arrays(per_task: Mapping[str, ArrayLike]) -> dict[str, np.ndarray]:
+    if len(per_task) == 0:
+        raise ValueError("no tasks given; pass at least one task's scores.")
+    return {str(k): _as_finite_1d(v, f"scores of task {k!r}") for k, v in per_task.items()}
+
+
+def _stratified(tasks: dict[str, np.ndarray], rng: np.random.Generator,
+                resamples: int) -> list[np.ndarray]:
+    """Resample each task's episodes within that task (rliable's stratified bootstrap)."""
+    return [v[rng.integers(0, v.size, size=(resamples, v.size))] for v in tasks.values()]
+
+
+def aggregate_scores(per_task: Mapping[str, ArrayLike], *, gamma: float = 1.0,
+                     confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES,
+                     seed: int = 0) -> dict[str, Any]:
+    """rliable's aggregates of normalized scores over a suite, with stratified bootstrap CIs.
+
+    ``per_task`` maps each task to its episodes' normalized scores. As rliable defines
+    them: ``iqm`` is the interquartile mean of all episodes of all tasks pooled; ``mean``
+    and ``median`` are the mean and median of the per-task means; ``optimality_gap`` is
+    ``gamma`` minus the mean of ``min(score, gamma)`` (per task, then over tasks), i.e.
+    how far below the reference the suite falls. Each interval resamples episodes within
+    each task (never across tasks), so a task with few episodes cannot borrow others'.
+    When every task has as many episodes, these equal rliable's ``aggregate_*`` on the
+    ``(episodes, tasks)`` matrix.
+
+    >>> out = aggregate_scores({"a": [0.0, 0.5, 1.0, 1.5], "b": [0.2, 0.4, 0.6, 0.8]})
+    >>> out["mean"]["value"], out["optimality_gap"]["value"]
+    (0.625, 0.4375)
+    """
+    _check_confidence(confidence)
+    tasks = _task_arrays(per_task)
+    points = _aggregates([v[None, :] for v in tasks.values()], gamma)
+    boot = _aggregates(_stratified(tasks, np.random.default_rng(seed), n_resamples), gamma)
+    alpha = 1.0 - confidence
+    out: dict[str, Any] = {}
+    for name, value in points.items():
+        lo, hi = np.quantile(boot[name], [alpha / 2.0, 1.0 - alpha / 2.0])
+        out[name] = {"value": _json_float(value[0]), "ci": [_json_float(lo), _json_float(hi)]}
+    out["tasks"] = len(tasks)
+    out["episodes"] = int(sum(v.size for v in tasks.values()))
+    return out
+
+
+def performance_profile(per_task: Mapping[str, ArrayLike], taus: ArrayLike, *,
+                        confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES,
+                        seed: int = 0) -> dict[str, Any]:
+    """rliable's score distribution: for each threshold tau, the fraction of episodes
+    scoring above tau (per task, then averaged over tasks), with stratified bootstrap
+    95% intervals. A curve that lies above another everywhere dominates it.
+
+    >>> p = performance_profile({"a": [0.0, 1.0], "b": [0.5, 0.5]}, [0.25, 0.75])
+    >>> p["fraction"]
+    [0.75, 0.25]
+    """
+    _check_confidence(confidence)
+    tasks = _task_arrays(per_task)
+    grid = np.asarray(taus, dtype=float).reshape(-1)
+
+    def fractions(blocks: list[np.ndarray]) -> np.ndarray:  # (..., taus)
+        return np.mean([(blk[..., None] > grid).mean(axis=-2) for blk in blocks], axis=0)
+
+    point = fractions([v[None, :] for v in tasks.values()])[0]
+    boot = fractions(_stratified(tasks, np.random.default_rng(seed), n_resamples))
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
+    return {"taus": [float(t) for t in grid], "fraction": [float(f) for f in point],
+            "ci_low": [float(v) for v in lo], "ci_high": [float(v) for v in hi]}

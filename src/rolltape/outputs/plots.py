@@ -50,6 +50,7 @@ class Series:
     tips: Sequence[str] | None = None
     hollow: Sequence[bool] | None = None
     end_tip: str | None = None  # a dot at the last point with this tooltip
+    band: tuple[Sequence[float], Sequence[float]] | None = None  # (lows, highs): a shaded CI
 
 
 @dataclass
@@ -263,6 +264,7 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
     The first series is drawn last, so it lies on top of the others."""
     xs = [float(v) for s in series for v in s.xs]
     ys = [float(v) for s in series for v in s.ys]
+    ys += [float(v) for s in series if s.band for side in s.band for v in side]
     if not xs:
         xs, ys = [0.0], [0.0]
     items = [(s.label, s.color, s.dash, "line" if s.line else "dot") for s in series]
@@ -279,6 +281,12 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
     for s in reversed(series):
         sx, sy = [float(v) for v in s.xs], [float(v) for v in s.ys]
         out.append(f'<g class="series" fill="{s.color}" stroke="{s.color}">')
+        if s.band and len(sx) > 1:
+            lows, highs = ([float(v) for v in side] for side in s.band)
+            ring = [(a, b) for a, b in zip(sx, highs)] + [(a, b) for a, b in
+                                                           zip(reversed(sx), reversed(lows))]
+            pts = " ".join(f"{_f(x(a))},{_f(y(b))}" for a, b in ring)
+            out.append(f'<polygon points="{pts}" fill-opacity="0.16" stroke="none"/>')
         if s.line and len(sx) > 1:
             lx, ly = _thin(sx, sy)
             pts = " ".join(f"{_f(x(a))},{_f(y(b))}" for a, b in zip(lx, ly))

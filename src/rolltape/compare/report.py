@@ -1,0 +1,479 @@
+"""comparison.json and comparison.html: runs on the same seeds, side by side and paired.
+
+Everything is read from the runs' ``results.json`` (pass 1's numbers): per entry a summary,
+per pair of entries the paired statistics of :func:`rolltape.stats.paired_comparison`
+(per task for a suite), a learning curve when the entries are checkpoints, and rliable's
+suite aggregates of normalized scores (random = 0, a named reference = 1) when a random
+baseline and a reference are there. The page's charts are inline SVG from
+:mod:`rolltape.outputs.plots`; nothing is fetched, no script runs.
+
+May import: stats, outputs, files, errors, compare.runs. Never: policies, pass 1, pass 2,
+executors.
+
+Example (not run: it needs finished runs):
+    >>> runs = load_runs(["runs/ab-old", "runs/ab-new"])
+    >>> write_comparison(runs, "runs/ab-compare")
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rolltape import stats
+from rolltape.compare.runs import Key, LoadedRun, check_comparable
+from rolltape.errors import UsageError
+from rolltape.files import write_json, write_text
+from rolltape.outputs import plots
+from rolltape.outputs.report import describe_policy
+from rolltape.outputs.summary import interval, num
+
+__all__ = ["COMPARISON_SCHEMA_VERSION", "baseline_entry", "comparison", "write_comparison"]
+
+COMPARISON_SCHEMA_VERSION = 1
+MAX_DIFF_SERIES = 6  # pairs drawn in the per-seed differences chart
+
+
+def baseline_entry(runs: list[LoadedRun]) -> LoadedRun | None:
+    """The random baseline a run was evaluated with (``--baseline random``), as an entry
+    of its own, when the first run has one on every seed."""
+    first = runs[0]
+    if not first.baseline_rows or set(first.baseline_rows) != set(first.rows):
+        return None
+    entry = LoadedRun(first.path, "random", first.results)
+    entry.rows = dict(first.baseline_rows)
+    return entry
+
+
+def _task_name(group: tuple[Any, Any]) -> str | None:
+    suite, task = group
+    return None if suite is None and task is None else f"{suite}/{task}"
+
+
+def _finite_pairs(a: LoadedRun, b: LoadedRun, keys: list[Key]) -> list[Key]:
+    return [k for k in keys if a.rows[k]["return"] is not None and b.rows[k]["return"] is not None]
+
+
+def _pair(a: LoadedRun, b: LoadedRun, seed: int) -> list[dict[str, Any]]:
+    """Paired statistics of a against b, one entry per task (one for a single env)."""
+    out = []
+    for group, keys in a.tasks().items():
+        keys = _finite_pairs(a, b, keys)
+        if not keys:
+            continue
+        result = stats.paired_comparison(a.returns(keys), b.returns(keys), a.successes(keys),
+                                         b.successes(keys), a_name=a.label, b_name=b.label,
+                                         seed=seed)
+        result["task"] = _task_name(group)
+        result["per_seed"] = [{"seed": k[2], "a": a.rows[k]["return"], "b": b.rows[k]["return"],
+                               "diff": a.rows[k]["return"] - b.rows[k]["return"]} for k in keys]
+        out.append(result)
+    return out
+
+
+def _suite_pair(a: LoadedRun, b: LoadedRun, seed: int) -> dict[str, Any]:
+    """P(a > b) on each task, averaged over tasks (rliable's), seeds paired within tasks."""
+    xs, ys = {}, {}
+    for group, keys in a.tasks().items():
+        keys = _finite_pairs(a, b, keys)
+        if keys:
+            xs[str(_task_name(group))], ys[str(_task_name(group))] = a.returns(keys), b.returns(keys)
+    return {"a": a.label, "b": b.label,
+            "probability_of_improvement": stats.suite_probability_of_improvement(
+                xs, ys, paired=True, seed=seed)}
+
+
+def _pairs_to_compare(entries: list[LoadedRun], baseline: LoadedRun | None
+                      ) -> list[tuple[LoadedRun, LoadedRun]]:
+    """Each entry against the one before it (is the newer better?), the last against the
+    first when there are more than two, and each against the random baseline."""
+    pairs = [(entries[i], entries[i - 1]) for i in range(1, len(entries))]
+    if len(entries) > 2:
+        pairs.append((entries[-1], entries[0]))
+    if baseline is not None:
+        pairs += [(e, baseline) for e in entries]
+    return pairs
+
+
+def _summary(run: LoadedRun) -> dict[str, Any]:
+    """The entry's summary over all its episodes (one env), from its rows."""
+    rows = [r for r in run.rows.values() if r["return"] is not None]
+    if not rows:
+        return {"n": 0}
+    return stats.summarize([r["return"] for r in rows], [r.get("success") for r in rows]).to_dict()
+
+
+def _normalized(entries: list[LoadedRun], baseline: LoadedRun, reference: LoadedRun,
+                warnings: list[str]) -> dict[str, dict[str, np.ndarray]] | None:
+    """Per entry, per task: scores with the baseline's task mean at 0 and the reference's
+    at 1."""
+    scores: dict[str, dict[str, np.ndarray]] = {e.label: {} for e in entries}
+    for group, keys in reference.tasks().items():
+        name = _task_name(group) or "env"
+        rand = [baseline.rows[k]["return"] for k in keys if baseline.rows[k]["return"] is not None]
+        ref = [reference.rows[k]["return"] for k in keys if reference.rows[k]["return"] is not None]
+        if not rand or not ref or np.mean(ref) == np.mean(rand):
+            warnings.append(f"Task {name}: the reference '{reference.label}' scores what random "
+                            "scores, so scores cannot be normalized; no suite aggregates.")
+            return None
+        for e in entries:
+            values = [e.rows[k]["return"] for k in keys if e.rows[k]["return"] is not None]
+            if values:
+                scores[e.label][name] = stats.normalize_scores(values, float(np.mean(rand)),
+                                                               float(np.mean(ref)))
+    return scores
+
+
+def comparison(runs: list[LoadedRun], *, baseline: LoadedRun | None = None,
+               reference: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """The comparison of ``runs`` (checked to share env, seeds and counts), as JSON-safe
+    data. ``baseline`` is the random baseline (found in the first run when not given);
+    ``reference`` names the entry whose score normalizes to 1 for the suite aggregates."""
+    if baseline is None and any(r.baseline for r in runs):  # a multi-policy run's own
+        baseline = next(r for r in runs if r.baseline)
+    runs = [r for r in runs if r is not baseline]
+    check_comparable(runs + ([baseline] if baseline is not None else []))
+    baseline = baseline or baseline_entry(runs)
+    if baseline is not None and baseline.label in {r.label for r in runs}:
+        baseline.label = f"{baseline.label}-baseline"  # a run of the user's named random
+    if reference is not None and reference not in {r.label for r in runs}:
+        raise UsageError(f"--reference '{reference}' is not one of the compared runs "
+                         f"({', '.join(e.label for e in runs)}); name one of them.")
+    warnings: list[str] = []
+    everyone = runs + ([baseline] if baseline is not None else [])
+    pairs = [p for a, b in _pairs_to_compare(runs, baseline) for p in _pair(a, b, seed)]
+    first = runs[0]
+    result: dict[str, Any] = {
+        "schema_version": COMPARISON_SCHEMA_VERSION,
+        "identity": first.identity,
+        "episodes": len(first.rows),
+        "tasks": [_task_name(g) for g in first.tasks()],
+        "seeds": sorted({k[2] for k in first.rows}),
+        "entries": [{"label": e.label, "folder": str(e.path), "steps": e.steps,
+                     "baseline": e is baseline,
+                     "policy": describe_policy(e.results.get("policy")) if e is not baseline
+                     else "random policy",
+                     "summary": _summary(e),
+                     "returns": [e.rows[k]["return"] for g in e.tasks().values() for k in g
+                                 if e.rows[k]["return"] is not None]} for e in everyone],
+        "pairs": pairs,
+        "suite_pairs": None, "learning_curve": None, "aggregates": None, "profiles": None,
+        "reference": reference, "warnings": warnings,
+    }
+    several_tasks = len(first.tasks()) > 1
+    if several_tasks:
+        result["suite_pairs"] = [_suite_pair(a, b, seed)
+                                 for a, b in _pairs_to_compare(runs, baseline)]
+    ref = next((e for e in runs if e.label == reference), None)
+    if ref is not None and baseline is None:
+        warnings.append("--reference needs a random baseline on the same seeds (eval with "
+                        "--baseline random); no normalized aggregates.")
+    scores = _normalized(runs, baseline, ref, warnings) if ref is not None and baseline else None
+    if scores is not None:
+        result["aggregates"] = {label: stats.aggregate_scores(s, seed=seed)
+                                for label, s in scores.items() if s}
+        values = np.concatenate([v for s in scores.values() for v in s.values()])
+        taus = np.linspace(min(0.0, float(values.min())), max(1.0, float(values.max())), 33)
+        result["profiles"] = {label: stats.performance_profile(s, taus, seed=seed)
+                              for label, s in scores.items() if s}
+    steps = [e for e in runs if e.steps is not None]
+    if len(steps) >= 2:
+        if several_tasks and result["aggregates"] is None:
+            warnings.append("A learning curve over a suite needs normalized scores (give "
+                            "--reference and a random baseline); none drawn.")
+        else:
+            result["learning_curve"] = _curve(steps, result, several_tasks, baseline)
+    return result
+
+
+def _curve(entries: list[LoadedRun], result: dict[str, Any], normalized: bool,
+           baseline: LoadedRun | None) -> dict[str, Any]:
+    """IQM and mean with their 95% intervals at each checkpoint's training steps."""
+    points = []
+    for e in sorted(entries, key=lambda e: e.steps or 0):
+        if normalized:
+            agg = result["aggregates"][e.label]
+            iqm, mean = agg["iqm"], agg["mean"]
+            point = {"iqm": iqm["value"], "iqm_ci": iqm["ci"], "mean": mean["value"],
+                     "mean_ci": mean["ci"]}
+        else:
+            s = next(x["summary"] for x in result["entries"] if x["label"] == e.label)
+            point = {k: s.get(k) for k in ("iqm", "iqm_ci", "mean", "mean_ci")}
+        points.append({"label": e.label, "steps": e.steps, **point})
+    base = None
+    if baseline is not None:
+        base = 0.0 if normalized else next(x["summary"].get("mean") for x in result["entries"]
+                                           if x["baseline"])
+    return {"points": points, "baseline_mean": base,
+            "scale": "normalized score" if normalized else "return"}
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def _colors(result: dict[str, Any]) -> dict[str, str]:
+    labels = [e["label"] for e in result["entries"] if not e["baseline"]]
+    colors = {label: plots.PALETTE[i % (len(plots.PALETTE) - 1)] for i, label in enumerate(labels)}
+    colors.update({e["label"]: plots.ROLE_COLORS["baseline"] for e in result["entries"]
+                   if e["baseline"]})
+    return colors
+
+
+def _charts(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(title, caption, svg) of each picture."""
+    colors = _colors(result)
+    charts = []
+    base = {e["label"] for e in result["entries"] if e["baseline"]}
+    shown = [p for p in result["pairs"] if p["b"] not in base][-MAX_DIFF_SERIES:] or \
+        result["pairs"][:MAX_DIFF_SERIES]
+    if shown:
+        series = []
+        for k, p in enumerate(shown):
+            ordered = sorted(p["per_seed"], key=lambda r: (r["diff"], r["seed"]))
+            task = f" [{p['task']}]" if p["task"] else ""
+            series.append(plots.Series(
+                f"{p['a']} − {p['b']}{task}", list(range(1, len(ordered) + 1)),
+                [r["diff"] for r in ordered], plots.PALETTE[k % len(plots.PALETTE)],
+                line=False, tips=[f"seed {r['seed']}: {p['a']} {num(r['a'])}, {p['b']} "
+                                  f"{num(r['b'])}, difference {num(r['diff'], sign=True)}"
+                                  for r in ordered]))
+        charts.append(("Per-seed paired differences",
+                       "One dot per seed: the return of the first policy minus the second's "
+                       "on the same seed, sorted. Dots above zero are seeds the first won; a "
+                       "difference that is real keeps most dots on one side.",
+                       plots.line_chart(series, title="Paired differences per seed",
+                                        desc="Per-seed return differences, sorted.",
+                                        xlabel="seeds, sorted by difference",
+                                        ylabel="return difference", integer_x=True,
+                                        uid="diffs")))
+    strips = []
+    for e in result["entries"]:
+        label, s = e["label"], e["summary"]
+        strips.append(plots.Strip(label, e["returns"], colors[label], center=s.get("iqm"),
+                                  interval=tuple(s["iqm_ci"]) if s.get("iqm_ci") else None))
+    if strips and len(result["tasks"]) <= 1:
+        charts.append(("Return distributions",
+                       "Every episode's return as a dot, per policy; the diamond is the IQM "
+                       "and the bar its bootstrap 95% interval.",
+                       plots.strip_chart(strips, title="Distribution of returns",
+                                         desc="Episode returns per policy.", xlabel="return",
+                                         uid="dist")))
+    curve = result.get("learning_curve")
+    if curve:
+        pts = curve["points"]
+        xs = [p["steps"] for p in pts]
+        series = [plots.Series("IQM (95% CI)", xs, [p["iqm"] for p in pts], plots.PALETTE[0],
+                               band=([p["iqm_ci"][0] for p in pts], [p["iqm_ci"][1] for p in pts]),
+                               tips=[f"{p['label']}: IQM {num(p['iqm'])} "
+                                     f"{interval(p['iqm_ci'])}" for p in pts]),
+                  plots.Series("mean (95% CI)", xs, [p["mean"] for p in pts], plots.PALETTE[2],
+                               band=([p["mean_ci"][0] for p in pts],
+                                     [p["mean_ci"][1] for p in pts]),
+                               tips=[f"{p['label']}: mean {num(p['mean'])} "
+                                     f"{interval(p['mean_ci'])}" for p in pts])]
+        if curve["baseline_mean"] is not None:
+            series.append(plots.Series("random policy", [xs[0], xs[-1]],
+                                       [curve["baseline_mean"]] * 2,
+                                       plots.ROLE_COLORS["baseline"], dash=True, markers=False))
+        charts.append(("Learning curve",
+                       f"{curve['scale'].capitalize()} of each checkpoint against its training "
+                       "steps: IQM and mean with bootstrap 95% intervals (shaded), the random "
+                       "policy on the same seeds as a dashed line.",
+                       plots.line_chart(series, title="Learning curve over checkpoints",
+                                        desc="IQM and mean per checkpoint vs training steps.",
+                                        xlabel="training steps", ylabel=curve["scale"],
+                                        uid="curve")))
+    profiles = result.get("profiles")
+    if profiles:
+        series = [plots.Series(label, p["taus"], p["fraction"], colors[label], markers=False,
+                               band=(p["ci_low"], p["ci_high"]))
+                  for label, p in profiles.items()]
+        charts.append(("Performance profiles",
+                       "Fraction of episodes whose normalized score (random 0, "
+                       f"'{result['reference']}' 1) exceeds each threshold, averaged over "
+                       "tasks, with stratified bootstrap 95% bands. A curve above another "
+                       "everywhere dominates it.",
+                       plots.line_chart(series, title="Performance profiles",
+                                        desc="Score distributions per policy.",
+                                        xlabel="normalized score τ",
+                                        ylabel="fraction of episodes > τ", uid="profiles")))
+    return charts
+
+
+_CSS = """
+body{margin:0;font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;color:#1f2328}
+main{max-width:1240px;margin:0 auto;padding:28px}
+h1{font-size:1.6rem;margin:0 0 4px}h2{font-size:1.2rem;margin:36px 0 10px;border-bottom:1px solid #d8dee4;padding-bottom:4px}
+.sub{color:#57606a;margin:0}table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
+th,td{padding:6px 10px;border-bottom:1px solid #d8dee4;text-align:right;vertical-align:top}
+th{background:#f6f8fa;color:#57606a;font-size:.86rem}th:first-child,td:first-child{text-align:left}
+td.text{text-align:left}.better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}
+.none{color:#57606a;font-weight:600}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:18px}
+figure{margin:0}figcaption{color:#57606a;font-size:.88rem;max-width:560px}.warn{background:#fff8c5;padding:8px 12px;border-radius:6px}
+video{width:min(100%,640px);image-rendering:pixelated;border:1px solid #d8dee4;border-radius:6px}
+"""
+
+
+def _g(x: Any, sign: bool = False) -> str:
+    """A number to 3 significant digits (returns span 0.001 to 10,000), n/a for None."""
+    if x is None:
+        return "n/a"
+    text = f"{x:+,.0f}" if abs(x) >= 1000 and sign else f"{x:,.0f}" if abs(x) >= 1000 else \
+        f"{x:+.3g}" if sign else f"{x:.3g}"
+    return text
+
+
+def _gi(pair: Any, sign: bool = False) -> str:
+    if not pair or pair[0] is None or pair[1] is None:
+        return "n/a"
+    return f"[{_g(pair[0], sign)}, {_g(pair[1], sign)}]"
+
+
+def _verdict_class(verdict: str) -> str:
+    return {"better": "better", "worse": "worse"}.get(verdict, "none")
+
+
+def _html(result: dict[str, Any], out: Path) -> str:
+    ident = ", ".join(f"{k} {v}" for k, v in result["identity"].items() if v not in ({}, None))
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+             f"<title>comparison · {escape(ident)}</title><style>{_CSS}</style></head><body><main>",
+             f"<h1>Comparison of {len(result['entries'])} policies</h1>",
+             f"<p class='sub'>{escape(ident)} · {result['episodes']} episodes each, on the same "
+             f"seeds ({result['seeds'][0]}…{result['seeds'][-1]}) · written "
+             f"{escape(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}</p>"]
+    for w in result["warnings"]:
+        parts.append(f"<p class='warn'>{escape(w)}</p>")
+    parts.append("<h2>Verdicts</h2><table><tr><th>comparison</th><th>returns</th>"
+                 "<th>mean difference [95% CI]</th><th>P(first &gt; second) [95% CI]</th>"
+                 "<th>detectable difference</th><th>success</th></tr>")
+    for p in result["pairs"]:
+        r, s = p["returns"], p["success"]
+        poi = r["probability_of_improvement"]
+        task = f" <span class='sub'>[{escape(p['task'])}]</span>" if p["task"] else ""
+        success = "n/a" if s is None else (
+            f"<span class='{_verdict_class(s['verdict'])}'>{escape(s['verdict'])}</span><br>"
+            f"{s['a_rate']:.0%} vs {s['b_rate']:.0%}, McNemar p {s['pvalue']:.3g}")
+        parts.append(
+            f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}{task}</td>"
+            f"<td class='text'><span class='{_verdict_class(r['verdict'])}'>"
+            f"{escape(r['verdict'])}</span><br><span class='sub'>{escape(r['sentence'])}</span></td>"
+            f"<td>{_g(r['mean_diff'], sign=True)}<br>{_gi(r['diff_ci'], sign=True)}</td>"
+            f"<td>{num(poi['p'])}<br>{interval(poi['ci'])}</td>"
+            f"<td>{_g(r['minimum_detectable_difference'])}</td><td>{success}</td></tr>")
+    if result.get("suite_pairs"):
+        parts.append(f"</table><h2>Across the {len(result['tasks'])} tasks</h2><p class='sub'>"
+                     "P(first &gt; second) on each task, averaged over tasks (rliable's "
+                     "probability of improvement), with a stratified bootstrap 95% interval."
+                     "</p><table><tr><th>comparison</th><th>P(first &gt; second) [95% CI]</th>"
+                     "</tr>")
+        for p in result["suite_pairs"]:
+            poi = p["probability_of_improvement"]
+            parts.append(f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}</td>"
+                         f"<td>{num(poi['p'])} {interval(poi['ci'])}</td></tr>")
+    parts.append("</table><h2>Policies</h2>")
+    if len(result["tasks"]) > 1:
+        parts.append(f"<p class='sub'>Returns pooled over the {len(result['tasks'])} tasks "
+                     "(their scales differ): compare per task in the verdicts above, or with "
+                     "the normalized aggregates.</p>")
+    parts.append("<table><tr><th>policy</th><th>training steps</th>"
+                 "<th>mean [95% CI]</th><th>IQM [95% CI]</th><th>min / max</th>"
+                 "<th>success</th><th>run</th></tr>")
+    for e in result["entries"]:
+        s = e["summary"]
+        folder = Path(e["folder"])
+        href = escape(Path(os.path.relpath(folder, out)).as_posix() + "/report.html")
+        success = "n/a" if s.get("success_rate") is None else \
+            f"{s['success_rate']:.0%} {interval(s['success_ci'])}"
+        report = (f"<a href='{href}'>report</a>" if (folder / "report.html").is_file()
+                  and not e["baseline"] else "")
+        parts.append(f"<tr><td class='text'>{escape(e['label'])}<br><span class='sub'>"
+                     f"{escape(e['policy'])}</span></td><td>{e['steps'] if e['steps'] is not None else '—'}</td>"
+                     f"<td>{_g(s.get('mean'))}<br>{_gi(s.get('mean_ci'))}</td>"
+                     f"<td>{_g(s.get('iqm'))}<br>{_gi(s.get('iqm_ci'))}</td>"
+                     f"<td>{_g(s.get('min'))} / {_g(s.get('max'))}</td><td>{success}</td>"
+                     f"<td>{report}</td></tr>")
+    parts.append("</table>")
+    if result.get("aggregates"):
+        parts.append(f"<h2>Normalized aggregates</h2><p class='sub'>Random = 0, "
+                     f"'{escape(str(result['reference']))}' = 1; stratified bootstrap 95% "
+                     "intervals (episodes resampled within each task).</p><table><tr>"
+                     "<th>policy</th><th>IQM</th><th>mean</th><th>median</th>"
+                     "<th>optimality gap</th></tr>")
+        for label, agg in result["aggregates"].items():
+            cells = "".join(f"<td>{num(agg[k]['value'])}<br>{interval(agg[k]['ci'])}</td>"
+                            for k in ("iqm", "mean", "median", "optimality_gap"))
+            parts.append(f"<tr><td class='text'>{escape(label)}</td>{cells}</tr>")
+        parts.append("</table>")
+    strip = result.get("strip")
+    if strip and strip.get("path"):
+        status = "verified: every part replayed exactly what pass 1 earned" if strip["verified"] \
+            else "NOT verified: " + "; ".join(strip.get("problems") or [])
+        href = escape(Path(os.path.relpath(out / strip["path"], out)).as_posix())
+        parts.append(f"<h2>Across checkpoints</h2><p class='sub'>Seed {strip['seed']}, each "
+                     f"checkpoint's episode in turn ({escape(', '.join(strip['labels']))}); "
+                     f"{escape(status)}.</p><video controls muted loop preload='metadata' "
+                     f"src='{href}'></video>")
+    parts.append("<h2>Pictures</h2><div class='grid'>")
+    for title, caption, svg in _charts(result):
+        parts.append(f"<figure><h3>{escape(title)}</h3>{svg}<figcaption>{escape(caption)}"
+                     "</figcaption></figure>")
+    parts.append("</div></main></body></html>")
+    return "\n".join(parts)
+
+
+def write_comparison(runs: list[LoadedRun], out: str | os.PathLike[str], *,
+                     baseline: LoadedRun | None = None, reference: str | None = None,
+                     strip: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Compute the comparison and write ``out/comparison.json`` and ``out/comparison.html``
+    (the folder is made when missing). Returns what comparison.json holds."""
+    result = comparison(runs, baseline=baseline, reference=reference)
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    for e in result["entries"]:  # folders relative to the comparison: the pair moves together
+        e["folder"] = Path(os.path.relpath(Path(e["folder"]), root)).as_posix()
+    result["strip"] = strip
+    html_result = {**result, "entries": [{**e, "folder": str(root / e["folder"])}
+                                         for e in result["entries"]]}
+    write_json(root / "comparison.json", _json_safe(result))
+    write_text(root / "comparison.html", _html(html_result, root))
+    return result
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """What the command line prints: one line per policy, then one verdict per pair."""
+    lines = []
+    width = max(len(e["label"]) for e in result["entries"])
+    for e in result["entries"]:
+        s = e["summary"]
+        steps = f"{e['steps']:>10,} steps" if e["steps"] is not None else " " * 16
+        success = "" if s.get("success_rate") is None else \
+            f"  success {s['success_rate']:.0%} {interval(s['success_ci'])}"
+        lines.append(f"{e['label']:<{width}} {steps}  mean {num(s.get('mean'))} "
+                     f"{interval(s.get('mean_ci'))}  IQM {num(s.get('iqm'))} "
+                     f"{interval(s.get('iqm_ci'))}{success}")
+    for p in result.get("suite_pairs") or []:
+        poi = p["probability_of_improvement"]
+        lines.append(f"across {poi['tasks']} tasks: P({p['a']} > {p['b']}) = {num(poi['p'])} "
+                     f"{interval(poi['ci'])}")
+    for p in result["pairs"]:
+        task = f"[{p['task']}] " if p["task"] else ""
+        lines.append(f"{task}{p['returns']['sentence']}")
+        if p["success"] is not None:
+            lines.append(f"{task}{p['success']['sentence']}")
+    return lines

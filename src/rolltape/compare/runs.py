@@ -1,0 +1,151 @@
+"""Finished runs, loaded and matched episode by episode for a comparison.
+
+Episodes are matched by ``(suite, task, seed)``: a single-env run's rows have no suite or
+task (both None), a suite run's rows carry both, so the same code pairs either. Runs are
+comparable only when they share the env (or suite), the seeds and the episode counts; the
+first difference found is refused in one sentence.
+
+May import: stats, outputs, files, errors. Never: policies, pass 1, pass 2, executors.
+
+Example (not run: it needs finished runs):
+    >>> runs = load_runs(["runs/ab-old", "runs/ab-new"])
+    >>> check_comparable(runs)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rolltape.errors import UsageError
+from rolltape.outputs.report import load_run
+
+Key = tuple[Any, Any, int]  # (suite, task, seed); suite and task None for one env
+
+__all__ = ["Key", "LoadedRun", "check_comparable", "load_runs", "row_key", "sweep_runs"]
+
+
+def row_key(row: dict[str, Any]) -> Key:
+    """The seed an episode was played on, within its suite and task when it has them."""
+    return (row.get("suite"), row.get("task"), int(row["seed"]))
+
+
+@dataclass
+class LoadedRun:
+    """One run of a comparison: its folder, label, ``results.json`` and rows by key."""
+
+    path: Path
+    label: str
+    results: dict[str, Any]
+    steps: int | None = None  # training steps, for a checkpoint of a sweep
+    baseline: bool = False  # the random baseline of a multi-policy run
+    rows: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    baseline_rows: dict[Key, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], label: str | None = None,
+             steps: int | None = None, baseline: bool = False) -> LoadedRun:
+        root, results, _meta = load_run(path)
+        run = cls(root, label or root.name, results, steps, baseline)
+        run.rows = {row_key(r): r for r in results["episodes_rows"]}
+        run.baseline_rows = {row_key(r): r for r in results.get("baseline_rows") or []}
+        return run
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What must be equal for two runs to be compared: the suite when there is one,
+        else the env id, its kwargs and its time limit."""
+        r = self.results
+        if r.get("suite") is not None:
+            return {"suite": r["suite"]}
+        env = r.get("env") or {}
+        return {"env": r.get("env_id"), "env kwargs": env.get("kwargs") or {},
+                "max_episode_steps": env.get("max_episode_steps")}
+
+    def tasks(self) -> dict[tuple[Any, Any], list[Key]]:
+        """Keys grouped by (suite, task), each group sorted by seed."""
+        grouped: dict[tuple[Any, Any], list[Key]] = defaultdict(list)
+        for key in sorted(self.rows, key=_sortable):
+            grouped[key[:2]].append(key)
+        return dict(grouped)
+
+    def returns(self, keys: list[Key]) -> list[float | None]:
+        return [self.rows[k]["return"] for k in keys]
+
+    def successes(self, keys: list[Key]) -> list[bool | None]:
+        return [self.rows[k].get("success") for k in keys]
+
+
+def _sortable(key: Key) -> tuple[str, str, int]:
+    return (str(key[0] or ""), str(key[1] or ""), key[2])
+
+
+def sweep_runs(folder: Path) -> list[LoadedRun] | None:
+    """The runs of a folder written by a multi-policy eval (its ``sweep.json``), or None."""
+    manifest = folder / "sweep.json"
+    if not manifest.is_file():
+        return None
+    try:
+        entries = json.loads(manifest.read_text())["entries"]
+        return [LoadedRun.load(folder / e["folder"], e["label"], e.get("steps"),
+                               bool(e.get("baseline"))) for e in entries]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"'{folder}/sweep.json' cannot be read; rerun the eval that wrote "
+                         "it, or compare its run folders one by one.") from None
+
+
+def load_runs(paths: list[str | os.PathLike[str]]) -> list[LoadedRun]:
+    """Each path as a run; a folder written by a multi-policy eval gives all of its runs
+    (its random baseline flagged ``baseline``)."""
+    runs: list[LoadedRun] = []
+    for p in paths:
+        swept = sweep_runs(Path(p))
+        runs.extend(swept if swept is not None else [LoadedRun.load(p)])
+    labels: dict[str, int] = {}
+    for run in runs:  # two folders named alike (a/run, b/run) get told apart
+        labels[run.label] = labels.get(run.label, 0) + 1
+        if labels[run.label] > 1:
+            run.label = f"{run.label}-{labels[run.label]}"
+    return runs
+
+
+def _describe(identity: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {json.dumps(v) if not isinstance(v, str) else v}"
+                     for k, v in identity.items())
+
+
+def check_comparable(runs: list[LoadedRun]) -> None:
+    """Refuse, in one sentence naming the difference, runs that cannot be paired: fewer
+    than two, one run given twice, other envs (or suites), other episode counts or other
+    seeds."""
+    if len(runs) < 2:
+        raise UsageError("a comparison needs at least two runs; give two or more run folders.")
+    first = runs[0]
+    seen: dict[Path, LoadedRun] = {}
+    for run in runs:
+        where = run.path.resolve()
+        if where in seen:
+            raise UsageError(f"'{run.path}' is given twice; a run compared with itself shows "
+                             "no difference, so give two different runs.")
+        seen[where] = run
+    for run in runs[1:]:
+        a, b = first.identity, run.identity
+        if a != b:
+            changed = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
+            raise UsageError(f"'{first.path}' and '{run.path}' were run on different envs "
+                             f"({_describe({k: a.get(k) for k in changed})} vs "
+                             f"{_describe({k: b.get(k) for k in changed})}); compare runs of "
+                             "the same env.")
+        if len(run.rows) != len(first.rows):
+            raise UsageError(f"'{first.path}' has {len(first.rows)} episodes and "
+                             f"'{run.path}' {len(run.rows)}; compare runs with the same "
+                             "--episodes and --seed.")
+        if set(run.rows) != set(first.rows):
+            only = sorted(set(first.rows) - set(run.rows), key=_sortable)[0]
+            raise UsageError(f"'{first.path}' and '{run.path}' were played on different seeds "
+                             f"(seed {only[2]} is in the first only); compare runs made with "
+                             "the same --seed.")
