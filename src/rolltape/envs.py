@@ -41,6 +41,11 @@ def env_spec(
     they came from, for provenance and for the hint a render of the tape gives."""
     import gymnasium as gym
 
+    if env_id.startswith("tcp://"):  # an env of `rolltape serve`: the local spec + its server
+        from rolltape.server.address import parse_served, served_fields
+
+        address, local_id = parse_served(env_id)
+        return {**env_spec(local_id, kwargs, max_episode_steps), "served": served_fields(address)}
     source = None
     file = user_env_file(env_id)
     if file is not None:
@@ -306,7 +311,10 @@ class PhysicsLog:
         self.frames = 0
 
     @classmethod
-    def for_env(cls, env: Any) -> PhysicsLog | None:
+    def for_env(cls, env: Any) -> Any:
+        """A log for a MuJoCo env (a served env brings its own: states come in its replies)."""
+        if hasattr(env, "physics_log"):
+            return env.physics_log()
         if mujoco_data(env) is None:
             return None
         limit = getattr(env.spec, "max_episode_steps", None) if env.spec else None
