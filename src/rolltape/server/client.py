@@ -73,8 +73,8 @@ class Connection:
             left = deadline - _now()
             if left <= 0 or not self.socket.poll(int(left * 1000) + 1, zmq.POLLIN):
                 raise ServerGone(f"The env server at {self.address} did not answer {op} within "
-                                 f"{wait:g} s; check that `rolltape serve` runs there (set "
-                                 "ROLLTAPE_SERVER_TIMEOUT to wait longer).", timed_out=True)
+                                 f"{wait:g} s (is `rolltape serve` running there? "
+                                 "ROLLTAPE_SERVER_TIMEOUT waits longer)", timed_out=True)
             try:
                 reply = P.decode(self.socket.recv(zmq.NOBLOCK))
             except zmq.Again:
@@ -117,33 +117,42 @@ def expect_ok(reply: dict[str, Any], address: str, what: str) -> dict[str, Any]:
     raise RuntimeError(f"the env server at {address} answered {what} with an error: {error}")
 
 
-def check_server(spec: dict[str, Any]) -> dict[str, Any]:
-    """Before any work: the server answers, and serves the id, kwargs, time limit and
-    versions this spec describes (the spaces are checked when a worker opens a session)."""
+def describe(spec: dict[str, Any]) -> dict[str, Any]:
+    """The server's describe reply; a clear UsageError when none comes within 10 s."""
     conn = connect(spec)
     address = spec["served"]["address"]
+    wait = min(conn.timeout, 10.0)
     try:
-        try:
-            reply = expect_ok(conn.call("describe", timeout=min(conn.timeout, 10.0)), address,
-                              "describe")
-        except ServerGone as exc:
-            if not exc.timed_out:
-                raise UsageError(exc.strerror) from None
-            raise UsageError(f"No env server answers at {address} (waited "
-                             f"{min(conn.timeout, 10.0):g} s); start one with `rolltape serve "
-                             f"{spec['id']} --bind HOST:PORT` or fix the address.") from None
+        return expect_ok(conn.call("describe", timeout=wait), address, "describe")
+    except ServerGone as exc:
+        if not exc.timed_out:
+            raise UsageError(exc.strerror) from None
+        raise UsageError(f"No env server answers at {address} (waited {wait:g} s); start one "
+                         f"with `rolltape serve {spec['id']} --bind HOST:PORT` or fix the "
+                         "address.") from None
     finally:
         conn.close()
-    served = reply["descriptor"]
+
+
+def served_difference(spec: dict[str, Any], served: dict[str, Any]) -> dict[str, Any] | None:
+    """How a server's descriptor differs from a spec in id, kwargs, time limit or versions
+    (the spaces are compared when a worker opens a session, which builds the env)."""
     mine = {"id": spec["id"], "kwargs": spec.get("kwargs") or {},
             "gymnasium": spec["versions"].get("gymnasium"),
             "mujoco": spec["versions"].get("mujoco")}
     if spec.get("max_episode_steps") is not None:
         mine["max_episode_steps"] = spec["max_episode_steps"]
-    problem = P.first_difference(mine, served)
-    if problem is not None:
-        raise UsageError(f"The env server at {address} serves a different env: {problem}; "
-                         "start it with the same env, kwargs and versions.")
+    return P.first_difference(mine, served)
+
+
+def check_server(spec: dict[str, Any]) -> dict[str, Any]:
+    """Before any work: the server answers and serves the env this spec describes."""
+    reply = describe(spec)
+    diff = served_difference(spec, reply["descriptor"])
+    if diff is not None:
+        raise UsageError(f"The env server at {spec['served']['address']} serves a different "
+                         f"env: {P.difference_sentence(diff)}; start it with the same env, "
+                         "kwargs and versions.")
     return reply
 
 

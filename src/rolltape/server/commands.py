@@ -88,7 +88,8 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         from rolltape.envs import env_spec
         from rolltape.files import write_json
         from rolltape.server.address import parse_server
-        from rolltape.server.client import check_server
+        from rolltape.server.client import describe, served_difference
+        from rolltape.server.protocol import difference_sentence
         from rolltape.server.frames import check_size
 
         if episodes < 1:
@@ -106,7 +107,13 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
             raise UsageError("Give the local env id as ENV and the server as --served "
                              "tcp://HOST:PORT.")
         spec = env_spec(f"{address}/{env}", parse_kwargs(env_kwargs), max_episode_steps)
-        described = check_server(spec)
+        described = describe(spec)
+        diff = served_difference(spec, described["descriptor"])
+        if diff is not None:  # a divergence before any step: named like the others
+            write_json(output, {"env": spec, "server": address, "agree": False,
+                                "first_divergence": {"episode": None, "seed": None,
+                                                     "step": None, **diff}, "rows": []})
+            raise DivergenceError(f"parity: {difference_sentence(diff)}; see {output}.")
         backend = described.get("backend") if described.get("physics") else None
         options = {"policy": policy, "episodes": episodes, "seed": seed,
                    "vecnormalize": str(vecnormalize) if vecnormalize else None, "algo": algo,

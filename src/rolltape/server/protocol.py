@@ -220,13 +220,18 @@ def descriptor_hash(desc: dict[str, Any]) -> str:
 
 
 def first_difference(expected: dict[str, Any], served: dict[str, Any],
-                     fields: tuple[str, ...] = DESCRIPTOR_FIELDS) -> str | None:
-    """One sentence naming the first field where two descriptors differ, or None."""
+                     fields: tuple[str, ...] = DESCRIPTOR_FIELDS) -> dict[str, Any] | None:
+    """The first field where two descriptors differ, as {"field", "local", "served"}."""
     for key in fields:
         if key in expected and expected.get(key) != served.get(key):
-            return (f"the served env differs in {key}: this side expects "
-                    f"{_short(expected.get(key))}, the server has {_short(served.get(key))}")
+            return {"field": key, "local": expected.get(key), "served": served.get(key)}
     return None
+
+
+def difference_sentence(diff: dict[str, Any]) -> str:
+    """'the served env differs in kwargs: this side expects {...}, the server has {...}'."""
+    return (f"the served env differs in {diff['field']}: this side expects "
+            f"{_short(diff['local'])}, the server has {_short(diff['served'])}")
 
 
 def _short(value: Any, limit: int = 160) -> str:

@@ -175,6 +175,7 @@ class EnvServer:
             return
         envelope, payload = frames[:-1], frames[-1]
         if len(frames) > 3 or (len(frames) == 3 and frames[1] != b""):
+            envelope = frames[:1]
             reply: dict[str, Any] = {"status": P.ERROR, "rid": None,
                                      "error": "a request is one msgpack frame"}
         else:
@@ -288,7 +289,8 @@ class EnvServer:
         expected = message.get("expect")
         if not isinstance(expected, dict):
             raise P.ProtocolError("open needs the descriptor the client expects ('expect')")
-        problem = P.first_difference(expected, self.descriptor)
+        diff = P.first_difference(expected, self.descriptor)
+        problem = None if diff is None else P.difference_sentence(diff)
         if problem is None and expected.get("hash") not in (None, self.descriptor["hash"]):
             problem = (f"the served env differs in its descriptor hash: this side expects "
                        f"{expected['hash']}, the server has {self.descriptor['hash']}")
