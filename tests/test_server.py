@@ -272,6 +272,39 @@ def test_token_idle_timeout_and_graceful_stop(tmp_path):
     assert "closed 1 session(s)" in out  # SIGTERM closed the open env
 
 
+def test_a_hung_env_call_is_cut_by_the_request_timeout():
+    """A step that hangs is answered ERROR after --request-timeout, its session is closed,
+    and the server goes on serving."""
+    assets = Path(__file__).resolve().parent / "assets"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolltape.cli", "serve", "toy_envs:FaultToy-v0", "--env-kwargs",
+         "fault='hang'", "--bind", "127.0.0.1:0", "--request-timeout", "1"], cwd=assets,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(  # absolute: the cwd changes
+            os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if ready else ""
+        address = next(w for w in line.split() if w.startswith("tcp://"))
+        conn = Connection(address, timeout=20)
+        opened = conn.call("open", expect=descriptor(address))
+        sid = opened["sid"]
+        gen = conn.call("reset", sid=sid, gen=0, seed=0)["gen"]
+        action = np.zeros(1, np.float32)
+        assert [conn.call("step", sid=sid, gen=gen, action=action)["status"]
+                for _ in range(2)] == [P.OK, P.OK]
+        started = time.monotonic()
+        hung = conn.call("step", sid=sid, gen=gen, action=action)
+        assert hung["status"] == P.ERROR and "more than 1 s" in hung["error"]
+        assert time.monotonic() - started < 10
+        assert conn.call("step", sid=sid, gen=gen, action=action)["status"] == P.STALE
+        assert conn.call("stats")["sessions"] == 0
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
 def test_bind_faults_are_one_sentence(server, tmp_path):
     port = server.address.rpartition(":")[2]
     busy = run_cli("serve", ENV_ID, "--bind", f"127.0.0.1:{port}")

@@ -123,8 +123,10 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         result["frames"]["backend"] = backend
         write_json(output, result)
         if result["agree"]:
-            say(f"parity: {episodes} episode(s) agree bit for bit (steps, rewards, flags, "
-                f"physics{', terminal frames' if options['frames'] else ''}); wrote {output}")
+            compared = ", physics" if described.get("physics") else ""
+            compared += ", terminal frames" if options["frames"] else ""
+            say(f"parity: {episodes} episode(s) agree bit for bit (observations, actions, "
+                f"rewards, flags{compared}); wrote {output}")
             return
         d = result["first_divergence"]
         where = (f"episode {d['episode']} (seed {d['seed']}) step {d['step']}"

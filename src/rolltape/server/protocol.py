@@ -13,6 +13,8 @@ Example:
     >>> msg = decode(encode({"op": "step", "action": np.arange(3, dtype=np.float32)}))
     >>> msg["op"], msg["action"].dtype.str, msg["action"].tolist()
     ('step', '<f4', [0.0, 1.0, 2.0])
+    >>> decode(encode({"a": np.int64(3) * np.ones((), np.int64)}))["a"].shape
+    ()
 """
 
 from __future__ import annotations
@@ -67,9 +69,9 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in ARRAY_KINDS:
             raise TypeError(f"arrays of dtype {obj.dtype} do not travel")
-        arr = np.ascontiguousarray(obj)
+        # tobytes() is C order for any layout; ascontiguousarray would make a 0-d array 1-d.
         return msgpack.ExtType(ARRAY_EXT, msgpack.packb(
-            [arr.dtype.str, list(arr.shape), arr.tobytes()], use_bin_type=True))
+            [obj.dtype.str, list(obj.shape), obj.tobytes()], use_bin_type=True))
     if isinstance(obj, np.bool_):
         return bool(obj)
     if isinstance(obj, np.integer):

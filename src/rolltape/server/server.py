@@ -329,7 +329,9 @@ class EnvServer:
         action = _action(message.get("action"), session.env.action_space)
         obs, reward, term, trunc, info = self._timed(message["sid"],
                                                      lambda: session.env.step(action))
-        return {"status": P.OK, "obs": _obs(obs), "reward": float(reward),
+        # None stays None, as the local tape turns it into NaN the same way.
+        return {"status": P.OK, "obs": _obs(obs),
+                "reward": None if reward is None else float(reward),
                 "terminated": bool(term), "truncated": bool(trunc), "info": _info(info),
                 "physics": self._physics(session)}
 
