@@ -81,6 +81,9 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         camera: Optional[str] = typer.Option(None, help="Model camera of the terminal frame "
                                              "(default: the env's own view)."),
         frames: bool = typer.Option(True, help="Compare the rendered terminal frames."),
+        tapes: Optional[List[Path]] = typer.Option(
+            None, "--tape", help="Replay this tape's actions from its seed (repeatable), "
+                                 "instead of --policy on --episodes seeds."),
         output: Path = typer.Option(Path("parity.json"), "--out", "-o",
                                     help="Where to write parity.json."),
     ) -> None:
@@ -92,6 +95,13 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         from rolltape.server.protocol import difference_sentence
         from rolltape.server.frames import check_size
 
+        for tape in tapes or []:
+            if not tape.is_file():
+                raise UsageError(f"--tape '{tape}' does not exist; give a tape file (.npz).")
+        if tapes and policy != "random":
+            raise UsageError("--tape replays tapes' actions; drop --policy, or drop --tape.")
+        if tapes:
+            episodes = len(tapes)
         if episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {episodes}.")
         if seed < 0:
@@ -118,7 +128,8 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         options = {"policy": policy, "episodes": episodes, "seed": seed,
                    "vecnormalize": str(vecnormalize) if vecnormalize else None, "algo": algo,
                    "width": width, "height": height, "camera": camera,
-                   "frames": frames and backend is not None}
+                   "frames": frames and backend is not None,
+                   "tapes": [str(t) for t in tapes] if tapes else None}
         result = _run_worker(spec, options, backend, say)
         result["frames"]["backend"] = backend
         write_json(output, result)

@@ -81,9 +81,10 @@ def compare_episode(local: dict[str, Any], served: dict[str, Any]) -> dict[str, 
 def run_parity(spec: dict[str, Any], policy_source: str, episodes: int, seed: int, *,
                vecnormalize: str | None = None, algo: str | None = None,
                deterministic: bool = True, width: int = 480, height: int = 480,
-               camera: str | None = None, frames: bool = True,
+               camera: str | None = None, frames: bool = True, tapes: list[str] | None = None,
                on_episode: Any = None) -> dict[str, Any]:
-    """Play ``episodes`` episodes (seed + i) locally and served; the parity.json content."""
+    """Play ``episodes`` episodes (seed + i) locally and served, or with ``tapes`` each
+    tape's actions from its own seed and options; return the parity.json content."""
     here = local_spec(spec)
     sessions_before = open_sessions(spec)
     local_env = make_env(here)
@@ -92,13 +93,12 @@ def run_parity(spec: dict[str, Any], policy_source: str, episodes: int, seed: in
     rows: list[dict[str, Any]] = []
     first = None
     try:
-        policy = load_policy(policy_source, local_env, vecnormalize=vecnormalize, algo=algo,
-                             deterministic=deterministic)
+        plan = _plan(policy_source, episodes, seed, tapes, local_env, vecnormalize, algo,
+                     deterministic)
         served_env = RemoteEnv.connect(spec)
-        for i in range(episodes):
-            ep_seed = seed + i
-            mine = record_episode(local_env, policy, ep_seed)
-            theirs = record_episode(served_env, policy, ep_seed)
+        for i, (ep_seed, options, policy) in enumerate(plan):
+            mine = record_episode(local_env, policy, ep_seed, options)
+            theirs = record_episode(served_env, policy, ep_seed, options)
             diff = compare_episode(mine, theirs)
             if diff is None and drawer is not None and mine["physics"] is not None:
                 frame_l = drawer.draw(mine["physics"][-1], width, height, camera)
@@ -109,7 +109,8 @@ def run_parity(spec: dict[str, Any], policy_source: str, episodes: int, seed: in
                     diff = {"step": len(mine["rewards"]), "field": "terminal_frame",
                             "local": f"{list(frame_l.shape)} uint8",
                             "served": f"{list(frame_s.shape)} uint8, {changed} pixel(s) differ"}
-            row = {"episode": i, "seed": ep_seed, "length": len(mine["rewards"]),
+            row = {"episode": i, "seed": ep_seed, "tape": tapes[i] if tapes else None,
+                   "length": len(mine["rewards"]),
                    "served_length": len(theirs["rewards"]),
                    "return": float(np.sum(mine["rewards"])),
                    "success": mine["success"], "agree": diff is None}
@@ -130,12 +131,33 @@ def run_parity(spec: dict[str, Any], policy_source: str, episodes: int, seed: in
     if first is None and sessions_after != sessions_before:
         first = {"episode": None, "seed": None, "step": None, "field": "open_sessions",
                  "local": sessions_before, "served": sessions_after}
-    return {"env": here, "server": spec["served"]["address"], "policy": policy_source,
-            "episodes": episodes, "seed": seed, "agree": first is None,
+    return {"env": here, "server": spec["served"]["address"],
+            "policy": "tapes" if tapes else policy_source, "episodes": len(rows), "seed": seed, "agree": first is None,
             "first_divergence": first, "frames": {"compared": frames, "width": width,
                                                   "height": height, "camera": camera},
             "open_sessions": {"before": sessions_before, "after": sessions_after},
             "rows": rows}
+
+
+def _plan(source: str, episodes: int, seed: int, tapes: list[str] | None, env: Any,
+          vecnormalize: str | None, algo: str | None, deterministic: bool
+          ) -> list[tuple[int | None, Any, Any]]:
+    """(seed, reset options, policy) per episode: the policy on seed + i, or each tape's
+    actions on its own seed and options."""
+    if tapes:
+        from rolltape.tape import Tape
+
+        plan = []
+        for path in tapes:
+            tape = Tape.load(path)
+            if tape.env_id != env.spec.id:
+                raise UsageError(f"Tape '{path}' was recorded on {tape.env_id}, not on "
+                                 f"{env.spec.id}; give tapes of the env you compare.")
+            plan.append((tape.seed, tape.options, load_policy(f"tape:{path}", env)))
+        return plan
+    policy = load_policy(source, env, vecnormalize=vecnormalize, algo=algo,
+                         deterministic=deterministic)
+    return [(seed + i, None, policy) for i in range(episodes)]
 
 
 def parity_worker(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
