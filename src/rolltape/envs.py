@@ -38,7 +38,9 @@ def env_spec(
     Besides registered ids, ``module:EnvId`` (the module registers the env; a module in
     the current folder counts) and ``path/file.py:ATTR`` (a class or factory in that file,
     executed in the pass-1 worker) name the user's own envs; their spec records the file
-    they came from, for provenance and for the hint a render of the tape gives."""
+    they came from, for provenance and for the hint a render of the tape gives.
+    ``tcp://HOST:PORT/ENV_ID`` is ENV_ID served by ``rolltape serve``: the local spec plus
+    ``served`` (address, token file, reply timeout); pass 1 steps it there."""
     import gymnasium as gym
 
     if env_id.startswith("tcp://"):  # an env of `rolltape serve`: the local spec + its server

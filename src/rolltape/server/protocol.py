@@ -13,7 +13,7 @@ Example:
     >>> msg = decode(encode({"op": "step", "action": np.arange(3, dtype=np.float32)}))
     >>> msg["op"], msg["action"].dtype.str, msg["action"].tolist()
     ('step', '<f4', [0.0, 1.0, 2.0])
-    >>> decode(encode({"a": np.int64(3) * np.ones((), np.int64)}))["a"].shape
+    >>> decode(encode({"a": np.array(3)}))["a"].shape
     ()
 """
 

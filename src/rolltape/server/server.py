@@ -20,6 +20,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -250,7 +251,7 @@ class EnvServer:
 
     def _timed(self, sid: str, call: Callable[[], Any]) -> Any:
         """Run an env call under --request-timeout (a hung env frees its session)."""
-        if threading_main():
+        if threading.current_thread() is threading.main_thread():  # SIGALRM works there
             def alarm(signum: int, frame: Any) -> None:
                 raise _Timeout
 
@@ -364,12 +365,6 @@ class EnvServer:
 
     def _op_stats(self, message: dict[str, Any]) -> dict[str, Any]:
         return {"status": P.OK, "sessions": len(self.sessions)}
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _obs(obs: Any) -> Any:
