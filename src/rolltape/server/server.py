@@ -183,7 +183,7 @@ class EnvServer:
             reply = self.handle(payload)
         try:
             data = P.encode(reply)
-        except (TypeError, ValueError) as exc:  # an env returned something unsendable
+        except (TypeError, ValueError, OverflowError) as exc:  # an env sent something odd
             data = P.encode({"status": P.ERROR, "rid": reply.get("rid"),
                              "error": f"the reply could not be encoded ({exc})"})
         self.socket.send_multipart([*envelope, data])
