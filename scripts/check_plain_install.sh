@@ -39,6 +39,9 @@ expect 2 1 "$rt" eval CartPole-v1 --bogus
 expect 2 1 "$rt" eval CartPole-v1 --episodes 0
 expect 2 1 "$rt" eval NoSuchEnv-v0
 expect 2 1 "$rt" render "$tmp/missing.npz"
+# The env server is an extra (rolltape[server]): without it, one sentence saying so.
+expect 2 1 "$rt" serve CartPole-v1
+expect 2 1 "$rt" eval tcp://127.0.0.1:7450/CartPole-v1 --episodes 1 --out "$tmp/served"
 expect 0 9 "$rt" eval CartPole-v1 --episodes 2 --video 1 --format gif --out "$tmp/run" --quiet
 expect 0 0 "$rt" verify "$tmp"/run/tapes/policy-0000.npz --quiet
 expect 0 9 "$rt" render "$tmp"/run/tapes/policy-0001.npz --out "$tmp/one.gif" --quiet

@@ -12,7 +12,7 @@ import pytest
 CHEAP = ["rolltape.errors", "rolltape.stats", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
          "rolltape.outputs.plots", "rolltape.progress", "rolltape.executors.fallback",
          "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter",
-         "rolltape.compare.checkpoints"]
+         "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.server.address"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

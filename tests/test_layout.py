@@ -118,6 +118,18 @@ def test_render_side_never_imports_policy_side_and_the_reverse():
 
 
 
+def test_the_env_server_never_reaches_policy_code():
+    """The server steps envs for any client; it imports no policy, pass 1 or torch. Only
+    parity (a policy-side tool run in its own worker) and the CLI verbs do."""
+    for module in ("rolltape.server.server", "rolltape.server.client",
+                   "rolltape.server.protocol"):
+        reached = closure(module)
+        assert not any(m == f or m.startswith(f + ".") for m in reached
+                       for f in ("rolltape.policies", "rolltape.pass1", "torch",
+                                 "stable_baselines3", "rolltape.executors")), module
+    assert "rolltape.envs" in closure("rolltape.server.server")  # really followed
+
+
 def test_bench_is_reached_only_through_the_cli_verb():
     """The benchmarks may import anything of rolltape; only `rolltape bench` imports them,
     and each benchmark module shares rolltape.bench.common, never a sibling's code."""

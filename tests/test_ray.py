@@ -205,3 +205,24 @@ def test_pass1_work_is_cut_into_small_tasks_covering_every_episode():
     assert sorted(episodes) == sorted((j.episodes[0].role, i) for j in jobs for i in range(50))
     assert all(len(job.episodes) <= 4 for task in tasks for job in task)
     assert len(tasks) >= 25  # enough tasks for progress, few enough to amortise a policy load
+
+
+def test_ray_workers_step_a_served_env(ray_session, tmp_path):
+    """Ray's pass-1 workers open sessions on a loopback `rolltape serve`; the tapes equal a
+    local run's bit for bit."""
+    pytest.importorskip("zmq")
+    from test_server import Server
+
+    server = Server()  # the env with --max-episode-steps 30, as RUN asks
+    try:
+        run = dict(episodes=2, seed=11, max_episode_steps=30)
+        served = evaluate(f"{server.address}/{ENV_ID}", "random", out=tmp_path / "served",
+                          executor="ray", workers=2, report=False, **run)
+    finally:
+        server.stop()
+    local = evaluate(ENV_ID, "random", out=tmp_path / "local", report=False, **run)
+    assert served.metadata["env"]["served"]["address"] == server.address
+    for row in local.results["episodes_rows"]:
+        a, b = np.load(local.path / row["tape"]), np.load(served.path / row["tape"])
+        for name in ("actions", "rewards", "obs_digest", "physics"):
+            assert a[name].tobytes() == b[name].tobytes(), name

@@ -25,6 +25,7 @@ from rich.table import Table
 from rolltape.pass2.backends import DEFAULT_ORDER
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.outputs.summary import improvement_line, summary_rows, summary_title
+from rolltape.server import commands as _server_commands
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -567,6 +568,11 @@ def view(
     finally:
         server.shutdown()
         server.server_close()
+
+
+# `serve` and `parity` live with the env server (rolltape.server.commands).
+_server_commands.register(app, parse_kwargs,
+                          lambda line: out.print(line, highlight=False, markup=False))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,9 +38,16 @@ def env_spec(
     Besides registered ids, ``module:EnvId`` (the module registers the env; a module in
     the current folder counts) and ``path/file.py:ATTR`` (a class or factory in that file,
     executed in the pass-1 worker) name the user's own envs; their spec records the file
-    they came from, for provenance and for the hint a render of the tape gives."""
+    they came from, for provenance and for the hint a render of the tape gives.
+    ``tcp://HOST:PORT/ENV_ID`` is ENV_ID served by ``rolltape serve``: the local spec plus
+    ``served`` (address, token file, reply timeout); pass 1 steps it there."""
     import gymnasium as gym
 
+    if env_id.startswith("tcp://"):  # an env of `rolltape serve`: the local spec + its server
+        from rolltape.server.address import parse_served, served_fields
+
+        address, local_id = parse_served(env_id)
+        return {**env_spec(local_id, kwargs, max_episode_steps), "served": served_fields(address)}
     source = None
     file = user_env_file(env_id)
     if file is not None:
@@ -311,7 +318,10 @@ class PhysicsLog:
         self.frames = 0
 
     @classmethod
-    def for_env(cls, env: Any) -> PhysicsLog | None:
+    def for_env(cls, env: Any) -> Any:
+        """A log for a MuJoCo env (a served env brings its own: states come in its replies)."""
+        if hasattr(env, "physics_log"):
+            return env.physics_log()
         if mujoco_data(env) is None:
             return None
         limit = getattr(env.spec, "max_episode_steps", None) if env.spec else None

@@ -294,6 +294,10 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     if config.workers > config.episodes:
         config = replace(config, workers=config.episodes)
     spec = env_spec(env, config.env_kwargs, config.max_episode_steps)
+    if spec.get("served"):  # tcp://HOST:PORT/ENV: pass 1 steps there, pass 2 draws here
+        from rolltape.server.client import check_served_run
+
+        config = check_served_run(spec, config)
     check_drawing(spec, config)
     if config.executor == "ray":
         from rolltape.executors.ray import check_ray

@@ -12,7 +12,8 @@ chart). The benchmarks live in one module per family, all sharing
 :mod:`rolltape.bench.common` (sizes, the run's context, child processes, worker tracking):
 :mod:`~rolltape.bench.pass1`, :mod:`~rolltape.bench.pass2`, :mod:`~rolltape.bench.scale`
 (more workers, Ray), :mod:`~rolltape.bench.artifacts` (gif, report) and
-:mod:`~rolltape.bench.versus` (SB3, the seed-000 way).
+:mod:`~rolltape.bench.versus` (SB3, the seed-000 way) and :mod:`~rolltape.bench.served`
+(``rolltape serve``).
 
 Benchmarks, in the order they run and are reported (module in brackets):
 
@@ -42,6 +43,12 @@ Benchmarks, in the order they run and are reported (module in brackets):
   (informational in ``--quick``).
 - ``end_to_end`` [versus]: :func:`rolltape.evaluate` with its defaults vs "the seed-000
   way" (informational).
+- ``served_step_overhead`` [served]: a step on a loopback ``rolltape serve`` minus a local
+  step, HalfCheetah-v5, same actions (target: median <= 100 us; the local step beside it).
+- ``served_eval_pass1`` [served]: pass 1 of :func:`rolltape.evaluate` on
+  ``tcp://.../HalfCheetah-v5`` vs locally, PPO MLP (target: <= 1.5x; tapes bitwise equal).
+- ``served_concurrent_clients`` [served]: 4 clients on one server at once vs each alone
+  (target: 0 episodes differ).
 
 The policy is an untrained SB3 PPO ``MlpPolicy`` (64x64) with fresh VecNormalize statistics,
 made in a temporary folder: its inference cost is the same as a trained one's.
@@ -73,6 +80,8 @@ from rolltape.bench.artifacts import bench_gif_vs_mp4, bench_report_build
 from rolltape.bench.common import ENV_ID, FULL, POLICY_NOTE, QUICK, SEED, Config, Context
 from rolltape.bench.pass1 import bench_pass1_overhead, bench_pass1_video_requested
 from rolltape.bench.pass2 import bench_pass2_throughput, bench_render_quality, bench_render_rss
+from rolltape.bench.served import (bench_served_concurrent_clients, bench_served_eval_pass1,
+                                   bench_served_step_overhead)
 from rolltape.bench.scale import (bench_pass1_workers, bench_pass2_segments,
                                   bench_pass2_workers, bench_ray_vs_local)
 from rolltape.bench.versus import bench_end_to_end, bench_pass1_vs_sb3_evaluate_policy
@@ -95,6 +104,9 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "report_build": bench_report_build,
     "pass1_vs_sb3_evaluate_policy": bench_pass1_vs_sb3_evaluate_policy,
     "end_to_end": bench_end_to_end,
+    "served_step_overhead": bench_served_step_overhead,
+    "served_eval_pass1": bench_served_eval_pass1,
+    "served_concurrent_clients": bench_served_concurrent_clients,
 }
 
 

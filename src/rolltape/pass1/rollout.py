@@ -204,10 +204,21 @@ def refuse_if_it_cannot_draw(job: PolicyJob, env: Any) -> None:
                          "cannot make a video; drop --video or choose an env that can.")
 
 
+def open_env(spec: dict[str, Any]) -> Any:
+    """The env a spec names: built here, or a session on the server of a served spec."""
+    if spec.get("served"):
+        from rolltape.server.client import RemoteEnv
+
+        return RemoteEnv.connect(spec)
+    return make_env(spec)
+
+
 def save_episode(job: PolicyJob, ep: EpisodeJob, policy: dict[str, Any],
                  fields: dict[str, Any], send: Any) -> None:
-    """Save one episode's tape and report its row."""
-    tape = Tape(env=job.env, policy=policy,
+    """Save one episode's tape and report its row. A served env's tape stores the local
+    spec, so it renders and verifies here like any other."""
+    env = {k: v for k, v in job.env.items() if k != "served"}
+    tape = Tape(env=env, policy=policy,
                 meta={"role": ep.role, "index": ep.index, **job.extra_meta}, **fields)
     tape.save(ep.tape_path)
     send(("episode", episode_row(tape, ep)))
@@ -215,7 +226,7 @@ def save_episode(job: PolicyJob, ep: EpisodeJob, policy: dict[str, Any],
 
 def run_policy_job(job: PolicyJob, send: Any) -> None:
     """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
-    env = make_env(job.env)
+    env = open_env(job.env)
     try:
         refuse_if_it_cannot_draw(job, env)
         policy = load_policy(job.policy, env, vecnormalize=job.vecnormalize, algo=job.algo,
@@ -231,7 +242,7 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
                 send(("episode_failed", {"role": ep.role, "index": ep.index, "seed": ep.seed,
                                          "error": last_line(exc)}))
                 env.close()
-                env = make_env(job.env)  # the failed env may be half-way through a step
+                env = open_env(job.env)  # the failed env may be half-way through a step
                 continue
             save_episode(job, ep, policy.description, fields, send)
     finally:

@@ -1,0 +1,187 @@
+"""Served envs (``rolltape serve``) against local ones, on one loopback server started here:
+the protocol's cost per step (``served_step_overhead``), pass 1 of an evaluation
+(``served_eval_pass1``), and 4 clients at once getting what each gets alone
+(``served_concurrent_clients``).
+
+May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from rolltape.bench.common import ENV_ID, POLICY_NOTE, SEED, Context, _median, _result, child_env
+
+
+@contextlib.contextmanager
+def loopback_server(cwd: Path, max_steps: int, sessions: int = 8) -> Iterator[str]:
+    """A ``rolltape serve`` process on a free loopback port; yields its address."""
+    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "serve", ENV_ID,
+                             "--max-episode-steps", str(max_steps), "--bind", "127.0.0.1:0",
+                             "--max-sessions", str(sessions)], cwd=cwd, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        line = proc.stdout.readline() if ready else ""
+        if not line.startswith("serving"):
+            raise RuntimeError(f"the bench server did not start: {line.strip() or 'no output'}")
+        yield next(w for w in line.split() if w.startswith("tcp://"))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _step_times(env: Any, actions: Any, seed: int) -> list[float]:
+    """Seconds of each ``env.step`` of one episode stepped with ``actions`` (no policy)."""
+    env.reset(seed=seed)
+    times = []
+    for action in actions:
+        t0 = time.perf_counter()
+        _, _, term, trunc, _ = env.step(action)
+        times.append(time.perf_counter() - t0)
+        if term or trunc:
+            break
+    return times
+
+
+def bench_served_step_overhead(ctx: Context) -> dict[str, Any]:
+    """Per-step time of a served HalfCheetah-v5 step minus a local one (same actions),
+    interleaved local/served episodes; target: median overhead <= 100 microseconds."""
+    import numpy as np
+
+    from rolltape.envs import env_spec, make_env
+    from rolltape.server.client import RemoteEnv
+
+    quick = ctx.config.quick
+    steps, reps = (200, 2) if quick else (1000, 5)
+    rng = np.random.default_rng(SEED)
+    actions = rng.uniform(-1, 1, size=(steps, 6))
+    local_times: list[float] = []
+    served_times: list[float] = []
+    with loopback_server(ctx.dir("served-overhead"), steps) as address:
+        local = make_env(env_spec(ENV_ID, max_episode_steps=steps))
+        remote = RemoteEnv.connect(env_spec(f"{address}/{ENV_ID}", max_episode_steps=steps))
+        try:
+            for rep in range(reps):
+                order = ((local, local_times), (remote, served_times))
+                for env, sink in (order if rep % 2 == 0 else order[::-1]):
+                    sink.extend(_step_times(env, actions, SEED + rep))
+        finally:
+            remote.close()
+            local.close()
+    local_s, served_s = _median(local_times), _median(served_times)
+    overhead_us = (served_s - local_s) * 1e6
+    return _result(
+        title="protocol overhead per served step (loopback)", ratio=served_s / local_s,
+        ratio_of="served step / local step", value=overhead_us, unit="us", target=100.0,
+        op="<=", gating=not quick, baseline=f"local {ENV_ID} env.step",
+        measured="RemoteEnv.step on a loopback `rolltape serve` (physics state included)",
+        raw={"steps": steps, "reps": reps, "local_step_us": local_s * 1e6,
+             "served_step_us": served_s * 1e6, "overhead_us": overhead_us},
+        notes=[f"local step median {local_s * 1e6:.1f} us, served {served_s * 1e6:.1f} us"])
+
+
+def _tape_bytes(path: Path) -> dict[str, bytes]:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        return {n: data[n].tobytes() for n in data.files if n != "header"}
+
+
+def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
+    """Pass 1 of ``evaluate`` on a served env vs a local one (PPO MLP, same episodes,
+    interleaved); the tapes must be bitwise identical. Target: served / local <= 1.5."""
+    from rolltape.evaluate import evaluate
+
+    quick = ctx.config.quick
+    episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)
+    ckpt, vecnorm = ctx.checkpoint()
+    times: dict[str, list[float]] = {"local": [], "served": []}
+    tapes: dict[str, list[Path]] = {}
+    with loopback_server(ctx.dir("served-eval"), steps) as address:
+        envs = {"local": ENV_ID, "served": f"{address}/{ENV_ID}"}
+        for rep in range(reps):
+            for name in (list(envs) if rep % 2 == 0 else list(envs)[::-1]):
+                run = evaluate(envs[name], f"sb3:{ckpt}", vecnormalize=vecnorm,
+                               episodes=episodes, seed=SEED, max_episode_steps=steps,
+                               out=ctx.dir(f"served-eval-{name}"), overwrite=True,
+                               report=False)
+                times[name].append(run.metadata["timings"]["pass1_s"])
+                tapes.setdefault(name, [run.path / r["tape"]
+                                        for r in run.results["episodes_rows"]])
+    differing = [a.name for a, b in zip(tapes["local"], tapes["served"])
+                 if _tape_bytes(a) != _tape_bytes(b)]
+    if differing or len(tapes["local"]) != len(tapes["served"]):
+        raise AssertionError(f"served tapes differ from local ones: {differing}")
+    local_s, served_s = _median(times["local"]), _median(times["served"])
+    return _result(
+        title="served eval pass 1 vs local", ratio=served_s / local_s,
+        ratio_of="served pass1_s / local pass1_s", target=1.5, op="<=", gating=not quick,
+        baseline="evaluate() on the local env", measured="evaluate() on tcp://.../ENV",
+        raw={"episodes": episodes, "steps": steps, "reps": reps, "pass1_s": times,
+             "tapes_identical": True},
+        notes=[POLICY_NOTE])
+
+
+def bench_served_concurrent_clients(ctx: Context) -> dict[str, Any]:
+    """4 clients stepping one server at once (threads, one session each, their own seeds)
+    vs each alone: every episode must be bitwise what it is alone. Judged: the number of
+    differing episodes (target 0); the ratio is concurrent wall time / alone wall time."""
+    import numpy as np
+
+    from rolltape.envs import env_spec
+    from rolltape.pass1.rollout import record_episode
+    from rolltape.policies import load_policy
+    from rolltape.server.client import RemoteEnv
+
+    quick = ctx.config.quick
+    clients, episodes, steps = 4, (2 if quick else 5), (50 if quick else 1000)
+
+    def play(spec: dict[str, Any], client: int, out: dict[int, list[dict[str, Any]]]) -> None:
+        env = RemoteEnv.connect(spec)
+        try:
+            policy = load_policy("random", env)
+            out[client] = [record_episode(env, policy, SEED + 100 * client + i)
+                           for i in range(episodes)]
+        finally:
+            env.close()
+
+    alone: dict[int, list[dict[str, Any]]] = {}
+    together: dict[int, list[dict[str, Any]]] = {}
+    with loopback_server(ctx.dir("served-clients"), steps, sessions=clients) as address:
+        spec = env_spec(f"{address}/{ENV_ID}", max_episode_steps=steps)
+        started = time.perf_counter()
+        for c in range(clients):
+            play(spec, c, alone)
+        alone_s = time.perf_counter() - started
+        started = time.perf_counter()
+        threads = [threading.Thread(target=play, args=(spec, c, together))
+                   for c in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=3600)
+        together_s = time.perf_counter() - started
+    keys = ("actions", "rewards", "terminated", "truncated", "obs_digest", "physics")
+    differing = sum(
+        1 for c in range(clients) for a, b in zip(alone[c], together.get(c, []))
+        if any(np.asarray(a[k]).tobytes() != np.asarray(b[k]).tobytes() for k in keys))
+    differing += sum(episodes - len(together.get(c, [])) for c in range(clients))
+    return _result(
+        title="4 concurrent clients identical to alone", ratio=together_s / alone_s,
+        ratio_of="wall time 4 at once / one after another", value=float(differing),
+        unit="episodes", target=0.0, op="<=", baseline="each client alone",
+        measured=f"{clients} clients at once on one server",
+        raw={"clients": clients, "episodes": episodes, "steps": steps, "alone_s": alone_s,
+             "together_s": together_s, "differing_episodes": differing})

@@ -1,0 +1,269 @@
+"""The client side of ``rolltape serve``: :class:`RemoteEnv`, an env that steps on a server.
+
+A pass-1 worker builds a ``RemoteEnv`` where it would build a local env (its spec names a
+server). It has the local env's spaces, spec and metadata, and its descriptor is what the
+server must match (else INCOMPATIBLE, before any step). ``reset``/``step`` travel over the
+wire; each reply carries the MuJoCo physics state, so the tape records it as a local run
+does. A request is sent once: no reply within the timeout means the server is gone
+(:class:`ServerGone`, an OSError, so a run stops keeping what finished), never a resend.
+
+May import: envs, server.protocol, server.address, errors. Never: policies, pass 2,
+executors.
+
+Example (not run: it needs a server):
+    >>> env = RemoteEnv.connect(env_spec("tcp://127.0.0.1:7450/HalfCheetah-v5"))
+    >>> obs, info = env.reset(seed=0)
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+import numpy as np
+
+from rolltape.envs import make_env, split_physics
+from rolltape.errors import UsageError
+from rolltape.server import protocol as P
+from rolltape.server.address import DEFAULT_TIMEOUT, TOKEN_FILE_VARIABLE, read_token
+
+
+class ServerGone(ConnectionError):
+    """The server did not answer in time, or no longer knows the session (it restarted)."""
+
+    def __init__(self, message: str, timed_out: bool = False) -> None:
+        super().__init__(errno.ETIMEDOUT if timed_out else errno.ECONNABORTED, message)
+        self.timed_out = timed_out
+
+
+def local_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec a tape of a served env stores: the local env's, so it replays locally."""
+    return {k: v for k, v in spec.items() if k != "served"}
+
+
+class Connection:
+    """One DEALER socket to a server; :meth:`call` sends a request once and waits for the
+    reply with its request id."""
+
+    def __init__(self, address: str, token: str | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        try:
+            import zmq
+        except ImportError:
+            raise P.missing_extra() from None
+        self.address, self.token, self.timeout = address, token, timeout
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+        self.rid = 0
+
+    def call(self, op: str, *, sid: str | None = None, gen: int = 0,
+             timeout: float | None = None, **args: Any) -> dict[str, Any]:
+        """Send one request and return its reply (any status); ServerGone if none comes."""
+        import zmq
+
+        self.rid += 1
+        rid = self.rid
+        self.socket.send(P.encode(P.request(op, sid=sid, gen=gen, rid=rid, token=self.token,
+                                            **args)))
+        wait = self.timeout if timeout is None else timeout
+        deadline = _now() + wait
+        while True:  # bounded by the deadline; replies to timed-out requests are skipped
+            left = deadline - _now()
+            if left <= 0 or not self.socket.poll(int(left * 1000) + 1, zmq.POLLIN):
+                raise ServerGone(f"The env server at {self.address} did not answer {op} within "
+                                 f"{wait:g} s (is `rolltape serve` running there? "
+                                 "ROLLTAPE_SERVER_TIMEOUT waits longer)", timed_out=True)
+            try:
+                reply = P.decode(self.socket.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                continue
+            except P.ProtocolError as exc:
+                raise ServerGone(f"The env server at {self.address} sent a reply that is not "
+                                 f"msgpack ({exc}); is that address a rolltape server?") from None
+            if reply.get("rid") == rid or reply.get("rid") is None:
+                return reply
+
+    def close(self) -> None:
+        self.socket.close(0)
+        self.context.term()
+
+
+def connect(spec: dict[str, Any]) -> Connection:
+    """A connection to the server a served spec names (token from its token file)."""
+    served = spec["served"]
+    token_file = served.get("token_file")
+    token = read_token(token_file, TOKEN_FILE_VARIABLE) if token_file else None
+    return Connection(served["address"], token, float(served.get("timeout") or DEFAULT_TIMEOUT))
+
+
+def expect_ok(reply: dict[str, Any], address: str, what: str) -> dict[str, Any]:
+    """The reply when its status is OK; else the one sentence its status calls for."""
+    status, error = reply.get("status"), reply.get("error", "")
+    if status == P.OK:
+        return reply
+    if status == P.INCOMPATIBLE:
+        raise UsageError(f"The env server at {address} serves a different env: "
+                         f"{error}; start it with the same env, kwargs and versions.")
+    if status == P.BUSY:
+        raise UsageError(f"The env server at {address} is busy ({error}); use fewer --workers "
+                         "or start it with a larger --max-sessions.")
+    if status == P.UNAUTHORIZED:
+        raise UsageError(f"The env server at {address} refused the request: {error}.")
+    if status == P.STALE:
+        raise ServerGone(f"The env server at {address} answered {what} STALE ({error}); the "
+                         "episode cannot go on there.")
+    raise RuntimeError(f"the env server at {address} answered {what} with an error: {error}")
+
+
+def describe(spec: dict[str, Any]) -> dict[str, Any]:
+    """The server's describe reply; a clear UsageError when none comes within 10 s."""
+    conn = connect(spec)
+    address = spec["served"]["address"]
+    wait = min(conn.timeout, 10.0)
+    try:
+        return expect_ok(conn.call("describe", timeout=wait), address, "describe")
+    except ServerGone as exc:
+        if not exc.timed_out:
+            raise UsageError(exc.strerror) from None
+        raise UsageError(f"No env server answers at {address} (waited {wait:g} s); start one "
+                         f"with `rolltape serve {spec['id']} --bind HOST:PORT` or fix the "
+                         "address.") from None
+    finally:
+        conn.close()
+
+
+def served_difference(spec: dict[str, Any], served: dict[str, Any]) -> dict[str, Any] | None:
+    """How a server's descriptor differs from a spec in id, kwargs, time limit or versions
+    (the spaces are compared when a worker opens a session, which builds the env)."""
+    mine = {"id": spec["id"], "kwargs": spec.get("kwargs") or {},
+            "gymnasium": spec["versions"].get("gymnasium"),
+            "mujoco": spec["versions"].get("mujoco")}
+    if spec.get("max_episode_steps") is not None:
+        mine["max_episode_steps"] = spec["max_episode_steps"]
+    return P.first_difference(mine, served)
+
+
+def check_server(spec: dict[str, Any]) -> dict[str, Any]:
+    """Before any work: the server answers and serves the env this spec describes."""
+    reply = describe(spec)
+    diff = served_difference(spec, reply["descriptor"])
+    if diff is not None:
+        raise UsageError(f"The env server at {spec['served']['address']} serves a different "
+                         f"env: {P.difference_sentence(diff)}; start it with the same env, "
+                         "kwargs and versions.")
+    return reply
+
+
+class RemotePhysicsLog:
+    """The :class:`rolltape.envs.PhysicsLog` of a served env: rows come in the replies."""
+
+    def __init__(self, env: RemoteEnv) -> None:
+        self.env = env
+        self.rows: list[np.ndarray] = []
+
+    def record(self) -> None:
+        self.rows.append(self.env.last_physics)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        nq, nv = self.env.physics_dims
+        return split_physics(np.stack(self.rows), nq, nv)
+
+
+class RemoteEnv:
+    """A Gymnasium-like env whose steps run on a ``rolltape serve`` session."""
+
+    def __init__(self, spec: dict[str, Any], local: Any) -> None:
+        self.spec_dict = local_spec(spec)
+        self.address = spec["served"]["address"]
+        self.observation_space = local.observation_space
+        self.action_space = local.action_space
+        self.metadata = dict(local.metadata)
+        self.spec = local.spec
+        self.render_mode = None
+        self.descriptor = P.descriptor(self.spec_dict, local)
+        self.conn = connect(spec)
+        self.sid: str | None = None
+        self.gen = 0
+        self.last_physics: Any = None
+        self.physics_dims: tuple[int, int] | None = None
+        try:
+            reply = self._ok(self.conn.call("open", expect=self.descriptor), "open")
+        except BaseException:
+            self.conn.close()
+            raise
+        self.sid, self.gen = reply["sid"], reply["gen"]
+        dims = reply.get("physics")
+        self.physics_dims = (int(dims[0]), int(dims[1])) if dims else None
+
+    @classmethod
+    def connect(cls, spec: dict[str, Any]) -> RemoteEnv:
+        """Open a session for a served spec; the local env is built once, for its spaces."""
+        local = make_env(local_spec(spec))
+        try:
+            return cls(spec, local)
+        finally:
+            local.close()
+
+    @property
+    def unwrapped(self) -> RemoteEnv:
+        return self
+
+    def physics_log(self) -> RemotePhysicsLog | None:
+        return RemotePhysicsLog(self) if self.physics_dims is not None else None
+
+    def _ok(self, reply: dict[str, Any], what: str) -> dict[str, Any]:
+        return expect_ok(reply, self.address, what)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
+        reply = self._ok(self.conn.call("reset", sid=self.sid, gen=self.gen, seed=seed,
+                                        options=options), "reset")
+        self.gen = reply["gen"]
+        self.last_physics = reply.get("physics")
+        return reply["obs"], reply.get("info") or {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        reply = self._ok(self.conn.call("step", sid=self.sid, gen=self.gen,
+                                        action=np.asarray(action)), "step")
+        self.last_physics = reply.get("physics")
+        return (reply["obs"], reply["reward"], reply["terminated"], reply["truncated"],
+                reply.get("info") or {})
+
+    def state(self) -> np.ndarray | None:
+        return self._ok(self.conn.call("state", sid=self.sid, gen=self.gen), "state")["physics"]
+
+    def render_frame(self, width: int, height: int, camera: str | None = None) -> np.ndarray:
+        """The server's RGB frame of the session's current state."""
+        return self._ok(self.conn.call("render", sid=self.sid, gen=self.gen, width=width,
+                                       height=height, camera=camera), "render")["frame"]
+
+    def close(self) -> None:
+        """Close the session (best effort: a gone server frees it by its idle timeout)."""
+        if self.sid is not None:
+            try:
+                self.conn.call("close", sid=self.sid, gen=self.gen,
+                               timeout=min(self.conn.timeout, 5.0))
+            except ServerGone:
+                pass
+            self.sid = None
+        self.conn.close()
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def check_served_run(spec: dict[str, Any], config: Any) -> Any:
+    """``evaluate`` on a served env: refuse what cannot step there, check the server before
+    any work, and name the local env in the config (pass 2 draws the tapes here)."""
+    from dataclasses import replace
+
+    if getattr(config, "batched_inference", False):
+        raise UsageError("--batched-inference steps local env processes; drop it to step a "
+                         "served env (--workers W opens W sessions).")
+    check_server(spec)
+    return replace(config, env=spec["id"])

@@ -1,0 +1,184 @@
+"""The ``serve`` and ``parity`` verbs, registered on the CLI's app by :func:`register`.
+
+May import: typer, errors, and (lazily, inside each verb) server.*, envs, files,
+executors.launch. Never at module level: zmq, msgpack, mujoco, torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from rolltape.errors import DivergenceError, UsageError
+
+PARITY_TIMEOUT = 600.0  # seconds the parity worker may go without finishing an episode
+
+
+def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
+             say: Callable[[str], None]) -> None:
+    """Add ``serve`` and ``parity`` to ``app``."""
+
+    @app.command()
+    def serve(
+        env: str = typer.Argument(..., help="Gymnasium env id to serve (HalfCheetah-v5)."),
+        env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs",
+                                                       help="KEY=VALUE, repeatable."),
+        max_episode_steps: Optional[int] = typer.Option(None, help="Override the time limit."),
+        bind: str = typer.Option("127.0.0.1:7450", help="HOST:PORT (port 0: any free port); "
+                                 "anything but loopback needs --token-file."),
+        token_file: Optional[Path] = typer.Option(None, help="File holding the token clients "
+                                                  "must send (they set ROLLTAPE_TOKEN_FILE)."),
+        max_sessions: int = typer.Option(8, help="Sessions (one env each) served at once."),
+        max_payload: int = typer.Option(64 * 2**20, help="Largest message accepted, in bytes."),
+        idle_timeout: float = typer.Option(300.0, help="Seconds without a request before a "
+                                           "session's env is closed (a vanished client)."),
+        request_timeout: float = typer.Option(60.0, help="Seconds one env call may take."),
+        backend: Optional[str] = typer.Option(None, help="GL backend for render requests "
+                                              "(egl, osmesa; default MUJOCO_GL, else egl)."),
+    ) -> None:
+        """Serve an env over zmq for `rolltape eval tcp://HOST:PORT/ENV` and `parity`."""
+        try:
+            import msgpack  # noqa: F401
+            import zmq  # noqa: F401
+        except ImportError:
+            from rolltape.server.protocol import missing_extra
+
+            raise missing_extra() from None
+        from rolltape.server.server import ServeConfig, serve as run_server
+
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise UsageError(f"--max-episode-steps must be at least 1, got {max_episode_steps}.")
+        if backend is not None:
+            from rolltape.pass2.backends import parse_backends
+
+            (backend,) = parse_backends([backend])
+        run_server(ServeConfig(env=env, env_kwargs=parse_kwargs(env_kwargs),
+                               max_episode_steps=max_episode_steps, bind=bind,
+                               token_file=str(token_file) if token_file else None,
+                               max_sessions=max_sessions, max_payload=max_payload,
+                               idle_timeout=idle_timeout, request_timeout=request_timeout,
+                               backend=backend))
+
+    @app.command()
+    def parity(
+        env: str = typer.Argument(..., help="The local env id (HalfCheetah-v5)."),
+        served: str = typer.Option(..., "--served", help="The server: tcp://HOST:PORT."),
+        policy: str = typer.Option("random", "--policy", "-p",
+                                   help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | "
+                                        "tape:PATH.npz (replays its actions)"),
+        vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics."),
+        algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
+        episodes: int = typer.Option(5, "--episodes", "-n", help="Whole episodes to compare."),
+        seed: int = typer.Option(0, help="Episode i is reset with seed + i."),
+        env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs",
+                                                       help="KEY=VALUE, repeatable."),
+        max_episode_steps: Optional[int] = typer.Option(None, help="Override the time limit."),
+        width: int = typer.Option(480, help="Width of the compared terminal frame."),
+        height: int = typer.Option(480, help="Height of the compared terminal frame."),
+        camera: Optional[str] = typer.Option(None, help="Model camera of the terminal frame "
+                                             "(default: the env's own view)."),
+        frames: bool = typer.Option(True, help="Compare the rendered terminal frames."),
+        tapes: Optional[List[Path]] = typer.Option(
+            None, "--tape", help="Replay this tape's actions from its seed (repeatable), "
+                                 "instead of --policy on --episodes seeds."),
+        output: Path = typer.Option(Path("parity.json"), "--out", "-o",
+                                    help="Where to write parity.json."),
+    ) -> None:
+        """Play the same seeded episodes locally and served; exit 1 at any difference."""
+        from rolltape.envs import env_spec
+        from rolltape.files import write_json
+        from rolltape.server.address import parse_server
+        from rolltape.server.client import describe, served_difference
+        from rolltape.server.protocol import difference_sentence
+        from rolltape.server.frames import check_size
+
+        for tape in tapes or []:
+            if not tape.is_file():
+                raise UsageError(f"--tape '{tape}' does not exist; give a tape file (.npz).")
+        if tapes and policy != "random":
+            raise UsageError("--tape replays tapes' actions; drop --policy, or drop --tape.")
+        if tapes:
+            episodes = len(tapes)
+        if episodes < 1:
+            raise UsageError(f"--episodes must be at least 1, got {episodes}.")
+        if seed < 0:
+            raise UsageError(f"--seed must be 0 or more, got {seed}.")
+        try:
+            check_size(width, height, camera)
+        except UsageError as exc:
+            raise UsageError(f"--width/--height/--camera: {exc}.") from None
+        if output.is_dir():
+            raise UsageError(f"--out '{output}' is a folder; give the path of parity.json.")
+        address = parse_server(served)
+        if env.startswith("tcp://"):
+            raise UsageError("Give the local env id as ENV and the server as --served "
+                             "tcp://HOST:PORT.")
+        spec = env_spec(f"{address}/{env}", parse_kwargs(env_kwargs), max_episode_steps)
+        described = describe(spec)
+        diff = served_difference(spec, described["descriptor"])
+        if diff is not None:  # a divergence before any step: named like the others
+            write_json(output, {"env": spec, "server": address, "agree": False,
+                                "first_divergence": {"episode": None, "seed": None,
+                                                     "step": None, **diff}, "rows": []})
+            raise DivergenceError(f"parity: {difference_sentence(diff)}; see {output}.")
+        backend = described.get("backend") if described.get("physics") else None
+        options = {"policy": policy, "episodes": episodes, "seed": seed,
+                   "vecnormalize": str(vecnormalize) if vecnormalize else None, "algo": algo,
+                   "width": width, "height": height, "camera": camera,
+                   "frames": frames and backend is not None,
+                   "tapes": [str(t) for t in tapes] if tapes else None}
+        result = _run_worker(spec, options, backend, say)
+        result["frames"]["backend"] = backend
+        write_json(output, result)
+        if result["agree"]:
+            compared = ", physics" if described.get("physics") else ""
+            compared += ", terminal frames" if options["frames"] else ""
+            say(f"parity: {episodes} episode(s) agree bit for bit (observations, actions, "
+                f"rewards, flags{compared}); wrote {output}")
+            return
+        d = result["first_divergence"]
+        where = (f"episode {d['episode']} (seed {d['seed']}) step {d['step']}"
+                 if d["episode"] is not None else "after the episodes")
+        raise DivergenceError(f"parity: the served env diverged at {where} in {d['field']}: "
+                              f"local {d['local']}, served {d['served']}; see {output}.")
+
+
+def _run_worker(spec: dict[str, Any], options: dict[str, Any], backend: str | None,
+                say: Callable[[str], None]) -> dict[str, Any]:
+    """Run the comparison in a spawned worker (it loads the policy and draws with GL)."""
+    from rolltape.errors import RunFailed
+    from rolltape.executors.launch import spawn_worker, stop_worker
+    from rolltape.server.parity import parity_worker
+
+    env: dict[str, str | None] = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}
+    if backend:
+        from rolltape.pass2.backends import gl_environment
+
+        env.update(gl_environment(backend))
+    worker = spawn_worker(parity_worker, spec, options, env=env)
+    try:
+        while True:
+            if not worker.conn.poll(PARITY_TIMEOUT):
+                raise RunFailed(f"The parity worker finished no episode in {PARITY_TIMEOUT:g} s; "
+                                "is the env or the server hung?")
+            try:
+                kind, payload = worker.conn.recv()
+            except EOFError:
+                raise RunFailed("The parity worker died; rerun to see whether it happens "
+                                "again.") from None
+            if kind == "episode":
+                mark = "agree" if payload["agree"] else f"differ ({payload['first_difference']['field']})"
+                say(f"episode {payload['episode']} (seed {payload['seed']}, "
+                    f"{payload['length']} steps): {mark}")
+            elif kind == "result":
+                return payload
+            elif kind == "usage_error":
+                raise UsageError(payload)
+            else:
+                raise RunFailed(f"The parity check stopped: {payload}")
+    finally:
+        stop_worker(worker)
+        sys.stdout.flush()

@@ -1,0 +1,422 @@
+"""``rolltape serve``: one env per session, stepped for clients over zmq.
+
+A ROUTER socket takes requests from any number of clients (DEALER sockets) and answers each
+in turn, so that one process holds every env. Each session owns its env instance; requests
+carry the session id, its generation (bumped by each reset; a restarted server knows no old
+session) and a request id, so a repeated mutation or a stale generation is answered STALE
+and never replayed. Safe by default: loopback unless a token is given, a payload cap, an
+idle timeout that frees the env of a vanished client, a per-request time limit, and a bad
+message gets an ERROR reply while the others keep being served.
+
+May import: envs, server.protocol, server.address, server.frames, errors, and
+pass2.backends (to pick the GL backend of render requests). Never: policies, pass 1, the
+rest of pass 2, executors (the server runs no policy).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from rolltape.envs import env_spec, json_safe, make_env, mujoco_data, physics_spec
+from rolltape.errors import UsageError
+from rolltape.server import protocol as P
+from rolltape.server.address import endpoint, is_loopback, read_token, split_host_port
+from rolltape.server.frames import FrameDrawer
+
+POLL_MS = 200  # how often the loop looks up from the socket (signals, idle sessions)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything ``rolltape serve`` was asked for."""
+
+    env: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_episode_steps: int | None = None
+    bind: str = "127.0.0.1:7450"
+    token_file: str | None = None
+    max_sessions: int = 8
+    max_payload: int = P.DEFAULT_MAX_PAYLOAD
+    idle_timeout: float = 300.0  # seconds a session may go without a request
+    request_timeout: float = 60.0  # seconds one env call may take
+    backend: str | None = None  # GL backend for render requests (default: MUJOCO_GL or egl)
+
+    def check(self) -> tuple[str, int, str | None]:
+        """(host, port, token), refusing what cannot be served safely."""
+        host, port = split_host_port(self.bind, "--bind")
+        if self.max_sessions < 1:
+            raise UsageError(f"--max-sessions must be at least 1, got {self.max_sessions}.")
+        for flag, seconds in (("--idle-timeout", self.idle_timeout),
+                              ("--request-timeout", self.request_timeout)):
+            if not 0 < seconds < 1e7:
+                raise UsageError(f"{flag} must be a number of seconds above 0, got {seconds}.")
+        if self.max_payload < 1024:
+            raise UsageError(f"--max-payload must be at least 1024 bytes, got {self.max_payload}.")
+        token = read_token(self.token_file) if self.token_file else None
+        if token is None and not is_loopback(host):
+            raise UsageError(f"--bind {self.bind} is reachable from other machines, so it needs "
+                             "a token: give --token-file FILE (clients set ROLLTAPE_TOKEN_FILE), "
+                             "or bind 127.0.0.1.")
+        return host, port, token
+
+
+class _Timeout(Exception):
+    """An env call ran past --request-timeout."""
+
+
+@dataclass
+class Session:
+    """One client's env: its generation, the last request id it used, when it was last seen."""
+
+    env: Any
+    gen: int = 0
+    last_rid: int = 0
+    seen: float = field(default_factory=time.monotonic)
+    reset_done: bool = False
+    drawer: FrameDrawer | None = None
+
+
+class EnvServer:
+    """The served env and its sessions; :meth:`serve_forever` answers until told to stop."""
+
+    def __init__(self, cfg: ServeConfig, log: Callable[[str], None] = print) -> None:
+        import zmq
+
+        self.cfg, self.log = cfg, log
+        host, port, self.token = cfg.check()
+        self.spec = env_spec(cfg.env, cfg.env_kwargs, cfg.max_episode_steps)
+        probe = make_env(self.spec)
+        try:
+            self.descriptor = P.descriptor(self.spec, probe)
+            self.nq_nv = ((int(probe.unwrapped.model.nq), int(probe.unwrapped.model.nv))
+                          if mujoco_data(probe) is not None else None)
+            self.metadata = json_safe(dict(probe.metadata))
+        finally:
+            probe.close()
+        self.boot = secrets.token_hex(4)  # a restarted server knows none of the old sessions
+        self.sessions: dict[str, Session] = {}
+        self.opened = 0
+        self.stopping = False
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        # zmq drops a peer whose message is far past the cap before buffering it all; one a
+        # little past it is read, and answered ERROR by the decoder.
+        self.socket.setsockopt(zmq.MAXMSGSIZE, 4 * cfg.max_payload + 4096)
+        if ":" in host:
+            self.socket.setsockopt(zmq.IPV6, 1)
+        try:
+            if port == 0:
+                self.socket.bind(endpoint(host, "*"))
+            else:
+                self.socket.bind(endpoint(host, port))
+        except zmq.ZMQError as exc:
+            self.close()
+            if exc.errno == zmq.EADDRINUSE:
+                raise UsageError(f"Port {port} on {host} is in use; stop what uses it or choose "
+                                 "another with --bind HOST:PORT (port 0 picks a free one).") \
+                    from None
+            raise UsageError(f"Cannot bind {self.cfg.bind} ({exc.strerror}); give --bind "
+                             "HOST:PORT with an address of this machine.") from None
+        self.address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def serve_forever(self, max_seconds: float | None = None) -> None:
+        """Answer requests until SIGTERM/SIGINT (or ``max_seconds``), then close every env."""
+        import zmq
+
+        previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        poller = zmq.Poller()
+        poller.register(self.socket, zmq.POLLIN)
+        until = None if max_seconds is None else time.monotonic() + max_seconds
+        try:
+            while not self.stopping and (until is None or time.monotonic() < until):
+                if poller.poll(POLL_MS):
+                    for _ in range(256):  # bounded: idle sessions and signals get a turn
+                        try:
+                            frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._answer(frames)
+                        if self.stopping:
+                            break
+                self._drop_idle()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            closed = self.close()
+            self.log(f"stopped: closed {closed} session(s)")
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def close(self) -> int:
+        """Close every session's env and the socket; return how many sessions were open."""
+        closed = len(self.sessions)
+        for sid in list(self.sessions):
+            self._close_session(sid)
+        self.socket.close(0)
+        self.context.term()
+        return closed
+
+    def _answer(self, frames: list[bytes]) -> None:
+        # A DEALER's request is [identity, payload]; a REQ's [identity, b"", payload].
+        if len(frames) < 2:
+            return
+        envelope, payload = frames[:-1], frames[-1]
+        if len(frames) > 3 or (len(frames) == 3 and frames[1] != b""):
+            envelope = frames[:1]
+            reply: dict[str, Any] = {"status": P.ERROR, "rid": None,
+                                     "error": "a request is one msgpack frame"}
+        else:
+            reply = self.handle(payload)
+        try:
+            data = P.encode(reply)
+        except (TypeError, ValueError, OverflowError) as exc:  # an env sent something odd
+            data = P.encode({"status": P.ERROR, "rid": reply.get("rid"),
+                             "error": f"the reply could not be encoded ({exc})"})
+        self.socket.send_multipart([*envelope, data])
+
+    def handle(self, payload: bytes) -> dict[str, Any]:
+        """The reply to one request's bytes; never raises for anything a client sends."""
+        rid = None
+        try:
+            message = P.check_request(P.decode(payload, self.cfg.max_payload))
+            rid = message.get("rid", 0)
+            if self.token is not None and not hmac.compare_digest(
+                    (message.get("token") or "").encode(), self.token.encode()):
+                return {"status": P.UNAUTHORIZED, "rid": rid,
+                        "error": "the server needs its token (set ROLLTAPE_TOKEN_FILE to the "
+                                 "file the server was started with)"}
+            reply = getattr(self, f"_op_{message['op']}")(message)
+        except P.ProtocolError as exc:
+            reply = {"status": P.ERROR, "error": str(exc)}
+        except UsageError as exc:
+            reply = {"status": P.ERROR, "error": str(exc)}
+        except _Timeout:
+            reply = {"status": P.ERROR, "error": f"the env took more than "
+                     f"{self.cfg.request_timeout:g} s to answer; its session is closed"}
+        except Exception as exc:  # the env failed this call: say so, keep serving
+            reply = {"status": P.ERROR, "error": f"the env raised {type(exc).__name__}: {exc}"}
+        reply.setdefault("rid", rid)
+        return reply
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def _session(self, message: dict[str, Any], mutation: bool) -> Session | dict[str, Any]:
+        """The session a request names, or the STALE reply it gets."""
+        sid = message.get("sid")
+        session = self.sessions.get(sid) if sid is not None else None
+        if session is None:
+            return {"status": P.STALE, "error": "the session is not open on this server (it "
+                    "was closed, timed out, or the server restarted)"}
+        session.seen = time.monotonic()
+        if mutation:
+            if message["rid"] <= session.last_rid:
+                return {"status": P.STALE, "error": f"request id {message['rid']} was already "
+                        f"used (last {session.last_rid}); a mutation is never replayed"}
+            if message["op"] == "step" and message["gen"] != session.gen:
+                return {"status": P.STALE, "error": f"generation {message['gen']} is stale (the "
+                        f"session is at {session.gen})"}
+            session.last_rid = message["rid"]
+        return session
+
+    def _drop_idle(self) -> None:
+        now = time.monotonic()
+        for sid, session in list(self.sessions.items()):
+            if now - session.seen > self.cfg.idle_timeout:
+                self._close_session(sid)
+                self.log(f"closed idle session {sid} (no request for "
+                         f"{self.cfg.idle_timeout:g} s)")
+
+    def _close_session(self, sid: str) -> None:
+        session = self.sessions.pop(sid, None)
+        if session is not None:
+            try:
+                session.env.close()
+            finally:
+                if session.drawer is not None:
+                    session.drawer.close()
+
+    def _timed(self, sid: str, call: Callable[[], Any]) -> Any:
+        """Run an env call under --request-timeout (a hung env frees its session)."""
+        if threading.current_thread() is threading.main_thread():  # SIGALRM works there
+            def alarm(signum: int, frame: Any) -> None:
+                raise _Timeout
+
+            old = signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.cfg.request_timeout)
+            try:
+                return call()
+            except _Timeout:
+                self.sessions.pop(sid, None)  # its env may be half-way through; not reused
+                raise
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+        return call()
+
+    def _physics(self, session: Session) -> np.ndarray | None:
+        if self.nq_nv is None:
+            return None
+        import mujoco
+
+        base = session.env.unwrapped
+        row = np.empty(mujoco.mj_stateSize(base.model, physics_spec()))
+        mujoco.mj_getState(base.model, base.data, row, physics_spec())
+        return row
+
+    # -- operations --------------------------------------------------------------------
+
+    def _op_describe(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {"status": P.OK, "protocol": P.PROTOCOL_VERSION, "descriptor": self.descriptor,
+                "spec": self.spec, "sessions": len(self.sessions),
+                "max_sessions": self.cfg.max_sessions, "boot": self.boot,
+                "backend": os.environ.get("MUJOCO_GL"), "physics": self.nq_nv,
+                "metadata": self.metadata}
+
+    def _op_open(self, message: dict[str, Any]) -> dict[str, Any]:
+        expected = message.get("expect")
+        if not isinstance(expected, dict):
+            raise P.ProtocolError("open needs the descriptor the client expects ('expect')")
+        diff = P.first_difference(expected, self.descriptor)
+        problem = None if diff is None else P.difference_sentence(diff)
+        if problem is None and expected.get("hash") not in (None, self.descriptor["hash"]):
+            problem = (f"the served env differs in its descriptor hash: this side expects "
+                       f"{expected['hash']}, the server has {self.descriptor['hash']}")
+        if problem is not None:
+            return {"status": P.INCOMPATIBLE, "error": problem}
+        if len(self.sessions) >= self.cfg.max_sessions:
+            return {"status": P.BUSY, "error": f"the server already serves its "
+                    f"--max-sessions {self.cfg.max_sessions} session(s)"}
+        self.opened += 1
+        sid = f"{self.boot}-{self.opened}-{secrets.token_hex(4)}"
+        self.sessions[sid] = Session(env=make_env(self.spec), last_rid=message["rid"])
+        return {"status": P.OK, "sid": sid, "gen": 0, "physics": self.nq_nv}
+
+    def _op_reset(self, message: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(message, mutation=True)
+        if isinstance(session, dict):
+            return session
+        seed, options = message.get("seed"), message.get("options")
+        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**64):
+            raise P.ProtocolError("the reset seed must be nil or an integer from 0 to 2**64-1")
+        if options is not None and not isinstance(options, dict):
+            raise P.ProtocolError("the reset options must be nil or a map")
+        obs, info = self._timed(message["sid"],
+                                lambda: session.env.reset(seed=seed, options=options))
+        session.gen += 1
+        session.reset_done = True
+        return {"status": P.OK, "gen": session.gen, "obs": _obs(obs), "info": _info(info),
+                "physics": self._physics(session)}
+
+    def _op_step(self, message: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(message, mutation=True)
+        if isinstance(session, dict):
+            return session
+        if not session.reset_done:
+            raise P.ProtocolError("step before reset: reset the session first")
+        action = _action(message.get("action"), session.env.action_space)
+        obs, reward, term, trunc, info = self._timed(message["sid"],
+                                                     lambda: session.env.step(action))
+        # None stays None, as the local tape turns it into NaN the same way.
+        return {"status": P.OK, "obs": _obs(obs),
+                "reward": None if reward is None else float(reward),
+                "terminated": bool(term), "truncated": bool(trunc), "info": _info(info),
+                "physics": self._physics(session)}
+
+    def _op_state(self, message: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(message, mutation=False)
+        if isinstance(session, dict):
+            return session
+        return {"status": P.OK, "gen": session.gen, "physics": self._physics(session)}
+
+    def _op_render(self, message: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(message, mutation=False)
+        if isinstance(session, dict):
+            return session
+        physics = self._physics(session)
+        if physics is None:
+            raise P.ProtocolError("render draws MuJoCo states; this env has none")
+        if session.drawer is None:
+            session.drawer = FrameDrawer(self.spec)
+        drawer = session.drawer
+        frame = self._timed(message["sid"], lambda: drawer.draw(
+            physics, message.get("width"), message.get("height"), message.get("camera")))
+        return {"status": P.OK, "frame": frame, "backend": os.environ.get("MUJOCO_GL")}
+
+    def _op_close(self, message: dict[str, Any]) -> dict[str, Any]:
+        session = self._session(message, mutation=True)
+        if isinstance(session, dict):
+            return session
+        self._close_session(message["sid"])
+        return {"status": P.OK}
+
+    def _op_stats(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {"status": P.OK, "sessions": len(self.sessions)}
+
+
+def _obs(obs: Any) -> Any:
+    if isinstance(obs, dict):
+        return {str(k): _obs(v) for k, v in obs.items()}
+    return np.asarray(obs)
+
+
+def _info(info: Any, depth: int = 0) -> Any:
+    """An info dict as the wire carries it: arrays and numbers kept exactly, the rest as text."""
+    if depth > 8:
+        return str(info)
+    if isinstance(info, dict):
+        return {str(k): _info(v, depth + 1) for k, v in info.items()}
+    if isinstance(info, (list, tuple)):
+        return [_info(v, depth + 1) for v in info]
+    if isinstance(info, np.ndarray):
+        return info if info.dtype.kind in P.ARRAY_KINDS else info.tolist()
+    if info is None or isinstance(info, (bool, int, float, str, np.generic)):
+        return info.item() if isinstance(info, np.generic) else info
+    return str(info)
+
+
+def _action(value: Any, space: Any) -> Any:
+    """The action a step request carries, refused unless its shape and dtype fit the space."""
+    shape = tuple(getattr(space, "shape", None) or ())
+    if not isinstance(value, np.ndarray):
+        if type(value) in (int, float) and shape == ():
+            return value
+        raise P.ProtocolError(f"the action must be an array of shape {shape}")
+    if value.shape != shape:
+        raise P.ProtocolError(f"the action has shape {value.shape}, the action space takes "
+                              f"{shape}")
+    expected = np.dtype(getattr(space, "dtype", None) or value.dtype)
+    if value.dtype.kind != expected.kind and not (value.dtype.kind in "iu" and
+                                                  expected.kind in "iu"):
+        raise P.ProtocolError(f"the action has dtype {value.dtype}, the action space takes "
+                              f"{expected}")
+    return value[()] if value.shape == () else value
+
+
+def serve(cfg: ServeConfig) -> None:
+    """``rolltape serve``: build the server, print where it listens, answer until stopped."""
+    if cfg.backend is not None:
+        from rolltape.pass2.backends import select_backend_in_this_process
+
+        select_backend_in_this_process(cfg.backend)
+    elif not os.environ.get("MUJOCO_GL"):
+        os.environ.update({"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"})
+    server = EnvServer(cfg, log=lambda line: print(line, flush=True))
+    print(f"serving {server.spec['id']} on {server.address} (descriptor "
+          f"{server.descriptor['hash']}, up to {cfg.max_sessions} session(s)); "
+          f"clients use {server.address}/{server.spec['id']}", flush=True)
+    sys.stdout.flush()
+    server.serve_forever()

@@ -1,0 +1,398 @@
+"""The env server as a real process on a free loopback port, with real MuJoCo envs: served
+tapes equal local tapes bit for bit, parity passes on the same env and names the field on
+another, and every fault gets its one sentence (or its status) while the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+zmq = pytest.importorskip("zmq")
+
+from conftest import run_cli  # noqa: E402
+from rolltape.server import protocol as P  # noqa: E402
+from rolltape.server.client import Connection  # noqa: E402
+
+ENV_ID = "HalfCheetah-v5"
+STEPS = 30
+FAST = {"ROLLTAPE_SERVER_TIMEOUT": "3"}  # a gone server is found within seconds
+
+
+class Server:
+    """`rolltape serve` in a subprocess; ``address`` is what it printed."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rolltape.cli", "serve", ENV_ID, "--max-episode-steps",
+             str(STEPS), "--bind", "127.0.0.1:0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self._line(60)
+        assert line.startswith("serving"), line
+        self.address = next(w for w in line.split() if w.startswith("tcp://"))
+
+    def _line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, "the server printed nothing"
+        return self.proc.stdout.readline()
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=30)
+        return out
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--max-sessions", "3", "--max-payload", "65536")
+    yield s
+    s.stop()
+
+
+def call(address: str, op: str, **args):
+    conn = Connection(address, timeout=10)
+    try:
+        return conn.call(op, **args)
+    finally:
+        conn.close()
+
+
+def sessions(address: str) -> int:
+    return call(address, "stats")["sessions"]
+
+
+def raw(address: str, *frames: bytes) -> dict:
+    """Send raw frames (not necessarily msgpack) and decode the reply."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    try:
+        sock.send_multipart(list(frames))
+        assert sock.poll(10_000), "no reply"
+        return P.decode(sock.recv())
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+def descriptor(address: str) -> dict:
+    return call(address, "describe")["descriptor"]
+
+
+@pytest.fixture(scope="module")
+def evals(server, tmp_path_factory):
+    """The same evaluation served (2 workers: 2 sessions) and local."""
+    root = tmp_path_factory.mktemp("served")
+    common = ["--max-episode-steps", str(STEPS), "--episodes", "3", "--seed", "5", "-q",
+              "--no-report"]
+    served = run_cli("eval", f"{server.address}/{ENV_ID}", *common, "--workers", "2",
+                     "--out", str(root / "served"), env=FAST)
+    local = run_cli("eval", ENV_ID, *common, "--out", str(root / "local"))
+    assert served.returncode == 0, served.stderr
+    assert local.returncode == 0, local.stderr
+    return root
+
+
+def test_served_tapes_equal_local_tapes_bit_for_bit(evals, server):
+    tapes = sorted((evals / "local" / "tapes").glob("*.npz"))
+    assert len(tapes) == 3
+    for path in tapes:
+        mine, theirs = np.load(path), np.load(evals / "served" / "tapes" / path.name)
+        assert mine.files == theirs.files and "physics" in mine.files
+        for name in mine.files:
+            if name != "header":
+                assert mine[name].dtype == theirs[name].dtype
+                assert mine[name].tobytes() == theirs[name].tobytes(), name
+        a, b = (json.loads(bytes(t["header"]).decode()) for t in (mine, theirs))
+        a.pop("wall_s"), b.pop("wall_s")
+        assert a == b  # the env spec too: the local one, so the tape replays here
+        assert "served" not in b["env"]
+    metadata = json.loads((evals / "served" / "metadata.json").read_text())
+    assert metadata["env"]["served"]["address"] == server.address
+    assert sessions(server.address) == 0  # both workers closed their sessions
+
+
+def test_served_tapes_verify_locally(evals):
+    tape = sorted((evals / "served" / "tapes").glob("*.npz"))[-1]
+    result = run_cli("verify", str(tape))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("verified") == 1
+
+
+def test_parity_agrees_on_the_same_env(server, tmp_path):
+    out = tmp_path / "parity.json"
+    result = run_cli("parity", ENV_ID, "--served", server.address, "--max-episode-steps",
+                     str(STEPS), "--episodes", "2", "--width", "64", "--height", "48",
+                     "--out", str(out), env=FAST)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["agree"] and report["first_divergence"] is None
+    assert [r["length"] for r in report["rows"]] == [STEPS, STEPS]
+    assert report["frames"]["compared"] and report["frames"]["backend"]
+    assert report["open_sessions"]["before"] == report["open_sessions"]["after"] == 0
+
+
+def test_parity_replays_the_actions_of_tapes(server, evals, tmp_path):
+    tapes = sorted((evals / "local" / "tapes").glob("*.npz"))[:2]
+    out = tmp_path / "parity.json"
+    args = [a for t in tapes for a in ("--tape", str(t))]
+    result = run_cli("parity", ENV_ID, "--served", server.address, "--max-episode-steps",
+                     str(STEPS), *args, "--no-frames", "--out", str(out), env=FAST)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["agree"] and [r["seed"] for r in report["rows"]] == [5, 6]
+    assert [r["tape"] for r in report["rows"]] == [str(t) for t in tapes]
+
+
+def test_a_server_with_other_kwargs_is_refused_and_parity_names_the_field(tmp_path):
+    other = Server("--env-kwargs", "ctrl_cost_weight=0.2")
+    try:
+        out = tmp_path / "parity.json"
+        result = run_cli("parity", ENV_ID, "--served", other.address, "--max-episode-steps",
+                         str(STEPS), "--episodes", "1", "--out", str(out), env=FAST)
+        assert result.returncode == 1, result.stderr
+        first = json.loads(out.read_text())["first_divergence"]
+        assert first["field"] == "kwargs"
+        assert first["local"] == {} and first["served"] == {"ctrl_cost_weight": 0.2}
+        assert "kwargs" in result.stderr and "ctrl_cost_weight" in result.stderr
+
+        run = run_cli("eval", f"{other.address}/{ENV_ID}", "--max-episode-steps", str(STEPS),
+                      "--episodes", "1", "--out", str(tmp_path / "run"), env=FAST)
+        assert run.returncode == 2
+        line = run.stderr.strip()
+        assert "\n" not in line and "differs in kwargs" in line and "0.2" in line
+        assert not (tmp_path / "run").exists()  # nothing half-written
+        # A client whose spaces-and-all descriptor differs is refused at open, before a step.
+        mine = dict(descriptor(other.address), kwargs={})
+        reply = call(other.address, "open", expect=mine)
+        assert reply["status"] == P.INCOMPATIBLE and "kwargs" in reply["error"]
+    finally:
+        other.stop()
+
+
+def test_compare_episode_names_the_first_divergent_step_and_field():
+    from rolltape.envs import env_spec, make_env
+    from rolltape.pass1.rollout import record_episode
+    from rolltape.policies import load_policy
+    from rolltape.server.parity import compare_episode
+
+    env = make_env(env_spec(ENV_ID, max_episode_steps=10))
+    fields = record_episode(env, load_policy("random", env), seed=3)
+    env.close()
+    assert compare_episode(fields, fields) is None
+    other = {**fields, "rewards": fields["rewards"].copy()}
+    other["rewards"][6] = np.nextafter(other["rewards"][6], np.inf)  # one bit
+    assert compare_episode(fields, other)["field"] == "rewards"
+    assert compare_episode(fields, other)["step"] == 7
+    other = {**fields, "physics": fields["physics"].copy()}
+    other["physics"][4, 2] += 1e-12
+    assert compare_episode(fields, other) == {**compare_episode(fields, other), "step": 4,
+                                              "field": "physics"}
+
+
+def test_bad_messages_get_an_error_and_the_server_keeps_serving(server):
+    address = server.address
+    pickled = pickle.dumps({"op": "describe"})
+    for frames in ([b"\xff\x00garbage"], [pickled], [P.encode({"op": "describe"})[:-3]],
+                   [json.dumps({"op": "describe"}).encode()], [b"x" * 70_000],
+                   [P.encode({"op": "launch"})], [P.encode(["op", "describe"])],
+                   [b"a", b"b", b"c"], [P.encode({"op": "describe", "rid": "1"})]):
+        reply = raw(address, *frames)
+        assert reply["status"] == P.ERROR, frames[0][:20]
+        assert reply["error"]
+    assert "unknown op" in raw(address, P.encode({"op": "launch"}))["error"]
+    assert "cap" in raw(address, b"x" * 70_000)["error"]
+    assert call(address, "describe")["status"] == P.OK  # still serving
+
+
+def test_stale_busy_and_bad_actions(server):
+    address = server.address
+    conn = Connection(address, timeout=10)
+    try:
+        opened = conn.call("open", expect=descriptor(address))
+        sid, gen = opened["sid"], opened["gen"]
+        assert conn.call("step", sid=sid, gen=gen, action=np.zeros(6))["status"] == P.ERROR
+        reset = conn.call("reset", sid=sid, gen=gen, seed=1)
+        assert reset["status"] == P.OK and reset["gen"] == gen + 1
+        gen = reset["gen"]
+        for action, word in ((np.zeros(5), "shape"), (np.zeros(6, dtype=bool), "dtype"),
+                             ("left", "array")):
+            reply = conn.call("step", sid=sid, gen=gen, action=action)
+            assert reply["status"] == P.ERROR and word in reply["error"]
+        assert conn.call("step", sid=sid, gen=gen, action=np.zeros(6))["status"] == P.OK
+        # A repeated request id is STALE, never replayed; so is an old generation.
+        message = P.request("step", sid=sid, gen=gen, rid=conn.rid, action=np.zeros(6))
+        assert raw(address, P.encode(message))["status"] == P.STALE
+        assert conn.call("step", sid=sid, gen=gen - 1, action=np.zeros(6))["status"] == P.STALE
+        state = conn.call("state", sid=sid, gen=gen)
+        assert state["status"] == P.OK and state["physics"].dtype == np.float64
+        # BUSY past --max-sessions 3.
+        more = [conn.call("open", expect=descriptor(address)) for _ in range(3)]
+        assert [m["status"] for m in more] == [P.OK, P.OK, P.BUSY]
+        assert "max-sessions" in more[-1]["error"]
+        for m in more[:2] + [opened]:
+            assert conn.call("close", sid=m["sid"], gen=0)["status"] == P.OK
+        assert conn.call("close", sid=sid, gen=gen)["status"] == P.STALE  # closed already
+    finally:
+        conn.close()
+    assert sessions(address) == 0
+
+
+def test_token_idle_timeout_and_graceful_stop(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("0123456789abcdef0123456789abcdef\n")
+    s = Server("--token-file", str(token), "--idle-timeout", "1")
+    try:
+        assert call(s.address, "describe")["status"] == P.UNAUTHORIZED
+        assert call(s.address, "describe", )["status"] == P.UNAUTHORIZED
+        conn = Connection(s.address, token="0123456789abcdef0123456789abcdeX", timeout=10)
+        assert conn.call("describe")["status"] == P.UNAUTHORIZED
+        conn.close()
+        good = Connection(s.address, token=token.read_text().strip(), timeout=10)
+        desc = good.call("describe")["descriptor"]
+        # A client that vanishes: its session is closed by the idle timeout.
+        assert good.call("open", expect=desc)["status"] == P.OK
+        assert good.call("stats")["sessions"] == 1
+        deadline = time.monotonic() + 10
+        while good.call("stats")["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert good.call("stats")["sessions"] == 0
+        # Wrong token through the CLI: one sentence, exit 2.
+        bad = tmp_path / "bad"
+        bad.write_text("not-the-token-but-long-enough")
+        run = run_cli("eval", f"{s.address}/{ENV_ID}", "--max-episode-steps", str(STEPS),
+                      "--episodes", "1", "--out", str(tmp_path / "run"),
+                      env={**FAST, "ROLLTAPE_TOKEN_FILE": str(bad)})
+        assert run.returncode == 2 and "token" in run.stderr and "Traceback" not in run.stderr
+        assert good.call("open", expect=desc)["status"] == P.OK
+        good.close()
+    finally:
+        out = s.stop(signal.SIGTERM)
+    assert s.proc.returncode == 0
+    assert "closed 1 session(s)" in out  # SIGTERM closed the open env
+
+
+def test_a_hung_env_call_is_cut_by_the_request_timeout():
+    """A step that hangs is answered ERROR after --request-timeout, its session is closed,
+    and the server goes on serving."""
+    assets = Path(__file__).resolve().parent / "assets"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolltape.cli", "serve", "toy_envs:FaultToy-v0", "--env-kwargs",
+         "fault='hang'", "--bind", "127.0.0.1:0", "--request-timeout", "1"], cwd=assets,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(  # absolute: the cwd changes
+            os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if ready else ""
+        address = next(w for w in line.split() if w.startswith("tcp://"))
+        conn = Connection(address, timeout=20)
+        opened = conn.call("open", expect=descriptor(address))
+        sid = opened["sid"]
+        gen = conn.call("reset", sid=sid, gen=0, seed=0)["gen"]
+        action = np.zeros(1, np.float32)
+        assert [conn.call("step", sid=sid, gen=gen, action=action)["status"]
+                for _ in range(2)] == [P.OK, P.OK]
+        started = time.monotonic()
+        hung = conn.call("step", sid=sid, gen=gen, action=action)
+        assert hung["status"] == P.ERROR and "more than 1 s" in hung["error"]
+        assert time.monotonic() - started < 10
+        assert conn.call("step", sid=sid, gen=gen, action=action)["status"] == P.STALE
+        assert conn.call("stats")["sessions"] == 0
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_bind_faults_are_one_sentence(server, tmp_path):
+    port = server.address.rpartition(":")[2]
+    busy = run_cli("serve", ENV_ID, "--bind", f"127.0.0.1:{port}")
+    assert busy.returncode == 2 and "in use" in busy.stderr
+    open_bind = run_cli("serve", ENV_ID, "--bind", "0.0.0.0:0")
+    assert open_bind.returncode == 2 and "--token-file" in open_bind.stderr
+    short = tmp_path / "short"
+    short.write_text("abc")
+    weak = run_cli("serve", ENV_ID, "--bind", "127.0.0.1:0", "--token-file", str(short))
+    assert weak.returncode == 2 and "at least 16" in weak.stderr
+    for result in (busy, open_bind, weak):
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_unreachable_server_is_one_sentence_within_the_timeout(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    result = run_cli("eval", f"tcp://127.0.0.1:{port}/{ENV_ID}", "--episodes", "1",
+                     "--out", str(tmp_path / "run"), env={"ROLLTAPE_SERVER_TIMEOUT": "2"})
+    assert result.returncode == 2 and "No env server answers" in result.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "run").exists()
+    from rolltape.envs import env_spec
+    from rolltape.errors import UsageError
+
+    for bad in ("tcp://127.0.0.1/HalfCheetah-v5", "tcp://127.0.0.1:7450", "tcp://:1/X"):
+        with pytest.raises(UsageError, match="HOST:PORT"):
+            env_spec(bad)
+
+
+def test_a_server_killed_mid_run_stops_the_eval_and_resume_finishes(evals, tmp_path):
+    """Long episodes so the kill lands mid-run: finished episodes are kept, --resume (on
+    a new server) plays the rest, and the tapes equal a local run's."""
+    first = Server()
+    out = tmp_path / "run"
+    args = ["--max-episode-steps", str(STEPS), "--episodes", "12", "--seed", "5", "-q",
+            "--no-report", "--out", str(out)]
+    eval_env = {**os.environ, "COLUMNS": "200", **FAST}
+    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "eval",
+                             f"{first.address}/{ENV_ID}", *args], env=eval_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rows = tmp_path / ".run.partial" / "episodes.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if rows.exists() and rows.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.05)
+    first.stop(signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    line = err.strip().splitlines()[-1]
+    assert "did not answer" in line and "--resume" in line and "kept" in line
+    kept = rows.read_text().count("\n")
+    assert 2 <= kept < 12  # the kill landed mid-run
+    second = Server()
+    try:
+        resumed = run_cli("eval", f"{second.address}/{ENV_ID}", *args, "--resume", env=FAST)
+    finally:
+        second.stop()
+    assert resumed.returncode == 0, resumed.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["episodes_rows"]) == 12
+    for path in sorted((evals / "local" / "tapes").glob("*.npz")):  # the same seeds
+        for name in ("actions", "rewards", "physics"):
+            assert np.load(path)[name].tobytes() == np.load(out / "tapes" / path.name)[name].tobytes()
+
+
+def test_a_plain_install_names_the_extra():
+    code = ("import sys; sys.modules['zmq'] = None; sys.modules['msgpack'] = None; "
+            "from rolltape.cli import main; sys.exit(main(sys.argv[1:]))")
+    for args in (["serve", ENV_ID], ["eval", f"tcp://127.0.0.1:7450/{ENV_ID}", "-n", "1",
+                                     "--out", "/nonexistent-never-written"]):
+        result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert "rolltape[server]" in result.stderr and result.stderr.count("\n") == 1
