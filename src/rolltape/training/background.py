@@ -117,6 +117,16 @@ class BackgroundRenderer:
             busy = list(self._busy)
         return busy + [j for j in list(self._queue.queue) if j is not None]
 
+    def wait(self, timeout: float | None = 60.0) -> int:
+        """Wait up to ``timeout`` s until no video is queued or being drawn; returns how
+        many still are (the renderer stays open)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pending() and (deadline is None or time.monotonic() < deadline):
+            if self._thread is None or not self._thread.is_alive():
+                break
+            time.sleep(0.1)
+        return len(self.pending())
+
     def close(self, timeout: float | None = 60.0) -> list[VideoJob]:
         """Wait up to ``timeout`` seconds for the queued videos, then stop the render
         processes; returns the jobs left undone (their tapes are on disk)."""

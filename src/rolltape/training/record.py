@@ -212,6 +212,11 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
                      f"{self.close_timeout:g} s; their tapes are kept: `rolltape render "
                      f"{tapes} --out FOLDER/`.")
 
+    def wait_for_videos(self, timeout: float | None = 60.0) -> int:
+        """Wait up to ``timeout`` s for the videos queued so far; returns how many are
+        still pending (SB3 reaches it in every sub-env with ``env_method``)."""
+        return 0 if self.renderer is None else self.renderer.wait(timeout)
+
     # -- recordings ----------------------------------------------------------------------
     def _start(self, name: str) -> None:
         if self.recording:
