@@ -217,7 +217,7 @@ class BackgroundRenderer:
                 warn(f"The replay of {job.name} diverged from training at "
                      f"{done.divergence}; the video shows the replay.")
             try:
-                done.outputs = _join_parts(job) if len(job.tapes) > 1 else job.outputs
+                done.outputs = _join_parts(job, results) if len(job.tapes) > 1 else job.outputs
             except Exception as exc:
                 done.error = f"joining its parts failed: {exc}"
                 warn(f"The video {job.name} could not be written ({done.error}).")
@@ -231,17 +231,24 @@ def _part_path(out: str, k: int) -> str:
     return str(path.with_name(f".{path.stem}.part{k}-{os.getpid()}{path.suffix}"))
 
 
-def _join_parts(job: VideoJob) -> tuple[str, ...]:
-    """One video per output from the videos of the recording's tapes, in order."""
+def _join_parts(job: VideoJob, results: list[RenderResult]) -> tuple[str, ...]:
+    """One video per output from the videos of the recording's tapes, in order, with a
+    sidecar naming every tape and each part's verified replay."""
+    from rolltape.files import write_json
     from rolltape.pass2.encode import join_videos
 
     for out in job.outputs:
         parts = [_part_path(out, k) for k in range(len(job.tapes))]
         try:
-            join_videos(parts, out, overwrite=True)
+            frames = join_videos(parts, out, overwrite=True)
         finally:
             for part in parts:
                 Path(part).unlink(missing_ok=True)
+                Path(f"{part}.metadata.json").unlink(missing_ok=True)
+        write_json(f"{out}.metadata.json", {
+            "recording": job.name, "tapes": list(job.tapes),
+            "result": {"verified": all(r.verified for r in results), "frames": frames,
+                       "parts": [r.to_dict() for r in results]}})
     return job.outputs
 
 

@@ -112,8 +112,6 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
             raise UsageError("RecordTape needs an env made with gym.make (a replay rebuilds "
                              "it from its id); register your env and make it by id.")
         if episode_trigger is None and step_trigger is None:
-            from gymnasium.utils.save_video import capped_cubic_video_schedule
-
             episode_trigger = capped_cubic_video_schedule
         self.episode_trigger, self.step_trigger = episode_trigger, step_trigger
         self.video_length: float = video_length if video_length != 0 else math.inf
@@ -288,6 +286,14 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
                                           output_paths(self.video_folder, name, self.formats)))
 
 
+def capped_cubic_video_schedule(episode_id: int) -> bool:
+    """RecordVideo's default schedule: the cubes 0, 1, 8, 27, ... below 1000, then every
+    1000th episode (Gymnasium's own lives in a module that needs moviepy)."""
+    if episode_id < 1000:
+        return round(episode_id ** (1.0 / 3)) ** 3 == episode_id
+    return episode_id % 1000 == 0
+
+
 def _no_steps(piece: _Piece, space: gym.Space, physics: tuple[Any, Any, Any]
               ) -> dict[str, Any]:
     from rolltape.pass1.rollout import digest_all
@@ -311,7 +317,9 @@ def record_sub_envs(env_fns: Sequence[Callable[[], gym.Env]],
     others run bare. The wrapper sits inside each sub-env, so it sees that sub-env's own
     resets, whichever autoreset mode (NEXT_STEP, SAME_STEP) the vector env uses, and in
     an ``AsyncVectorEnv`` its tapes are written (and videos rendered) in the sub-env's
-    process. A recorded episode's tape path is in ``infos["tape"]`` (masked as usual).
+    process. A recorded episode's tape path is in ``infos["tape"]`` (masked by
+    ``infos["_tape"]``; with SAME_STEP, in ``infos["final_info"]``, since the reset's info
+    takes the top).
     """
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
