@@ -310,7 +310,7 @@ def _train(out: Path, vec: str) -> tuple[object, Path]:
         venv = make_vec_env("Hopper-v5", n_envs=2, seed=3,
                             env_kwargs={"max_episode_steps": 30})
         callback = rolltape.sb3.TapeCallback(
-            record_every=3, eval_every=96, eval_episodes=2, eval_seed=100, out=out,
+            record_every=4, eval_every=150, eval_episodes=2, eval_seed=100, out=out,
             record_options={**SMALL, "close_timeout": 120}, video_timeout=120)
     else:
         venv = rolltape.sb3.make_recorded_vec_env(
