@@ -268,8 +268,9 @@ def test_the_queue_drops_videos_when_full_and_close_leaves_the_tapes(tmp_path: P
                      episode_trigger=lambda e: True, close_timeout=0, **SMALL)
     with pytest.warns(RecordingWarning, match="Dropped the video"):
         drive(env, 60)
-    with pytest.warns(RecordingWarning, match="not rendered within close_timeout"):
+    with pytest.warns(RecordingWarning) as said:  # maybe one more drop, then what is left
         env.close()
+    assert any("not rendered within close_timeout" in str(w.message) for w in said)
     assert env.renderer.dropped and len(env.tapes) > 4
 
 
