@@ -158,11 +158,13 @@ def test_tape_path_in_info_at_episode_end_under_and_over_episode_statistics(
 
 # -- replaying unseeded training episodes ---------------------------------------------------
 
-@pytest.mark.parametrize("vectorization,mode", [("sync", "NextStep"), ("sync", "SameStep"),
-                                                ("async", "NextStep")])
+@pytest.mark.parametrize("vectorization,mode,env_id", [
+    ("sync", "NextStep", "Hopper-v5"), ("sync", "SameStep", "Hopper-v5"),
+    ("async", "NextStep", "Hopper-v5"),
+    ("sync", "NextStep", "CartPole-v1")])  # no physics state: the generator state alone
 def test_tapes_after_unseeded_autoreset_replay_exactly(tmp_path: Path, vectorization: str,
-                                                       mode: str) -> None:
-    envs = record_sub_envs([lambda: gym.make("Hopper-v5", max_episode_steps=25)] * 2,
+                                                       mode: str, env_id: str) -> None:
+    envs = record_sub_envs([lambda: gym.make(env_id, max_episode_steps=25)] * 2,
                            tmp_path, envs_to_record=(1,), vectorization=vectorization,
                            autoreset_mode=gym.vector.AutoresetMode(mode),
                            episode_trigger=lambda e: e in (1, 2), render=False)
