@@ -219,9 +219,15 @@ class TapeCallback(BaseCallback):
 
         tensorboard = any(isinstance(f, TensorBoardOutputFormat)
                           for f in self.logger.output_formats)
+        from rolltape.tape import Tape
+
         for row in self.recorded:
-            video = Path(row["tape"]).with_suffix(".mp4")
-            if row["tape"] in self._logged_videos or not video.is_file():
+            if row["tape"] in self._logged_videos:
+                continue
+            # The video is named after the recording (a tape may be a later part of it).
+            name = Tape.load(row["tape"]).meta.get("recording", Path(row["tape"]).stem)
+            video = Path(row["tape"]).with_name(f"{name}.mp4")
+            if not video.is_file():
                 continue
             self._logged_videos.add(row["tape"])
             row["video"] = str(video)
