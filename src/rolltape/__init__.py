@@ -26,8 +26,11 @@ _API = {
     "RunResult": "rolltape.evaluate", "evaluate": "rolltape.evaluate",
     "RenderRequest": "rolltape.pass2.replay", "RenderResult": "rolltape.pass2.replay",
     "render": "rolltape.rendering", "Tape": "rolltape.tape",
+    "RecordTape": "rolltape.training.record",
 }
-__all__ = sorted(_API) + ["__version__"]
+# name -> a module given as an attribute: ``rolltape.sb3.TapeCallback`` (imports SB3 on use)
+_MODULES = {"sb3": "rolltape.training.sb3"}
+__all__ = sorted(_API) + sorted(_MODULES) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -35,6 +38,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_API[name]), name)
         globals()[name] = value  # once loaded, a plain attribute
         return value
+    if name in _MODULES:
+        module = importlib.import_module(_MODULES[name])
+        globals()[name] = module
+        return module
     raise AttributeError(f"module 'rolltape' has no attribute {name!r}")
 
 

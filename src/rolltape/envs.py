@@ -354,6 +354,41 @@ def continue_from(env: Any, physics: np.ndarray) -> None:
     mujoco.mj_setState(base.model, base.data, physics, physics_spec())
 
 
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+def rng_state(env: Any) -> dict[str, Any]:
+    """The env's ``np_random`` bit-generator state, JSON-safe (what a reset draws from)."""
+    return json_safe(env.unwrapped.np_random.bit_generator.state)
+
+
+def set_rng_state(env: Any, state: dict[str, Any]) -> None:
+    """Give the env a generator in a recorded state (:func:`rng_state`), so that an
+    unseeded ``reset`` draws exactly what it drew when the state was recorded."""
+    name = state.get("bit_generator")
+    if name not in _BIT_GENERATORS:
+        raise UsageError(f"The tape's reset_rng names the bit generator {name!r:.40}, which "
+                         f"is not one of numpy's ({', '.join(_BIT_GENERATORS)}).")
+    generator = np.random.Generator(getattr(np.random, name)())
+    try:
+        generator.bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise UsageError(f"The tape's reset_rng is not a valid {name} state ({exc}).") from None
+    env.unwrapped.np_random = generator
+
+
+def set_elapsed_steps(env: Any, steps: int) -> None:
+    """Tell the env's TimeLimit that ``steps`` steps have passed (a replay that begins
+    mid-episode must truncate where the recorded episode did)."""
+    from gymnasium.wrappers import TimeLimit
+
+    while env is not None:
+        if isinstance(env, TimeLimit):
+            env._elapsed_steps = steps
+            return
+        env = getattr(env, "env", None)
+
+
 def restore_state(env: Any, qpos: np.ndarray, qvel: np.ndarray) -> None:
     """Put a MuJoCo env into a recorded state so it can be drawn (``restore`` mode)."""
     import mujoco

@@ -78,6 +78,12 @@ class Tape:
         policy: what produced the actions: kind, source, sha256, deterministic.
         wall_s: wall-clock seconds the episode took in pass 1.
         meta: free-form extras (run role, episode index, ...).
+        reset_rng: the env's ``np_random`` bit-generator state just before ``reset`` (a
+            dict of names and integers, as numpy gives it), or None. Training resets are
+            unseeded; a replay sets this state, then resets, and gets the same episode.
+        start_step: steps the episode had run before the tape begins (0: it begins at
+            ``reset``). A tape that begins later (a step-triggered recording) starts from
+            ``physics[0]`` and needs a MuJoCo env.
     """
 
     env: dict[str, Any]
@@ -96,6 +102,8 @@ class Tape:
     policy: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    reset_rng: dict[str, Any] | None = None
+    start_step: int = 0
 
     def __post_init__(self) -> None:
         _check_shapes(self, where="tape")
@@ -123,7 +131,13 @@ class Tape:
 
     # -- file format -----------------------------------------------------------------
     def header(self) -> dict[str, Any]:
-        """The JSON header stored inside the ``.npz``."""
+        """The JSON header stored inside the ``.npz`` (``reset_rng`` and ``start_step``
+        only when set, so that tapes without them are byte for byte as before)."""
+        extra: dict[str, Any] = {}
+        if self.reset_rng is not None:
+            extra["reset_rng"] = self.reset_rng
+        if self.start_step:
+            extra["start_step"] = self.start_step
         return {
             "schema_version": SCHEMA_VERSION,
             "env": self.env,
@@ -136,6 +150,7 @@ class Tape:
             "meta": self.meta,
             "length": self.length,
             "return": finite_or_none(self.total_return),
+            **extra,
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -207,6 +222,8 @@ class Tape:
                 policy=header.get("policy", {}),
                 wall_s=float(header.get("wall_s", 0.0)),
                 meta=header.get("meta", {}),
+                reset_rng=header.get("reset_rng"),
+                start_step=header.get("start_step", 0),
                 **{name: contents[name] for name in _REQUIRED_ARRAYS},
                 **{name: contents.get(name) for name in _OPTIONAL_ARRAYS},
             )
@@ -327,6 +344,9 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "meta": (_is_dict, "an object"),
     "length": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "return": (_optional(_is_number), "null or a number"),  # null: NaN or infinite
+    "reset_rng": (_optional(lambda v: is_rng_state(v)),
+                  "null or a numpy bit-generator state (names and integers)"),
+    "start_step": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
 }
 _ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "id": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
@@ -335,6 +355,23 @@ _ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
                           "null or a positive integer"),
     "versions": (_optional(_is_dict), "null or an object"),
 }
+
+
+def is_rng_state(value: Any) -> bool:
+    """True for a numpy bit-generator state as ``bit_generator.state`` gives it: an object
+    with a ``bit_generator`` name and a ``state`` of integers (nested objects of integers,
+    strings or lists of integers allowed, shallow). Data only: the name is checked against
+    numpy's own bit generators when the state is set, never imported."""
+    def plain(v: Any, depth: int) -> bool:
+        if _is_int(v) or isinstance(v, str):
+            return True
+        if isinstance(v, list):
+            return len(v) <= 1024 and all(_is_int(x) for x in v)
+        return depth > 0 and isinstance(v, dict) and all(
+            isinstance(k, str) and plain(x, depth - 1) for k, x in v.items())
+
+    return (isinstance(value, dict) and isinstance(value.get("bit_generator"), str)
+            and isinstance(value.get("state"), dict) and plain(value, 3))
 
 
 def _check_header(header: dict[str, Any], path: Path) -> None:
@@ -387,6 +424,11 @@ def _check_shapes(tape: Tape, where: str) -> None:
                                 or arr.shape[0] != n + 1):
             raise UsageError(f"{where} {name} must have {n + 1} rows of float64, got "
                              f"{arr.dtype}{arr.shape}.")
+    if tape.start_step and tape.physics is None:
+        raise UsageError(f"{where} begins at step {tape.start_step} of its episode but has no "
+                         "physics state to begin from.")
+    if tape.reset_rng is not None and not is_rng_state(tape.reset_rng):
+        raise UsageError(f"{where} reset_rng must be a numpy bit-generator state.")
     if n and (tape.terminated[:-1].any() or tape.truncated[:-1].any()):
         raise UsageError(f"{where} ends before its last step; only the last step may be done.")
 

@@ -12,8 +12,8 @@ chart). The benchmarks live in one module per family, all sharing
 :mod:`rolltape.bench.common` (sizes, the run's context, child processes, worker tracking):
 :mod:`~rolltape.bench.pass1`, :mod:`~rolltape.bench.pass2`, :mod:`~rolltape.bench.scale`
 (more workers, Ray), :mod:`~rolltape.bench.artifacts` (gif, report) and
-:mod:`~rolltape.bench.versus` (SB3, the seed-000 way) and :mod:`~rolltape.bench.served`
-(``rolltape serve``).
+:mod:`~rolltape.bench.versus` (SB3, the seed-000 way), :mod:`~rolltape.bench.served`
+(``rolltape serve``) and :mod:`~rolltape.bench.training` (recording during training).
 
 Benchmarks, in the order they run and are reported (module in brackets):
 
@@ -49,6 +49,12 @@ Benchmarks, in the order they run and are reported (module in brackets):
   ``tcp://.../HalfCheetah-v5`` vs locally, PPO MLP (target: <= 1.5x; tapes bitwise equal).
 - ``served_concurrent_clients`` [served]: 4 clients on one server at once vs each alone
   (target: 0 episodes differ).
+- ``training_tapes`` [training]: PPO training throughput with a RecordTape tape of every
+  episode vs no recording (target: >= 0.95).
+- ``training_background_video`` [training]: the same with background videos of every 10th
+  episode, next to Gymnasium's RecordVideo drawing them inline (informational).
+- ``record_tape_step_cost`` [training]: microseconds RecordTape adds to a step when it is
+  not recording (target: <= 2 us).
 
 The policy is an untrained SB3 PPO ``MlpPolicy`` (64x64) with fresh VecNormalize statistics,
 made in a temporary folder: its inference cost is the same as a trained one's.
@@ -84,6 +90,8 @@ from rolltape.bench.served import (bench_served_concurrent_clients, bench_served
                                    bench_served_step_overhead)
 from rolltape.bench.scale import (bench_pass1_workers, bench_pass2_segments,
                                   bench_pass2_workers, bench_ray_vs_local)
+from rolltape.bench.training import (bench_record_tape_step_cost, bench_training_background_video,
+                                     bench_training_tapes)
 from rolltape.bench.versus import bench_end_to_end, bench_pass1_vs_sb3_evaluate_policy
 from rolltape.errors import UsageError
 from rolltape.files import write_text
@@ -107,6 +115,9 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "served_step_overhead": bench_served_step_overhead,
     "served_eval_pass1": bench_served_eval_pass1,
     "served_concurrent_clients": bench_served_concurrent_clients,
+    "training_tapes": bench_training_tapes,
+    "training_background_video": bench_training_background_video,
+    "record_tape_step_cost": bench_record_tape_step_cost,
 }
 
 

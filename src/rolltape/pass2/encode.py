@@ -737,6 +737,7 @@ def join_videos(
     try:
         with av.open(str(temp), mode="w", format=fmt, options=options) as joined:
             stream, offset = None, Fraction(0)  # offset: where the next part starts, in s
+            last_dts: int | None = None
             for part in parts:
                 with av.open(os.fspath(part)) as source:
                     source_stream = source.streams.video[0]
@@ -745,12 +746,24 @@ def join_videos(
                     time_base = source_stream.time_base
                     shift = int(offset / time_base)
                     end = shift
+                    # A part of one or two frames may come without packet durations: a
+                    # frame then lasts 1/fps, so that the next part never starts on it.
+                    rate = source_stream.average_rate or source_stream.guessed_rate or 30
+                    frame_ticks = max(1, int(1 / (Fraction(rate) * time_base)))
+                    first = True
                     for packet in source.demux(source_stream):
                         if packet.dts is None:  # the demuxer's empty end-of-stream packet
                             continue
+                        if first and last_dts is not None and packet.dts + shift <= last_dts:
+                            # A part with B-frames decodes ahead (negative dts); after a
+                            # part of one or two frames, which has none, its first packets
+                            # would go back in time: start it a little later instead.
+                            shift += last_dts + 1 - (packet.dts + shift)
+                        first = False
                         packet.pts += shift
                         packet.dts += shift
-                        end = max(end, packet.pts + (packet.duration or 0))
+                        last_dts = packet.dts
+                        end = max(end, packet.pts + (packet.duration or frame_ticks))
                         packet.stream = stream
                         joined.mux(packet)
                         frames += 1

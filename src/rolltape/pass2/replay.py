@@ -226,8 +226,9 @@ class _Replayer:
         return key, self._envs[key]
 
     def _reset(self, key: str, env: Any, tape: Any, draw: bool, quality: str) -> Any:
-        """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer."""
-        obs, _ = env.reset(seed=tape.seed, options=tape.options)
+        """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer.
+        Returns the reset observation, or None for a tape that begins mid-episode."""
+        obs = _reset_as_recorded(env, tape)
         if not draw:
             return obs
         if key in self._drawn_once:
@@ -349,7 +350,8 @@ class _Replayer:
         divergence: Divergence | None = None
         obs = reset()
         if first == 0:
-            if tape.obs_digest is not None and obs_digest(obs) != int(tape.obs_digest[0]):
+            if (tape.obs_digest is not None and obs is not None
+                    and obs_digest(obs) != int(tape.obs_digest[0])):
                 divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
             emit(0)
             begin = 0
@@ -381,6 +383,32 @@ class _Replayer:
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
+
+
+def _reset_as_recorded(env: Any, tape: Any) -> Any:
+    """Reset the env into the state the tape begins in, and return the reset observation
+    (None when the tape begins mid-episode, where no reset observation was recorded).
+
+    An eval tape is reset with its seed. A tape recorded in training (unseeded resets)
+    carries the env's generator state from just before its reset, which is set first, so
+    the unseeded reset draws the same start; for MuJoCo the recorded physics state at the
+    tape's first frame is then set too (the same state, unless the env keeps state the
+    generator does not explain). A tape that begins after ``start_step`` steps of its
+    episode continues from that state, with the time limit advanced to match."""
+    from rolltape.envs import continue_from, set_elapsed_steps, set_rng_state
+
+    if tape.reset_rng is not None:
+        set_rng_state(env, tape.reset_rng)
+    obs, _ = env.reset(seed=tape.seed, options=tape.options)
+    if (tape.reset_rng is not None or tape.start_step) and tape.physics is not None:
+        import mujoco
+
+        continue_from(env, tape.physics[0])
+        mujoco.mj_forward(env.unwrapped.model, env.unwrapped.data)  # poses to draw frame 0
+    if tape.start_step:
+        set_elapsed_steps(env, tape.start_step)
+        return None
+    return obs
 
 
 def _flat(writers: list[list[Any]]) -> list[Any]:

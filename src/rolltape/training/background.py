@@ -1,0 +1,259 @@
+"""Videos of training tapes, drawn off the training loop: a bounded queue, one thread that
+hands batches of tapes to :func:`rolltape.render` (render processes at nice +10, each
+replay verified), and a close that waits a while, then leaves the rest as tapes.
+
+The training loop only ever puts a small job on the queue. When the queue is full, the
+video is dropped (its tape stays, and a warning says so) unless ``on_full="block"`` asked
+to wait for room instead. A render worker that crashes, or a GL backend that cannot draw,
+fails that video only: the tape stays for ``rolltape render`` and training goes on.
+
+May import: rendering (the orchestrator's render entry point), pass2 (types, encode), tape,
+errors. Never: policies, pass 1, torch or SB3.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rolltape.errors import UsageError, check_choice
+from rolltape.pass2.backends import DEFAULT_ORDER
+from rolltape.pass2.replay import RenderRequest, RenderResult
+
+FULL_POLICIES = ("drop", "block")
+VIDEO_FORMATS = ("mp4", "webm")  # a recording of several tapes is joined packet by packet
+
+
+class RecordingWarning(UserWarning):
+    """Something about a training recording the user should know (never an exception:
+    training goes on)."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, RecordingWarning, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class VideoJob:
+    """One recording: its tapes in order (several when it ran across resets) and the
+    videos to make of them."""
+
+    name: str
+    tapes: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class VideoDone:
+    """What became of one recording's video."""
+
+    job: VideoJob
+    outputs: tuple[str, ...] = ()
+    frames: int = 0
+    verified: bool | None = None
+    divergence: str | None = None
+    error: str | None = None
+    results: list[RenderResult] = field(default_factory=list)
+
+
+class BackgroundRenderer:
+    """Renders :class:`VideoJob` s in render processes, off the caller's thread.
+
+    ``workers`` render processes at most run at once (each batch of queued jobs is one
+    :func:`rolltape.render` call); ``queue_size`` jobs wait at most. ``on_done(done)`` is
+    called (on the render thread) for every finished or failed video.
+    """
+
+    def __init__(self, *, workers: int = 1, queue_size: int = 8, on_full: str = "drop",
+                 backends: str | Sequence[str] = DEFAULT_ORDER, width: int | None = None,
+                 height: int | None = None, fps: float | None = None,
+                 timeout: float = 120.0,
+                 on_done: Callable[[VideoDone], None] | None = None) -> None:
+        check_choice("on_full", on_full, FULL_POLICIES)
+        if workers < 1 or queue_size < 1:
+            raise UsageError(f"render_workers and queue_size must be at least 1, got "
+                             f"{workers} and {queue_size}.")
+        self.workers, self.on_full, self.backends = workers, on_full, backends
+        self.width, self.height, self.fps, self.timeout = width, height, fps, timeout
+        self.on_done = on_done
+        self.done: list[VideoDone] = []
+        self.dropped: list[VideoJob] = []
+        self._queue: queue.Queue[VideoJob | None] = queue.Queue(maxsize=queue_size)
+        self._busy: list[VideoJob] = []  # the batch being rendered now
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- the caller's side -------------------------------------------------------------
+    def submit(self, job: VideoJob) -> bool:
+        """Queue a video; False when it was dropped (queue full and ``on_full="drop"``)."""
+        if self._closed:
+            raise RuntimeError("BackgroundRenderer.submit after close")
+        if self._thread is None:  # no thread, no process, until the first video
+            self._thread = threading.Thread(target=self._loop, name="rolltape-render",
+                                            daemon=True)
+            self._thread.start()
+        try:
+            self._queue.put(job, block=self.on_full == "block")
+        except queue.Full:
+            self.dropped.append(job)
+            warn(f"Dropped the video {job.name}: {self._queue.maxsize} videos were already "
+                 "waiting to be rendered (queue_size). Its tape is kept; render it later with "
+                 f"`rolltape render {job.tapes[0]} --out {job.outputs[0]}`, or pass "
+                 "on_full='block' to wait instead.")
+            return False
+        return True
+
+    def pending(self) -> list[VideoJob]:
+        """Videos queued or being drawn now."""
+        with self._lock:
+            busy = list(self._busy)
+        return busy + [j for j in list(self._queue.queue) if j is not None]
+
+    def wait(self, timeout: float | None = 60.0) -> int:
+        """Wait up to ``timeout`` s until no video is queued or being drawn; returns how
+        many still are (the renderer stays open)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pending() and (deadline is None or time.monotonic() < deadline):
+            if self._thread is None or not self._thread.is_alive():
+                break
+            time.sleep(0.1)
+        return len(self.pending())
+
+    def close(self, timeout: float | None = 60.0) -> list[VideoJob]:
+        """Wait up to ``timeout`` seconds for the queued videos, then stop the render
+        processes; returns the jobs left undone (their tapes are on disk)."""
+        if self._closed:
+            return []
+        self._closed = True
+        if self._thread is None:
+            return []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._queue.put(None)  # blocks only in "block" mode with a full queue: bounded below
+        while self._thread.is_alive():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            self._thread.join(0.2 if left is None else min(0.2, left))
+        left_over = self.pending() if self._thread.is_alive() else []
+        self._cancel.set()  # render() stops its workers; the batch's videos stay undone
+        self._thread.join(30)
+        return left_over
+
+    # -- the render thread -------------------------------------------------------------
+    def _loop(self) -> None:
+        from rolltape.rendering import render
+
+        stop = False
+        while not stop:
+            job = self._queue.get()
+            if job is None:
+                break
+            batch = [job]
+            while len(batch) < self.workers:  # whatever else waits goes in the same call
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            with self._lock:
+                self._busy = batch
+            try:
+                self._render_batch(render, batch)
+            finally:
+                with self._lock:
+                    self._busy = []
+            if self._cancel.is_set():
+                break
+
+    def _render_batch(self, render: Callable[..., list[RenderResult | None]],
+                      batch: list[VideoJob]) -> None:
+        requests, owners = [], []
+        for j, job in enumerate(batch):
+            for k, tape in enumerate(job.tapes):
+                outs = job.outputs if len(job.tapes) == 1 else tuple(
+                    _part_path(out, k) for out in job.outputs)
+                requests.append(RenderRequest(tape, outs, width=self.width, height=self.height,
+                                              fps=self.fps, overwrite=True))
+                owners.append(j)
+        results: list[RenderResult | None] = [None] * len(requests)
+        error = None
+        try:
+            results = render(requests, backends=self.backends, workers=self.workers,
+                             timeout=self.timeout, background=True, cancel=self._cancel,
+                             on_result=lambda i, r: results.__setitem__(i, r))
+        except Exception as exc:  # every backend failed, a worker crashed: this batch only
+            error = str(exc)
+        for j, job in enumerate(batch):
+            mine = [results[i] for i, owner in enumerate(owners) if owner == j]
+            self._finish(job, mine, error)
+
+    def _finish(self, job: VideoJob, mine: list[RenderResult | None], error: str | None) -> None:
+        done = VideoDone(job)
+        if self._cancel.is_set() and any(r is None for r in mine):
+            return  # closed before it was drawn: close() lists it
+        if any(r is None for r in mine):
+            done.error = error or "the render worker gave no result"
+            warn(f"The video {job.name} could not be rendered ({done.error}); training goes "
+                 f"on and its tape is kept: `rolltape render {' '.join(job.tapes)}`.")
+        else:
+            results = [r for r in mine if r is not None]
+            done.results = results
+            done.frames = sum(r.frames for r in results)
+            done.verified = all(r.verified for r in results)
+            diverged = [r for r in results if r.divergence is not None]
+            if diverged:
+                done.divergence = diverged[0].divergence.describe()
+                warn(f"The replay of {job.name} diverged from training at "
+                     f"{done.divergence}; the video shows the replay.")
+            try:
+                done.outputs = _join_parts(job, results) if len(job.tapes) > 1 else job.outputs
+            except Exception as exc:
+                done.error = f"joining its parts failed: {exc}"
+                warn(f"The video {job.name} could not be written ({done.error}).")
+        self.done.append(done)
+        if self.on_done is not None:
+            self.on_done(done)
+
+
+def _part_path(out: str, k: int) -> str:
+    path = Path(out)
+    return str(path.with_name(f".{path.stem}.part{k}-{os.getpid()}{path.suffix}"))
+
+
+def _join_parts(job: VideoJob, results: list[RenderResult]) -> tuple[str, ...]:
+    """One video per output from the videos of the recording's tapes, in order, with a
+    sidecar naming every tape and each part's verified replay."""
+    from rolltape.files import write_json
+    from rolltape.pass2.encode import join_videos
+
+    for out in job.outputs:
+        parts = [_part_path(out, k) for k in range(len(job.tapes))]
+        try:
+            frames = join_videos(parts, out, overwrite=True)
+        finally:
+            for part in parts:
+                Path(part).unlink(missing_ok=True)
+                Path(f"{part}.metadata.json").unlink(missing_ok=True)
+        write_json(f"{out}.metadata.json", {
+            "recording": job.name, "tapes": list(job.tapes),
+            "result": {"verified": all(r.verified for r in results), "frames": frames,
+                       "parts": [r.to_dict() for r in results]}})
+    return job.outputs
+
+
+def output_paths(folder: Path, name: str, formats: Sequence[str]) -> tuple[str, ...]:
+    """Where a recording's videos go: ``{folder}/{name}.{format}`` for each format."""
+    for fmt in formats:
+        check_choice("video format", fmt, VIDEO_FORMATS)
+    return tuple(str(folder / f"{name}.{fmt}") for fmt in formats)

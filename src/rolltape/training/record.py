@@ -1,0 +1,350 @@
+"""Recording during training: :class:`RecordTape`, a Gymnasium wrapper with the trigger
+semantics of Gymnasium 1.x ``RecordVideo`` that records tapes in the loop (cheap) and has
+their videos drawn by render processes in the background (:mod:`.background`), and
+:func:`record_sub_envs`, its vector version for ``gymnasium.vector``.
+
+Nothing is drawn in the training loop: the wrapper never calls ``env.render()`` and works
+on an env made with ``render_mode=None``. Training resets are unseeded (autoreset; SB3 seeds
+once), so each tape carries the env's generator state from just before its reset, and for
+MuJoCo the physics state of every frame: pass 2 sets them and replays the episode exactly.
+
+May import: envs, tape, pass1.rollout (the recording helpers), training.background,
+errors, gymnasium. Never: policies, torch or SB3, the render workers' insides.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from rolltape.envs import PhysicsLog, env_spec, mujoco_data, rng_state
+from rolltape.errors import UsageError
+from rolltape.pass1.rollout import kept_obs, tape_fields
+from rolltape.tape import Tape
+from rolltape.training.background import (BackgroundRenderer, VideoDone, VideoJob,
+                                          output_paths, warn)
+
+INFO_KEY = "tape"  # info[INFO_KEY] at the end of a recorded episode: the tape's path
+_STORABLE = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+             gym.spaces.MultiBinary)
+_MEDIA = (".mp4", ".webm", ".gif", ".npz")
+
+
+class _Piece:
+    """The part of one episode a recording holds: from a reset (or, for a step trigger,
+    from a state in mid-episode) to the episode's end or the recording's."""
+
+    def __init__(self, env: gym.Env, seed: int | None, options: dict[str, Any] | None,
+                 rng: dict[str, Any] | None, first_obs: Any, start_step: int,
+                 episode: int) -> None:
+        self.seed, self.options, self.rng = seed, options, rng
+        self.first, self.start_step, self.episode = kept_obs(first_obs), start_step, episode
+        self.steps: list[tuple[Any, ...]] = []
+        self.started = time.perf_counter()
+        self.physics = PhysicsLog.for_env(env)
+        if self.physics is not None:
+            self.physics.record()
+        self.success: Any = None
+        self.metrics: Any = None
+
+
+class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Record triggered episodes (or step ranges) as tapes; render their videos elsewhere.
+
+    Triggers, counters and names are those of ``gymnasium.wrappers.RecordVideo``:
+    ``episode_trigger(episode_id)`` starts a recording at a reset, ``step_trigger(step_id)``
+    after a step (both counters start at -1, so the first reset is episode 0 and the first
+    step is step 0); with neither, the capped-cubic schedule (episodes 0, 1, 8, 27, ...,
+    then every 1000th). ``video_length`` 0 records whole episodes; otherwise a recording
+    stops after ``video_length + 1`` frames and runs on across resets. A recording named
+    ``{name_prefix}-episode-{n}`` or ``{name_prefix}-step-{n}`` gives ``{name}.npz`` in
+    ``video_folder`` (``{name}-part{k}.npz`` for the k-th further episode it spans) and, in
+    the background, the verified video ``{name}.mp4`` (``formats`` for others).
+
+    ``render=False`` records tapes only (render them later with ``rolltape render``).
+    Videos wait in a queue of ``queue_size``; when it is full the video is dropped with a
+    warning (its tape is kept), unless ``on_full="block"``. ``close()`` waits up to
+    ``close_timeout`` seconds for pending videos and leaves the rest as tapes, saying so.
+    At the end of a recorded episode, ``info["tape"]`` is its tape's path.
+
+    Put it right on the env ``gym.make`` returns (wrappers that change observations or
+    rewards go outside it): a replay rebuilds the env from its id and checks every reward.
+
+    Example (not run: it trains):
+        >>> env = RecordTape(gym.make("HalfCheetah-v5"), "videos",
+        ...                  episode_trigger=lambda n: n % 250 == 0, name_prefix="training")
+    """
+
+    def __init__(self, env: gym.Env, video_folder: str | os.PathLike[str],
+                 episode_trigger: Callable[[int], bool] | None = None,
+                 step_trigger: Callable[[int], bool] | None = None,
+                 video_length: int = 0, name_prefix: str = "rl-video",
+                 fps: float | None = None, *, formats: Sequence[str] = ("mp4",),
+                 render: bool = True, render_workers: int = 1, queue_size: int = 8,
+                 on_full: str = "drop", close_timeout: float = 60.0,
+                 width: int | None = None, height: int | None = None,
+                 backends: str | Sequence[str] = ("egl", "osmesa"), overwrite: bool = True,
+                 on_video: Callable[[VideoDone], None] | None = None) -> None:
+        gym.utils.RecordConstructorArgs.__init__(
+            self, video_folder=video_folder, episode_trigger=episode_trigger,
+            step_trigger=step_trigger, video_length=video_length, name_prefix=name_prefix)
+        gym.Wrapper.__init__(self, env)
+        for what, trigger in (("episode_trigger", episode_trigger),
+                              ("step_trigger", step_trigger)):
+            if trigger is not None and not callable(trigger):
+                raise UsageError(f"RecordTape's {what} must be a function of the {what[:-8]} "
+                                 f"number returning True to record, got {trigger!r:.40}.")
+        if isinstance(video_length, bool) or not isinstance(video_length, int) or video_length < 0:
+            raise UsageError(f"RecordTape's video_length must be 0 (whole episodes) or a "
+                             f"positive number of frames, got {video_length!r}.")
+        if not isinstance(env.action_space, _STORABLE):
+            raise UsageError(f"RecordTape stores actions as arrays of numbers, so it cannot "
+                             f"record an env whose action space is {env.action_space}; "
+                             "flatten it (gymnasium.wrappers.FlattenObservation's action "
+                             "analogue) to a Box, Discrete, MultiDiscrete or MultiBinary space.")
+        if env.spec is None:
+            raise UsageError("RecordTape needs an env made with gym.make (a replay rebuilds "
+                             "it from its id); register your env and make it by id.")
+        if episode_trigger is None and step_trigger is None:
+            episode_trigger = capped_cubic_video_schedule
+        self.episode_trigger, self.step_trigger = episode_trigger, step_trigger
+        self.video_length: float = video_length if video_length != 0 else math.inf
+        self.name_prefix = name_prefix
+        self.video_folder = Path(video_folder).absolute()
+        if self.video_folder.is_dir() and any(p.suffix in _MEDIA
+                                              for p in self.video_folder.iterdir()):
+            if not overwrite:
+                raise UsageError(f"'{self.video_folder}' already holds videos or tapes; choose "
+                                 "another video_folder, or pass overwrite=True.")
+            gym.logger.warn(f"Overwriting existing videos at {self.video_folder} folder (try "
+                            "specifying a different `video_folder` for the `RecordTape` "
+                            "wrapper if this is not desired)")
+        self.video_folder.mkdir(parents=True, exist_ok=True)
+        self.formats = tuple(formats)
+        output_paths(self.video_folder, name_prefix, self.formats)  # refuses a bad format now
+        spec = env.spec
+        self._spec = env_spec(spec.id, dict(spec.kwargs or {}), spec.max_episode_steps)
+        self._mujoco = mujoco_data(env) is not None
+        self.close_timeout = close_timeout
+        self.renderer = BackgroundRenderer(
+            workers=render_workers, queue_size=queue_size, on_full=on_full,
+            backends=backends, width=width, height=height, fps=fps,
+            on_done=on_video) if render else None
+        self.step_id = -1
+        self.episode_id = -1
+        self.recording = False
+        self.tapes: list[str] = []  # every tape written, in order
+        self.write_failures = 0
+        self._name: str | None = None
+        self._frames = 0
+        self._parts: list[str] = []  # tapes of the recording under way
+        self._piece: _Piece | None = None
+        self._reset_args: tuple[Any, ...] = (None, None, None)  # seed, options, rng
+        self._episode_step = 0
+        self._episode_tape: str | None = None
+        self._waiting_for_reset = False  # a step trigger mid-episode on a non-MuJoCo env
+        self._warned_mid_episode = False
+
+    # -- the Gymnasium API -------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
+        # What the unseeded reset draws from, read before it draws (a dict, once an episode).
+        rng = rng_state(self.env) if seed is None else None
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.episode_id += 1
+        if self._piece is not None:  # reset before the episode ended: its piece ends here
+            self._end_piece()
+        self._episode_step = 0
+        self._episode_tape = None
+        self._reset_args = (seed, options, rng)
+        if self.recording and self.video_length == math.inf and not self._waiting_for_reset:
+            self._stop()
+        if self.episode_trigger is not None and self.episode_trigger(self.episode_id):
+            self._start(f"{self.name_prefix}-episode-{self.episode_id}")
+        if self.recording:
+            self._waiting_for_reset = False
+            self._piece = _Piece(self.env, seed, options, rng, obs, 0, self.episode_id)
+            self._count_frame()
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.step_id += 1
+        self._episode_step += 1
+        piece = self._piece
+        if self.step_trigger is not None and self.step_trigger(self.step_id):
+            self._start(f"{self.name_prefix}-step-{self.step_id}")
+            self._begin_mid_episode(obs)
+        elif piece is not None:
+            piece.steps.append((np.array(action, copy=True), reward, terminated, truncated,
+                                kept_obs(obs)))
+            if piece.physics is not None:
+                piece.physics.record()
+            if terminated or truncated:
+                piece.success, piece.metrics = info.get("is_success"), info.get("metrics")
+            self._count_frame()
+        if terminated or truncated:
+            if self._piece is not None:
+                self._end_piece()
+            if self._episode_tape is not None:
+                info = {**info, INFO_KEY: self._episode_tape}
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Close the env; finish the recording under way; wait up to ``close_timeout`` s
+        for pending videos, then leave their tapes (and say which) for ``rolltape render``."""
+        super().close()
+        if self.recording:
+            self._stop()
+        if self.renderer is not None:
+            left = self.renderer.close(self.close_timeout)
+            if left:
+                tapes = " ".join(t for job in left for t in job.tapes)
+                warn(f"{len(left)} video(s) were not rendered within close_timeout="
+                     f"{self.close_timeout:g} s; their tapes are kept: `rolltape render "
+                     f"{tapes} --out FOLDER/`.")
+
+    def wait_for_videos(self, timeout: float | None = 60.0) -> int:
+        """Wait up to ``timeout`` s for the videos queued so far; returns how many are
+        still pending (SB3 reaches it in every sub-env with ``env_method``)."""
+        return 0 if self.renderer is None else self.renderer.wait(timeout)
+
+    # -- recordings ----------------------------------------------------------------------
+    def _start(self, name: str) -> None:
+        if self.recording:
+            self._stop()
+        self.recording, self._name, self._frames, self._parts = True, name, 0, []
+
+    def _begin_mid_episode(self, obs: Any) -> None:
+        """A step trigger: the recording begins at the state after this step."""
+        if self._mujoco:
+            seed, options, rng = self._reset_args
+            self._piece = _Piece(self.env, seed, options, rng, obs, self._episode_step,
+                                 self.episode_id)
+            self._count_frame()
+            return
+        # Only a MuJoCo env's state can be set in a replay: elsewhere, begin at the reset.
+        self._waiting_for_reset = True
+        if not self._warned_mid_episode:
+            self._warned_mid_episode = True
+            warn(f"{self._name}: a tape can begin mid-episode only on a MuJoCo env (whose "
+                 "state a replay can set); on this env a step-triggered recording begins at "
+                 "the next reset.")
+
+    def _count_frame(self) -> None:
+        self._frames += 1
+        if self._frames > self.video_length:
+            self._stop()
+
+    def _end_piece(self) -> None:
+        """Write the tape of the piece under way."""
+        piece, self._piece = self._piece, None
+        assert piece is not None and self._name is not None
+        k = len(self._parts)
+        path = self.video_folder / (f"{self._name}.npz" if k == 0 else
+                                    f"{self._name}-part{k}.npz")
+        physics = piece.physics.arrays() if piece.physics is not None else (None, None, None)
+        if piece.steps:
+            fields = tape_fields(piece.seed, piece.options, piece.first, piece.steps, physics,
+                                 piece.success, piece.metrics, piece.started)
+        else:  # a step trigger on an episode's last step: its one frame, no steps
+            fields = _no_steps(piece, self.env.action_space, physics)
+        tape = Tape(env=self._spec, policy={"kind": "training"}, reset_rng=piece.rng,
+                    start_step=piece.start_step,
+                    meta={"recording": self._name, "part": k, "episode": piece.episode,
+                          "step": self.step_id}, **fields)
+        try:
+            tape.save(path)
+        except OSError as exc:  # a full disk: nothing half-written (atomic), training goes on
+            self.write_failures += 1
+            if self.write_failures == 1:
+                warn(f"Could not write the tape {path} ({exc.strerror or exc}); training goes "
+                     "on without it, and later failures are counted in write_failures, not "
+                     "reported.")
+            return
+        self._parts.append(str(path))
+        self.tapes.append(str(path))
+        self._episode_tape = str(path)
+
+    def _stop(self) -> None:
+        """End the recording: write its last tape and queue its video."""
+        if self._piece is not None:
+            self._end_piece()
+        name, parts = self._name, self._parts
+        self.recording, self._name, self._parts, self._frames = False, None, [], 0
+        self._waiting_for_reset = False
+        if not parts or name is None:
+            return
+        if self.renderer is not None:
+            self.renderer.submit(VideoJob(name, tuple(parts),
+                                          output_paths(self.video_folder, name, self.formats)))
+
+
+def capped_cubic_video_schedule(episode_id: int) -> bool:
+    """RecordVideo's default schedule: the cubes 0, 1, 8, 27, ... below 1000, then every
+    1000th episode (Gymnasium's own lives in a module that needs moviepy)."""
+    if episode_id < 1000:
+        return round(episode_id ** (1.0 / 3)) ** 3 == episode_id
+    return episode_id % 1000 == 0
+
+
+def _no_steps(piece: _Piece, space: gym.Space, physics: tuple[Any, Any, Any]
+              ) -> dict[str, Any]:
+    from rolltape.pass1.rollout import digest_all
+
+    dtype = space.dtype if space.dtype is not None else np.int64
+    return {"seed": piece.seed, "options": piece.options,
+            "actions": np.zeros((0, *(space.shape or ())), dtype=dtype),
+            "rewards": np.zeros(0), "terminated": np.zeros(0, bool),
+            "truncated": np.zeros(0, bool), "obs_digest": digest_all([piece.first]),
+            "qpos": physics[1], "qvel": physics[2], "physics": physics[0],
+            "wall_s": 0.0}
+
+
+def record_sub_envs(env_fns: Sequence[Callable[[], gym.Env]],
+                    video_folder: str | os.PathLike[str], *, envs_to_record: Sequence[int] = (0,),
+                    vectorization: str = "sync", autoreset_mode: Any = None,
+                    name_prefix: str = "rl-video", **record: Any) -> gym.vector.VectorEnv:
+    """A ``gymnasium.vector`` env (``"sync"`` or ``"async"``) whose sub-envs
+    ``envs_to_record`` each record their triggered episodes with :class:`RecordTape`
+    (``record`` holds its options), named ``{name_prefix}-env{i}-episode-{n}``; the
+    others run bare. The wrapper sits inside each sub-env, so it sees that sub-env's own
+    resets, whichever autoreset mode (NEXT_STEP, SAME_STEP) the vector env uses, and in
+    an ``AsyncVectorEnv`` its tapes are written (and videos rendered) in the sub-env's
+    process. A recorded episode's tape path is in ``infos["tape"]`` (masked by
+    ``infos["_tape"]``; with SAME_STEP, in ``infos["final_info"]``, since the reset's info
+    takes the top).
+    """
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+    from rolltape.errors import check_choice
+
+    check_choice("vectorization", vectorization, ("sync", "async"))
+    chosen = set(envs_to_record)
+    bad = sorted(i for i in chosen if not 0 <= i < len(env_fns))
+    if bad:
+        raise UsageError(f"envs_to_record {bad} are not sub-envs of a vector env of "
+                         f"{len(env_fns)}; give indices from 0 to {len(env_fns) - 1}.")
+    folder = str(Path(video_folder).absolute())
+    fns = [_Recorded(fn, folder, f"{name_prefix}-env{i}", record) if i in chosen else fn
+           for i, fn in enumerate(env_fns)]
+    mode = AutoresetMode.NEXT_STEP if autoreset_mode is None else AutoresetMode(autoreset_mode)
+    cls = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
+    return cls(fns, autoreset_mode=mode)
+
+
+class _Recorded:
+    """A picklable env factory (AsyncVectorEnv sends it to a process) adding RecordTape."""
+
+    def __init__(self, fn: Callable[[], gym.Env], folder: str, prefix: str,
+                 record: dict[str, Any]) -> None:
+        self.fn, self.folder, self.prefix, self.record = fn, folder, prefix, record
+
+    def __call__(self) -> gym.Env:
+        return RecordTape(self.fn(), self.folder, name_prefix=self.prefix, **self.record)

@@ -1,0 +1,339 @@
+"""``rolltape.sb3``: recording and evaluating inside a Stable-Baselines3 training run.
+
+:class:`TapeCallback` records every Nth training episode of chosen sub-envs as tapes
+(:class:`~rolltape.training.record.RecordTape`; their videos are drawn in background render
+processes, off the loop) and, every K steps, evaluates the current policy like SB3's
+``EvalCallback`` but as a rolltape run (its own tapes, seeds ``eval_seed + i``, numbers
+from pass 1, VecNormalize statistics of that moment applied with training and reward
+normalisation off). It logs ``eval/mean_reward``, ``eval/mean_ep_length`` and
+``eval/success_rate`` (with its Wilson bounds) and rendered videos (TensorBoard), writes
+SB3's ``evaluations.npz``, and draws the timeline of the run (``timeline.png`` in
+``report.html``).
+
+A ``DummyVecEnv`` gets its recording wrappers from the callback itself. Sub-envs in other
+processes (``SubprocVecEnv``) cannot be wrapped from outside: build them with
+:func:`make_recorded_vec_env` (or any ``RecordTape`` inside each sub-env) and the callback
+uses their recordings.
+
+May import: SB3 and torch (inside functions, this module is loaded only on use),
+training.record, evaluate, stats, files, errors. Never: pass 2's insides.
+
+Example (not run: it trains):
+    >>> model.learn(100_000, callback=TapeCallback(record_every=100, eval_every=10_000,
+    ...                                            eval_episodes=20, out="runs/train"))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from rolltape.errors import UsageError
+from rolltape.files import atomic_file, write_json, write_text
+from rolltape.training.record import INFO_KEY, RecordTape
+
+try:  # only for subclassing: this module is imported when SB3 is being used
+    from stable_baselines3.common.callbacks import BaseCallback
+except ImportError as exc:  # pragma: no cover - SB3 is in the test extra
+    raise ImportError("rolltape.sb3 needs stable-baselines3: pip install stable-baselines3"
+                      ) from exc
+
+
+def every(n: int) -> Callable[[int], bool]:
+    """A trigger recording episodes 0, n, 2n, ... (picklable, for sub-env processes)."""
+    return _Every(n)
+
+
+class _Every:
+    def __init__(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UsageError(f"record_every must be a positive number of episodes, got {n!r}.")
+        self.n = n
+
+    def __call__(self, episode: int) -> bool:
+        return episode % self.n == 0
+
+
+def make_recorded_vec_env(env_id: str, n_envs: int = 1, *, out: str | Path = "runs/train",
+                          record_every: int = 100, envs_to_record: Sequence[int] = (0,),
+                          seed: int | None = None, env_kwargs: dict[str, Any] | None = None,
+                          vec_env_cls: Any = None, vec_env_kwargs: dict[str, Any] | None = None,
+                          **record: Any) -> Any:
+    """SB3's ``make_vec_env`` for ``env_id``, with a :class:`RecordTape` (episodes 0, N,
+    2N, ... into ``out/videos``, named ``train-env{i}-episode-{n}``) right on each sub-env
+    of ``envs_to_record``, under SB3's Monitor: the recipe for ``SubprocVecEnv``, whose
+    sub-envs live in other processes. Seeds as ``make_vec_env`` does (``seed + rank``)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    trigger = every(record_every)
+    folder = str(Path(out).absolute() / "videos")
+    recorded = set(envs_to_record)
+    fns = [_SubEnv(env_id, dict(env_kwargs or {}), folder if i in recorded else None,
+                   f"train-env{i}", trigger, record, None if seed is None else seed + i)
+           for i in range(n_envs)]
+    venv = (vec_env_cls or DummyVecEnv)(fns, **(vec_env_kwargs or {}))
+    if seed is not None:
+        venv.seed(seed)
+    return venv
+
+
+class _SubEnv:
+    """A picklable factory (SubprocVecEnv sends it to a process): gym.make, RecordTape
+    when this sub-env records, then SB3's Monitor."""
+
+    def __init__(self, env_id: str, kwargs: dict[str, Any], folder: str | None, prefix: str,
+                 trigger: Callable[[int], bool], record: dict[str, Any],
+                 action_seed: int | None) -> None:
+        self.env_id, self.kwargs, self.folder, self.prefix = env_id, kwargs, folder, prefix
+        self.trigger, self.record, self.action_seed = trigger, record, action_seed
+
+    def __call__(self) -> Any:
+        import gymnasium as gym
+        from stable_baselines3.common.monitor import Monitor
+
+        env = gym.make(self.env_id, **self.kwargs)
+        if self.action_seed is not None:
+            env.action_space.seed(self.action_seed)
+        if self.folder is not None:
+            env = RecordTape(env, self.folder, episode_trigger=self.trigger,
+                             name_prefix=self.prefix, **self.record)
+        return Monitor(env)
+
+
+class TapeCallback(BaseCallback):
+    """Record every ``record_every``-th training episode (of sub-envs ``envs_to_record``)
+    as tapes and background videos; evaluate every ``eval_every`` steps as a rolltape run
+    of ``eval_episodes`` episodes (seeds ``eval_seed + i``) when ``eval_every`` is given.
+
+    Everything goes under ``out``: ``videos/`` (tapes and videos), ``evals/step-N/`` (each
+    evaluation's run), ``checkpoints/``, ``evaluations.npz`` (as SB3's EvalCallback writes
+    it), ``training.json`` (recorded episodes and evaluations), ``timeline.png`` and
+    ``report.html``. ``video_timeout`` bounds the wait for pending videos at the end of
+    training. ``eval_env`` / ``eval_env_kwargs`` / ``eval_max_episode_steps`` default to
+    the training env's id and settings.
+    """
+
+    def __init__(self, record_every: int | None = 100, eval_every: int | None = None,
+                 eval_episodes: int = 10, out: str | Path = "runs/train", *,
+                 envs_to_record: Sequence[int] = (0,), eval_seed: int = 0,
+                 eval_env: str | None = None, eval_env_kwargs: dict[str, Any] | None = None,
+                 eval_max_episode_steps: int | None = None, deterministic: bool = True,
+                 eval_video: int = 0, video_timeout: float = 60.0,
+                 record_options: dict[str, Any] | None = None, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        if record_every is not None:
+            every(record_every)  # refuses a bad value now
+        if eval_every is not None and (isinstance(eval_every, bool)
+                                       or not isinstance(eval_every, int) or eval_every < 1):
+            raise UsageError(f"eval_every must be a positive number of steps, got {eval_every!r}.")
+        if eval_episodes < 1:
+            raise UsageError(f"eval_episodes must be at least 1, got {eval_episodes}.")
+        self.record_every, self.eval_every, self.eval_episodes = record_every, eval_every, eval_episodes
+        self.out = Path(out)
+        self.envs_to_record, self.eval_seed = tuple(envs_to_record), eval_seed
+        self.eval_env, self.eval_env_kwargs = eval_env, eval_env_kwargs
+        self.eval_max_episode_steps, self.deterministic = eval_max_episode_steps, deterministic
+        self.eval_video, self.video_timeout = eval_video, video_timeout
+        self.record_options = dict(record_options or {})
+        self.recorded: list[dict[str, Any]] = []  # one row per recorded episode (tape)
+        self.evaluations: list[dict[str, Any]] = []
+        self._logged_videos: set[str] = set()
+        self._next_eval = eval_every or 0
+
+    # -- SB3 hooks -----------------------------------------------------------------------
+    def _on_training_start(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.record_every is not None:
+            self._install_recorders()
+
+    def _on_step(self) -> bool:
+        infos = self.locals.get("infos") or ()
+        for i, info in enumerate(infos):
+            tape = info.get(INFO_KEY)
+            if tape is not None:
+                episode = info.get("episode") or {}
+                self.recorded.append({"step": int(self.num_timesteps), "env": i, "tape": tape,
+                                      "monitor_return": episode.get("r"),
+                                      "monitor_length": episode.get("l")})
+        if self.eval_every is not None and self.num_timesteps >= self._next_eval:
+            self._next_eval += self.eval_every
+            self._evaluate()
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self._log_videos()
+
+    def _on_training_end(self) -> None:
+        if self.record_every is not None:
+            left = self.training_env.env_method("wait_for_videos", self.video_timeout,
+                                                indices=self._recording_envs())
+            if any(left):
+                from rolltape.training.background import warn
+
+                warn(f"{sum(left)} training video(s) were still rendering at the end of "
+                     "training; they finish in the background (or when the env is closed).")
+        self._log_videos()
+        self.write_summary()
+
+    # -- recording -----------------------------------------------------------------------
+    def _base_env(self) -> Any:
+        from stable_baselines3.common.vec_env import VecEnvWrapper
+
+        venv = self.training_env
+        while isinstance(venv, VecEnvWrapper):
+            venv = venv.venv
+        return venv
+
+    def _recording_envs(self) -> list[int]:
+        wrapped = self.training_env.env_is_wrapped(RecordTape)
+        return [i for i, w in enumerate(wrapped) if w]
+
+    def _install_recorders(self) -> None:
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        if self._recording_envs():
+            return  # built with RecordTape inside (make_recorded_vec_env): use those
+        base = self._base_env()
+        if not isinstance(base, DummyVecEnv):
+            raise UsageError(
+                f"TapeCallback cannot add its recorders to a {type(base).__name__}, whose "
+                "sub-envs run in other processes; build it with "
+                "rolltape.sb3.make_recorded_vec_env(env_id, n_envs, out=..., "
+                "record_every=..., vec_env_cls=SubprocVecEnv), or pass record_every=None.")
+        folder = self.out / "videos"
+        for i in self.envs_to_record:
+            if not 0 <= i < base.num_envs:
+                raise UsageError(f"envs_to_record has {i}, but the training env has "
+                                 f"{base.num_envs} sub-envs.")
+            base.envs[i] = RecordTape(base.envs[i], folder, episode_trigger=every(self.record_every),
+                                      name_prefix=f"train-env{i}", **self.record_options)
+
+    def _log_videos(self) -> None:
+        """Put each newly rendered training video into SB3's logger (TensorBoard only)."""
+        from stable_baselines3.common.logger import TensorBoardOutputFormat, Video
+
+        tensorboard = any(isinstance(f, TensorBoardOutputFormat)
+                          for f in self.logger.output_formats)
+        from rolltape.tape import Tape
+
+        for row in self.recorded:
+            if row["tape"] in self._logged_videos:
+                continue
+            # The video is named after the recording (a tape may be a later part of it).
+            name = Tape.load(row["tape"]).meta.get("recording", Path(row["tape"]).stem)
+            video = Path(row["tape"]).with_name(f"{name}.mp4")
+            if not video.is_file():
+                continue
+            self._logged_videos.add(row["tape"])
+            row["video"] = str(video)
+            if tensorboard:
+                import torch
+
+                from rolltape.pass2.encode import read_frames
+
+                frames = np.stack(list(read_frames(video)))  # (T, H, W, C)
+                clip = torch.from_numpy(frames).permute(0, 3, 1, 2)[None]
+                self.logger.record("train/video", Video(clip, fps=30),
+                                   exclude=("stdout", "log", "json", "csv"))
+
+    # -- evaluation ----------------------------------------------------------------------
+    def _eval_env_spec(self) -> tuple[str, dict[str, Any], int | None]:
+        if self.eval_env is not None:
+            return self.eval_env, dict(self.eval_env_kwargs or {}), self.eval_max_episode_steps
+        spec = self.training_env.get_attr("spec", indices=[0])[0]
+        if spec is None:
+            raise UsageError("TapeCallback evaluates on the training env's id, but it was not "
+                             "made with gym.make; pass eval_env='EnvId-v0'.")
+        return (spec.id, dict(spec.kwargs or {}) if self.eval_env_kwargs is None
+                else dict(self.eval_env_kwargs),
+                self.eval_max_episode_steps or spec.max_episode_steps)
+
+    def _evaluate(self) -> None:
+        from rolltape.evaluate import evaluate
+        from rolltape.stats import wilson_interval
+
+        step = int(self.num_timesteps)
+        checkpoints = self.out / "checkpoints"
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        model_path = checkpoints / f"step-{step}.zip"
+        self.model.save(model_path)
+        vecnormalize = None
+        stats = self.model.get_vec_normalize_env()
+        if stats is not None:  # the statistics of this moment, applied frozen in the eval
+            vecnormalize = checkpoints / f"step-{step}-vecnormalize.pkl"
+            stats.save(str(vecnormalize))
+        env_id, env_kwargs, max_steps = self._eval_env_spec()
+        started = time.perf_counter()
+        run = evaluate(env_id, f"sb3:{model_path}", vecnormalize=vecnormalize,
+                       algo=type(self.model).__name__.lower(), episodes=self.eval_episodes,
+                       seed=self.eval_seed, env_kwargs=env_kwargs, max_episode_steps=max_steps,
+                       deterministic=self.deterministic, video=self.eval_video,
+                       out=self.out / "evals" / f"step-{step}", overwrite=True, report=False)
+        rows = [r for r in run.results["episodes_rows"] if r["role"] == "policy"]
+        returns = [r["return"] for r in rows]
+        lengths = [r["length"] for r in rows]
+        successes = [r["success"] for r in rows]
+        finite = [x for x in returns if x is not None]
+        entry: dict[str, Any] = {
+            "step": step, "returns": returns, "lengths": lengths, "successes": successes,
+            "mean_reward": float(np.mean(finite)) if finite else None,
+            "std_reward": float(np.std(finite)) if finite else None,
+            "mean_ep_length": float(np.mean(lengths)), "run": str(run.path),
+            "seconds": time.perf_counter() - started}
+        entry["ci"] = _mean_ci(finite)
+        self.logger.record("eval/mean_reward", entry["mean_reward"])
+        self.logger.record("eval/mean_ep_length", entry["mean_ep_length"])
+        known = [s for s in successes if s is not None]
+        if known:
+            low, high = wilson_interval(sum(known), len(known))
+            entry.update(success_rate=sum(known) / len(known), success_low=low,
+                         success_high=high)
+            self.logger.record("eval/success_rate", entry["success_rate"])
+            self.logger.record("eval/success_rate_low", low)
+            self.logger.record("eval/success_rate_high", high)
+        self.logger.record("time/total_timesteps", step, exclude="tensorboard")
+        self.logger.dump(step)
+        self.evaluations.append(entry)
+        self._write_evaluations_npz()
+        self.write_summary()
+
+    def _write_evaluations_npz(self) -> None:
+        """``evaluations.npz`` as SB3's EvalCallback writes it: timesteps, results
+        (returns), ep_lengths, and successes when the env reports them."""
+        arrays: dict[str, Any] = {
+            "timesteps": np.array([e["step"] for e in self.evaluations]),
+            "results": np.array([[math.nan if r is None else r for r in e["returns"]]
+                                 for e in self.evaluations]),
+            "ep_lengths": np.array([e["lengths"] for e in self.evaluations]),
+        }
+        if all("success_rate" in e for e in self.evaluations):
+            arrays["successes"] = np.array([[bool(s) for s in e["successes"]]
+                                            for e in self.evaluations])
+        with atomic_file(self.out / "evaluations.npz") as f:
+            np.savez(f, **arrays)
+
+    # -- the run's record ------------------------------------------------------------------
+    def write_summary(self) -> None:
+        """``training.json``, ``timeline.png`` and ``report.html`` under ``out``."""
+        from rolltape.training.timeline import draw_timeline, timeline_report
+
+        write_json(self.out / "training.json", json.loads(json.dumps(
+            {"recorded": self.recorded, "evaluations": self.evaluations}, default=str)))
+        picture = draw_timeline(self.evaluations, self.recorded, self.out / "timeline.png")
+        write_text(self.out / "report.html", timeline_report(self.out, picture,
+                                                             self.evaluations, self.recorded))
+
+
+def _mean_ci(values: list[float]) -> list[float] | None:
+    """Bootstrap 95% interval of the mean return (None for fewer than 2 episodes)."""
+    from rolltape.stats import bootstrap_ci
+
+    if len(values) < 2:
+        return None
+    low, high = bootstrap_ci(values, np.mean)
+    return [float(low), float(high)]
