@@ -140,7 +140,7 @@ def test_compare_cli_on_two_runs_and_on_a_sweep_folder(sweep, tmp_path):
 @pytest.fixture(scope="module")
 def odd_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Random runs that differ from the sweep in seed, count or env."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     root = tmp_path_factory.mktemp("odd")
     made = {}

@@ -96,7 +96,7 @@ def test_the_work_never_imports_an_executor():
     work = [m for m in MODULES if m.startswith(("rolltape.pass1", "rolltape.pass2",
                                                 "rolltape.outputs"))]
     upward = sorted((m, dep) for m in work for dep in GRAPH[m]
-                    if dep.startswith(("rolltape.executors", "rolltape.evaluate",
+                    if dep.startswith(("rolltape.executors", "rolltape.evaluation",
                                        "rolltape.rendering", "rolltape.cli")))
     assert upward == []
 
@@ -165,5 +165,17 @@ def test_the_package_face_is_lazy():
             "print(sorted(m for m in sys.modules if m.startswith('rolltape')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert "rolltape.evaluate" not in out and "rolltape.policies" not in out
+    assert "rolltape.evaluation" not in out and "rolltape.policies" not in out
     assert np.all([m in out for m in ("rolltape.pass2.replay", "rolltape.tape")])
+
+
+def test_no_module_hides_a_name_of_the_package_face():
+    """Importing a submodule sets it as an attribute of the package: one named like a
+    function of the face (``rolltape.evaluate``) would replace that function."""
+    import rolltape
+
+    hidden = sorted(name for name in rolltape.__all__ if f"rolltape.{name}" in MODULES)
+    assert hidden == []
+    import rolltape.evaluation  # noqa: F401
+
+    assert callable(rolltape.evaluate) and callable(rolltape.render)

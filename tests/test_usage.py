@@ -25,7 +25,7 @@ import pytest
 
 from rolltape.cli import parse_kwargs
 from rolltape.errors import UsageError
-from rolltape.evaluate import select_episodes
+from rolltape.evaluation import select_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = "tests.assets.toy_envs:SuccessToy-v0"

@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 _API = {
     "DivergenceError": "rolltape.errors", "UsageError": "rolltape.errors",
     "RunFailed": "rolltape.errors", "Interrupted": "rolltape.errors",
-    "RunResult": "rolltape.evaluate", "evaluate": "rolltape.evaluate",
+    "RunResult": "rolltape.evaluation", "evaluate": "rolltape.evaluation",
     "RenderRequest": "rolltape.pass2.replay", "RenderResult": "rolltape.pass2.replay",
     "render": "rolltape.rendering", "Tape": "rolltape.tape",
     "RecordTape": "rolltape.training.record",

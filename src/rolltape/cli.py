@@ -162,7 +162,7 @@ def eval_(
 ) -> None:
     """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
     from rolltape.compare.sweep import wants_sweep
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     policies = policy or ["random"]
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
@@ -324,7 +324,7 @@ def render(
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
     from rolltape.outputs.artifacts import artifact_paths, check_output_name
-    from rolltape.evaluate import check_render_options
+    from rolltape.evaluation import check_render_options
     from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
 
     check_choice("--on-divergence", on_divergence, ("warn", "fail"))
@@ -366,7 +366,7 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
-    from rolltape.evaluate import check_render_options
+    from rolltape.evaluation import check_render_options
     from rolltape.pass2.replay import RenderRequest
 
     check_render_options(rtol=rtol, atol=atol)
@@ -489,7 +489,7 @@ def demo(
 ) -> None:
     """Evaluate the bundled demo policy against a random baseline and render one verified video."""
     from rolltape.demo import demo_assets
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     assets = demo_assets()
     out.print(f"demo: {assets['env_id']} with the bundled PPO policy "

@@ -11,7 +11,7 @@ This module is the registry (:data:`BENCHMARKS`), the runner and the report (tab
 chart). The benchmarks live in one module per family, all sharing
 :mod:`rolltape.bench.common` (sizes, the run's context, child processes, worker tracking):
 :mod:`~rolltape.bench.pass1`, :mod:`~rolltape.bench.pass2`, :mod:`~rolltape.bench.scale`
-(more workers, Ray), :mod:`~rolltape.bench.artifacts` (gif, report) and
+(more workers, Ray), :mod:`~rolltape.bench.artifacts` (gif, report),
 :mod:`~rolltape.bench.versus` (SB3, the seed-000 way), :mod:`~rolltape.bench.served`
 (``rolltape serve``) and :mod:`~rolltape.bench.training` (recording during training).
 

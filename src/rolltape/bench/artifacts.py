@@ -90,7 +90,7 @@ def _time_report_build(run_dir: Path, cwd: Path) -> dict[str, Any]:
 
 def bench_report_build(ctx: Context) -> dict[str, Any]:
     """build_report on a run of many episodes with 3 videos; an absolute budget."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     cfg = ctx.config
     run = evaluate(ENV_ID, "random", episodes=cfg.report_episodes, max_episode_steps=50,

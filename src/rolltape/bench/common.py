@@ -291,7 +291,7 @@ def _result(*, title: str, ratio: float, target: float, op: str, gating: bool = 
 def _random_tapes(ctx: Context, steps: int, n: int = 1) -> list[Path]:
     """``n`` random-policy HalfCheetah tapes of ``steps`` steps (seeds SEED, SEED + 1, ...;
     pass 2 does not care who acted), recorded by pass 1 once per run, size and count."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     if (steps, n) not in ctx.tapes:
         run = evaluate(ENV_ID, "random", episodes=n, seed=SEED, max_episode_steps=steps,

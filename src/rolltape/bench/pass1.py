@@ -84,7 +84,7 @@ def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
 
 def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
     """Pass-1 time with video=0 vs video=1; contrast: rendering inline while evaluating."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()

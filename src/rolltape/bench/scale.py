@@ -45,7 +45,7 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
     """Pass-1 time with workers=1 vs workers=2 (PPO checkpoint); the tapes must be identical.
     Also measured: the opt-in batched inference on 2 env processes, and whether batching
     changed any action's bits."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
@@ -130,7 +130,7 @@ def pass1_executor_child(executor: str, episodes: int, steps: int, seed: int, wo
     """(In a fresh child.) rolltape.evaluate with the random policy and ``executor``; with
     Ray, ray.init (inside evaluate) and ray.shutdown are part of this process's time."""
     started = time.perf_counter()
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     imported = time.perf_counter()
     run = evaluate(ENV_ID, "random", episodes=episodes, seed=seed, max_episode_steps=steps,

@@ -102,7 +102,7 @@ def _tape_bytes(path: Path) -> dict[str, bytes]:
 def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
     """Pass 1 of ``evaluate`` on a served env vs a local one (PPO MLP, same episodes,
     interleaved); the tapes must be bitwise identical. Target: served / local <= 1.5."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     quick = ctx.config.quick
     episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)

@@ -19,7 +19,7 @@ from rolltape.bench.common import (ENV_ID, POLICY_NOTE, SEED, Context, _median, 
 
 def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
     """rolltape pass 1 vs SB3's evaluate_policy on the same checkpoint and episodes."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
@@ -199,7 +199,7 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
     rolltape runs with its defaults for everything not named here: 1 pass-1 worker,
     quality full, render_workers 0 (one per core, so the one video is split across them),
     the report and notebook written."""
-    from rolltape.evaluate import evaluate
+    from rolltape.evaluation import evaluate
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()

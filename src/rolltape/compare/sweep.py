@@ -42,7 +42,7 @@ class SweepResult:
 
     path: Path
     entries: list[Entry]
-    runs: list[Any]  # rolltape.evaluate.RunResult, one per entry (and the baseline last)
+    runs: list[Any]  # rolltape.RunResult, one per entry (and the baseline last)
     comparison: dict[str, Any]
 
 
@@ -123,7 +123,7 @@ def _evaluate_all(env: str, jobs: list[tuple[str, str, str | None, dict[str, Any
                   on_run: Callable[[str, Any], None] | None) -> None:
     """One evaluate() per job, in order, each finished run appended to ``runs``; with
     ``resume`` a finished run is kept as it is."""
-    from rolltape.evaluate import RunResult, evaluate
+    from rolltape.evaluation import RunResult, evaluate
     from rolltape.outputs.report import load_run
 
     for label, policy, stats, opts in jobs:

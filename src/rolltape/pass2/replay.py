@@ -463,7 +463,7 @@ _WARNED: list[str] = []  # Python warnings raised in this worker (e.g. GLFW's ow
 #: What a render worker must never import: a policy framework, the policy side, the
 #: orchestrator or an executor (tests/test_layout.py checks the source says so too).
 FORBIDDEN = ("torch", "stable_baselines3", "rolltape.policies", "rolltape.pass1",
-             "rolltape.evaluate", "rolltape.rendering", "rolltape.cli", "rolltape.executors")
+             "rolltape.evaluation", "rolltape.rendering", "rolltape.cli", "rolltape.executors")
 
 
 def forbidden_modules() -> tuple[str, ...]:

@@ -254,7 +254,7 @@ class TapeCallback(BaseCallback):
                 self.eval_max_episode_steps or spec.max_episode_steps)
 
     def _evaluate(self) -> None:
-        from rolltape.evaluate import evaluate
+        from rolltape.evaluation import evaluate
         from rolltape.stats import wilson_interval
 
         step = int(self.num_timesteps)

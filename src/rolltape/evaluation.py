@@ -1,4 +1,5 @@
 """``rolltape.evaluate``: pass 1 for the policy (and a random baseline), then pass 2 videos.
+(The module is ``evaluation``: one named ``evaluate`` would hide the function once imported.)
 
 The orchestrator imports neither torch nor GL: the policy runs in a spawned pass-1 worker,
 videos come from spawned render workers, and only files and small messages travel.
