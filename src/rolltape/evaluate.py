@@ -170,7 +170,7 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
 class EvalConfig:
     """Every choice of one evaluation; stored in metadata.json as the run's config."""
 
-    env: str
+    env: str | None  # None: a suite run (``suite``)
     policy: str = "random"
     episodes: int = 10
     seed: int = 0
@@ -205,10 +205,22 @@ class EvalConfig:
                                               # this long is stopped (a hung env or policy)
     report: bool = True  # report.html and report.ipynb
     viewer: bool = False  # the 3-D replay page (copies ~13 MB of WebAssembly into the run)
+    suite: str | None = None  # a built-in suite's name or a manifest.yaml (rolltape.suites)
+    tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
 
     def check(self) -> list[str]:
         """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
         notes = []
+        if self.suite is not None and self.env is not None:
+            raise UsageError(f"Give either an env ('{self.env}') or --suite ('{self.suite}'), "
+                             "not both: a suite names its envs.")
+        if self.suite is None and self.env is None:
+            raise UsageError("Give an env to evaluate (e.g. HalfCheetah-v5) or --suite NAME "
+                             "(see `rolltape suites`).")
+        if self.tasks is not None and self.suite is None:
+            raise UsageError("--tasks picks tasks of a suite; give --suite too.")
+        if self.suite is not None and self.batched_inference:
+            raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
         if self.episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
         if self.workers < 1 or self.render_workers < 0:
@@ -230,7 +242,8 @@ class EvalConfig:
         check_render_options(width=self.width, height=self.height, rtol=self.rtol,
                              atol=self.atol, render_timeout=self.render_timeout,
                              formats=self.video_format)
-        check_video(self.video, self.episodes)
+        if self.suite is None:  # a suite's tasks may set their own counts: checked per task
+            check_video(self.video, self.episodes)
         if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
             raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
                              f"{self.episode_timeout}.")
@@ -258,7 +271,7 @@ class EvalConfig:
             notes.append("--render-early needs the local executor and videos picked by count "
                          "or index (best/worst/median wait for every return); pass 2 started "
                          "after pass 1.")
-        if self.workers > self.episodes:
+        if self.workers > self.episodes and self.suite is None:
             notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
                          f"using {self.episodes}.")
         return notes
@@ -272,13 +285,14 @@ class EvalConfig:
         """Pass 2 starts beside pass 1: asked for, and possible (local executor, videos
         picked without needing the returns)."""
         return (self.render_early and self.wants_video and self.executor == "local"
-                and not _needs_returns(self.video))
+                and not _needs_returns(self.video) and self.suite is None)
 
 
 EXECUTORS = ("local", "ray")
 
 
-def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest",
+def evaluate(env: str | None = None, policy: str = "random", *,
+             out: str | Path = "runs/latest",
              overwrite: bool = False, resume: bool = False, show_progress: bool = False,
              command: list[str] | None = None, **options: Any) -> RunResult:
     """Evaluate ``policy`` on ``env`` (episode i reset with seed ``seed + i``).
@@ -287,6 +301,10 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     pass 2, where each replay is verified against pass 1. Writes ``results.json``,
     ``episodes.jsonl``, ``metadata.json``, ``tapes/`` and ``videos/`` under ``out``.
     ``options`` are the fields of :class:`EvalConfig` (episodes, seed, baseline, video, ...).
+
+    ``suite`` (a built-in suite's name or a manifest.yaml, see :mod:`rolltape.suites`)
+    evaluates every task of the suite instead of ``env`` (``tasks``: only those); each
+    task's episode i is reset with seed ``seed + i``, and ``eval_info.json`` is written too.
     """
     unknown = set(options) - {f.name for f in fields(EvalConfig)}
     if unknown:
@@ -299,10 +317,13 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
     check_writable_folder(out)
-    if config.workers > config.episodes:
-        config = replace(config, workers=config.episodes)
-    spec = env_spec(env, config.env_kwargs, config.max_episode_steps)
-    check_drawing(spec, config)
+    targets = _targets(config)
+    total = sum(t.episodes for t in targets)
+    if config.workers > total:
+        config = replace(config, workers=total)
+    spec = targets[0].spec
+    for target in targets:
+        check_drawing(target.spec, config)
     if config.executor == "ray":
         from rolltape.executors.ray import check_ray
 
@@ -310,7 +331,7 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     run = RunDir(out, overwrite=overwrite, resume=resume)
     try:
         with sigterm_raises():
-            return _run(run, spec, config, notes, show_progress, command)
+            return _run(run, targets, config, notes, show_progress, command)
     except UsageError:
         if not run.resumed or run.copied:
             run.discard()
@@ -348,12 +369,49 @@ def _os_error_text(exc: OSError) -> str:
     return f"{exc.strerror or type(exc).__name__}{where}"
 
 
-def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
+@dataclass(frozen=True)
+class Target:
+    """One env of a run: a single-env run has one, a suite run one per task."""
+
+    spec: dict[str, Any]
+    episodes: int
+    task: Any = None  # rolltape.suites.manifest.Task for a suite's task
+    manifest: Any = None  # the suite run's resolved Manifest (on every target)
+
+    @property
+    def where(self) -> tuple[str | None, str | None]:
+        return (self.task.suite, self.task.name) if self.task is not None else (None, None)
+
+
+def _targets(cfg: EvalConfig) -> list[Target]:
+    """The envs ``cfg`` evaluates: its env, or every task of its suite (checked here:
+    each task's benchmark package installed, each env id known)."""
+    if cfg.suite is None:
+        assert cfg.env is not None  # EvalConfig.check refuses neither
+        return [Target(env_spec(cfg.env, cfg.env_kwargs, cfg.max_episode_steps), cfg.episodes)]
+    from rolltape.suites.builtin import check_installed, resolve_suite
+    from rolltape.suites.manifest import select_tasks, with_defaults
+
+    manifest = with_defaults(select_tasks(resolve_suite(cfg.suite), cfg.tasks), cfg.episodes,
+                             cfg.max_episode_steps)
+    for task in manifest.tasks:
+        check_installed(task)
+        check_video(cfg.video, task.episodes)
+    return [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
+            for t in manifest.tasks]
+
+
+def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str],
          show_progress: bool, command: list[str] | None) -> RunResult:
     root = run.path
-    run.check_config({"env": spec["id"], "env_kwargs": spec["kwargs"],
-                      "max_episode_steps": spec["max_episode_steps"],
-                      "env_versions": spec["versions"], "policy": cfg.policy,
+    spec = targets[0].spec
+    manifest = targets[0].manifest
+    envs = {"env": spec["id"], "env_kwargs": spec["kwargs"],
+            "max_episode_steps": spec["max_episode_steps"]} if manifest is None else \
+        {"suite": manifest.to_dict()}
+    if manifest is not None:
+        write_json(root / "manifest.json", manifest.to_dict())  # the resolved manifest
+    run.check_config({**envs, "env_versions": spec["versions"], "policy": cfg.policy,
                       "vecnormalize": cfg.vecnormalize, "algo": cfg.algo, "seed": cfg.seed,
                       "deterministic": cfg.deterministic, "baseline": cfg.baseline,
                       **_input_digests(cfg)})
@@ -362,7 +420,7 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
         started = time.perf_counter()
         early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
         try:
-            rows, descriptions, failed = _pass1(root, spec, cfg, warnings, bar,
+            rows, descriptions, failed = _pass1(root, targets, cfg, warnings, bar,
                                                 on_row=early.offer if early else None)
         except BaseException:
             if early is not None:
@@ -370,6 +428,8 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
             raise
         timings["pass1_s"] = time.perf_counter() - started
         results = _results(spec, rows, descriptions, cfg.episodes, cfg.seed, failed)
+        if manifest is not None:
+            _suite_results(results, targets, rows, warnings)
         warnings.extend(_number_warnings(results))
         write_json(root / "results.json", results)  # the numbers are safe before any rendering
         videos: list[dict[str, Any]] = []
@@ -378,13 +438,22 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
         elif cfg.wants_video:
             started = time.perf_counter()
             played = rows["policy"]  # positions differ from indices only if some failed
-            picked = [played[p]["index"] for p in select_episodes(cfg.video, played)]
-            videos = _pass2(root, {r["index"]: r for r in played}, picked, cfg, warnings, bar)
+            picked = [k for t in targets for k in _picked(cfg, played, t)]
+            videos = _pass2(root, dict(enumerate(played)), picked, cfg, warnings, bar,
+                            env_ids={t.where: t.spec["id"] for t in targets})
             timings["pass2_s"] = time.perf_counter() - started
     results["videos"] = videos
     results["warnings"] = warnings
     write_json(root / "results.json", results)
+    if manifest is not None:
+        from rolltape.suites.results import eval_info
+
+        write_json(root / "eval_info.json", eval_info(
+            results["suite"], rows["policy"], videos,
+            timings["pass1_s"] + timings.get("pass2_s", 0.0)))
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command, run.resumed)
+    if manifest is not None:  # many envs: the manifest says which (each tape has its spec)
+        metadata.update(env=None, suite=manifest.to_dict())
     write_json(root / "metadata.json", metadata)
     if cfg.report:
         _write_reports(root, rows, videos, cfg.viewer, warnings)
@@ -398,7 +467,33 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
     return outcome
 
 
-def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
+def _picked(cfg: EvalConfig, played: list[dict[str, Any]], target: Target) -> list[int]:
+    """Positions in ``played`` of the target's episodes that ``--video`` picks (per task)."""
+    mine = [p for p, r in enumerate(played) if (r.get("suite"), r.get("task")) == target.where]
+    return [mine[k] for k in select_episodes(cfg.video, [played[p] for p in mine])]
+
+
+def _suite_results(results: dict[str, Any], targets: list[Target],
+                   rows: dict[str, list[dict[str, Any]]], warnings: list[str]) -> None:
+    """A suite run's results.json: per task, per suite and overall (``suite``); the top
+    summary pools every task's episodes, as LeRobot's overall numbers do."""
+    from rolltape.suites.results import suite_summary
+
+    results["env_id"] = f"suite {targets[0].manifest.source}"
+    results["env"] = None
+    results["manifest"] = targets[0].manifest.to_dict()
+    results["episodes"] = sum(t.episodes for t in targets)
+    results["suite"] = suite_summary(rows, [t.where for t in targets],
+                                     {t.where: t.task.success_key for t in targets})
+    warnings.extend(results["suite"].pop("warnings"))
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """An episode's identity in a run: role, suite and task (None for one env), index."""
+    return (row["role"], row.get("suite"), row.get("task"), row["index"])
+
+
+def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[str],
            bar: Progress, on_row: Callable[[dict[str, Any]], None] | None = None
            ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], list[dict[str, Any]]]:
     """Run (or, when resuming, finish) every episode; return the rows per role, what made
@@ -415,15 +510,22 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
     jobs = []
     for role, source in roles:
         mine = role == "policy"
-        left = [i for i in range(cfg.episodes) if (role, i) not in done] if done \
-            else range(cfg.episodes)  # a range: nothing is built for --episodes 10**12
-        if left:
-            jobs.append(PolicyJob(env=spec, policy=source,
-                                  episodes=Episodes(role, left, cfg.seed, str(root / "tapes")),
-                                  vecnormalize=cfg.vecnormalize if mine else None,
-                                  algo=cfg.algo if mine else None,
-                                  deterministic=cfg.deterministic if mine else False,
-                                  needs_rgb_array=cfg.wants_video))
+        for target in targets:  # a suite: one job per task, dealt to workers as one sequence
+            where, task = target.where, target.task
+            left = [i for i in range(target.episodes) if (role, *where, i) not in done] \
+                if done else range(target.episodes)  # a range: nothing built for 10**12
+            tapes = root / "tapes" if task is None else root / "tapes" / task.suite / task.name
+            tapes.mkdir(parents=True, exist_ok=True)
+            if left:
+                jobs.append(PolicyJob(
+                    env=target.spec, policy=source,
+                    episodes=Episodes(role, left, cfg.seed, str(tapes)),
+                    vecnormalize=cfg.vecnormalize if mine else None,
+                    algo=cfg.algo if mine else None,
+                    deterministic=cfg.deterministic if mine else False,
+                    needs_rgb_array=cfg.wants_video,
+                    extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
+                    success_key="is_success" if task is None else task.success_key))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}
@@ -450,7 +552,7 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
                 if kind == "episode":
                     payload["tape"] = str(Path(payload["tape"]).relative_to(root))
                     append_jsonl(jsonl, payload)
-                    done[(payload["role"], payload["index"])] = payload
+                    done[_key(payload)] = payload
                     bar.advance(task)
                     if on_row is not None:
                         on_row(payload)
@@ -462,13 +564,14 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
                     write_json(described, descriptions)
                 elif kind == "done":
                     warnings.extend(f"MuJoCo: {w}" for w in payload if f"MuJoCo: {w}" not in warnings)
-    rows = {role: [done[(role, i)] for i in range(cfg.episodes) if (role, i) in done]
+    rows = {role: [done[(role, *t.where, i)] for t in targets for i in range(t.episodes)
+                   if (role, *t.where, i) in done]
             for role, _ in roles}
     failed.sort(key=lambda f: (f["role"] != "policy", f["index"]))
     return rows, descriptions, failed
 
 
-def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The rows of episodes that are really done: the tape loads and says what the row says
     (a tape cut short by a full disk or a kill is played again)."""
     done = {}
@@ -477,9 +580,11 @@ def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[str, in
             tape = Tape.load(root / row["tape"])
         except (UsageError, KeyError, TypeError):
             continue
-        if (tape.seed, tape.length, tape.meta.get("role"), tape.meta.get("index")) == \
-                (row.get("seed"), row.get("length"), row.get("role"), row.get("index")):
-            done[(row["role"], row["index"])] = row
+        if (tape.seed, tape.length, tape.meta.get("role"), tape.meta.get("index"),
+                tape.meta.get("suite"), tape.meta.get("task")) == \
+                (row.get("seed"), row.get("length"), row.get("role"), row.get("index"),
+                 row.get("suite"), row.get("task")):
+            done[_key(row)] = row
     return done
 
 
@@ -580,17 +685,29 @@ def _needs_returns(selection: Any) -> bool:
 
 
 def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cfg: EvalConfig, warnings: list[str], bar: Progress,
-           cancel: threading.Event | None = None) -> list[dict[str, Any]]:
+           cancel: threading.Event | None = None,
+           env_ids: Mapping[tuple[Any, Any], str] | None = None) -> list[dict[str, Any]]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
-    CPU priority, so that pass 1 keeps its speed."""
+    CPU priority, so that pass 1 keeps its speed. ``rows`` are keyed by what ``picked``
+    names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on ``env_ids``
+    (the task's env, which the user's manifest named)."""
+    def where(r: dict[str, Any]) -> tuple[Any, Any]:
+        return (r.get("suite"), r.get("task"))
+
+    def folder(r: dict[str, Any]) -> Path:
+        return root / "videos" / r["suite"] / r["task"] if "suite" in r else root / "videos"
+
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
-        outputs=artifact_paths(root / "videos" / f"policy-{i:04d}", cfg.video_format),
+        outputs=artifact_paths(folder(rows[i]) / f"policy-{rows[i]['index']:04d}",
+                               cfg.video_format),
         mode=cfg.mode, width=cfg.width, height=cfg.height, cameras=cfg.cameras,
         layout=cfg.layout, overlay=cfg.overlay,
         quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True,
-        env_id=cfg.env,  # named by the user, so its module may be their own file
+        # Named by the user (on the command line or in their manifest), so its module may
+        # be their own file.
+        env_id=(env_ids or {}).get(where(rows[i]), cfg.env),
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i]["length"] + 1 for i in picked])
@@ -606,7 +723,10 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cf
         warnings.append(str(exc))
     videos = []
     for i, result in zip(picked, rendered):
-        entry: dict[str, Any] = {"index": i, "seed": rows[i]["seed"], "tape": rows[i]["tape"]}
+        entry: dict[str, Any] = {"index": rows[i]["index"], "seed": rows[i]["seed"],
+                                 "tape": rows[i]["tape"]}
+        if "suite" in rows[i]:
+            entry.update(suite=rows[i]["suite"], task=rows[i]["task"])
         if result is None:
             entry.update(path=None, verified=None, error="not rendered")
         else:
