@@ -440,7 +440,7 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
             played = rows["policy"]  # positions differ from indices only if some failed
             picked = [k for t in targets for k in _picked(cfg, played, t)]
             videos = _pass2(root, dict(enumerate(played)), picked, cfg, warnings, bar,
-                            env_ids={t.where: t.spec["id"] for t in targets})
+                            tasks={t.where: t for t in targets})
             timings["pass2_s"] = time.perf_counter() - started
     results["videos"] = videos
     results["warnings"] = warnings
@@ -479,7 +479,8 @@ def _suite_results(results: dict[str, Any], targets: list[Target],
     summary pools every task's episodes, as LeRobot's overall numbers do."""
     from rolltape.suites.results import suite_summary
 
-    results["env_id"] = f"suite {targets[0].manifest.source}"
+    names = targets[0].manifest.suites
+    results["env_id"] = f"suite{'s' if len(names) > 1 else ''} {', '.join(names)}"
     results["env"] = None
     results["manifest"] = targets[0].manifest.to_dict()
     results["episodes"] = sum(t.episodes for t in targets)
@@ -686,17 +687,21 @@ def _needs_returns(selection: Any) -> bool:
 
 def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cfg: EvalConfig, warnings: list[str], bar: Progress,
            cancel: threading.Event | None = None,
-           env_ids: Mapping[tuple[Any, Any], str] | None = None) -> list[dict[str, Any]]:
+           tasks: Mapping[tuple[Any, Any], Target] | None = None) -> list[dict[str, Any]]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
     CPU priority, so that pass 1 keeps its speed. ``rows`` are keyed by what ``picked``
-    names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on ``env_ids``
-    (the task's env, which the user's manifest named)."""
+    names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
+    (``tasks``: which the user's manifest named), verified to its ``reward_atol``."""
     def where(r: dict[str, Any]) -> tuple[Any, Any]:
         return (r.get("suite"), r.get("task"))
 
     def folder(r: dict[str, Any]) -> Path:
         return root / "videos" / r["suite"] / r["task"] if "suite" in r else root / "videos"
+
+    def task_of(r: dict[str, Any]) -> Any:
+        target = (tasks or {}).get(where(r))
+        return None if target is None else target.task
 
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
@@ -704,10 +709,11 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cf
                                cfg.video_format),
         mode=cfg.mode, width=cfg.width, height=cfg.height, cameras=cfg.cameras,
         layout=cfg.layout, overlay=cfg.overlay,
-        quality=cfg.quality, rtol=cfg.rtol, atol=cfg.atol, overwrite=True,
+        quality=cfg.quality, rtol=cfg.rtol, overwrite=True,
+        atol=max(cfg.atol, getattr(task_of(rows[i]), "reward_atol", 0.0)),
         # Named by the user (on the command line or in their manifest), so its module may
         # be their own file.
-        env_id=(env_ids or {}).get(where(rows[i]), cfg.env),
+        env_id=cfg.env if task_of(rows[i]) is None else task_of(rows[i]).env,
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i]["length"] + 1 for i in picked])

@@ -9,6 +9,7 @@ mazes:                       # a suite
       env: gymnasium_robotics:PointMaze_UMaze-v3   # a Gymnasium id, MODULE:EnvId,
       kwargs: {continuing_task: false}             # MODULE:factory or FILE.py:factory
       max_episode_steps: 100
+      reward_atol: 0.0       # replays verify rewards exactly unless the env is not exact
     medium: gymnasium_robotics:PointMaze_Medium-v3  # shorthand: just the env
 ```
 
@@ -37,8 +38,10 @@ from typing import Any, Sequence
 
 from rolltape.errors import UsageError
 
-SUITE_KEYS = ("tasks", "episodes", "success_key", "max_episode_steps", "description")
-TASK_KEYS = ("env", "kwargs", "episodes", "success_key", "max_episode_steps", "description")
+SUITE_KEYS = ("tasks", "episodes", "success_key", "max_episode_steps", "reward_atol",
+              "description")
+TASK_KEYS = ("env", "kwargs", "episodes", "success_key", "max_episode_steps", "reward_atol",
+             "description")
 DEFAULT_SUCCESS_KEY = "is_success"  # LeRobot's; Gymnasium-Robotics reports "success"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -54,6 +57,7 @@ class Task:
     max_episode_steps: int | None = None
     success_key: str | None = DEFAULT_SUCCESS_KEY  # None: the env reports no success
     episodes: int | None = None  # None: the run's --episodes
+    reward_atol: float = 0.0  # replays verify rewards to this (an env not exact to the bit)
     description: str | None = None
 
     @property
@@ -136,7 +140,7 @@ def parse_manifest(data: Any, source: str, base: Path | None = None) -> Manifest
         if not isinstance(body.get("tasks"), dict) or not body["tasks"]:
             raise UsageError(f"{where} needs 'tasks': a mapping of task names to envs.")
         _no_duplicates(body["tasks"], f"{where} has the task", "; task names must be unique")
-        defaults = {k: _value(k, body[k], where) for k in SUITE_KEYS[1:4] if k in body}
+        defaults = {k: _value(k, body[k], where) for k in SUITE_KEYS[1:5] if k in body}
         for name, spec in body["tasks"].items():
             tasks.append(_task(str(suite), name, spec, defaults, f"{where}, task '{name}'", base))
     return Manifest(source, tuple(tasks))
@@ -186,6 +190,12 @@ def _value(key: str, value: Any, where: str) -> Any:
             raise UsageError(f"{where}: success_key must be the name of an info key (or null "
                              f"for an env that reports no success), got {value!r}.")
         return value
+    if key == "reward_atol":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not (0 <= value < math.inf):
+            raise UsageError(f"{where}: reward_atol must be a finite number of 0 or more, "
+                             f"got {value!r}.")
+        return float(value)
     if key == "description":
         return None if value is None else str(value)
     return value
