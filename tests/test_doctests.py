@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 CHEAP = ["rolltape.errors", "rolltape.stats", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
-         "rolltape.outputs.plots", "rolltape.progress"]
+         "rolltape.outputs.plots", "rolltape.progress", "rolltape.suites.manifest",
+         "rolltape.suites.builtin", "rolltape.suites.results", "rolltape.outputs.suite_view"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

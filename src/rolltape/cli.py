@@ -420,6 +420,8 @@ def _print_replays(results: list[Any]) -> int:
 @app.command("suites")
 def suites_() -> None:
     """List the built-in suites, their tasks, and what each needs installed."""
+    from rich.markup import escape
+
     from rolltape.suites.builtin import listing
 
     table = Table(title="built-in suites (rolltape eval --suite NAME)")
@@ -427,15 +429,16 @@ def suites_() -> None:
         table.add_column(name)
     missing = set()
     for entry in listing():
-        table.add_row(entry["suite"], ", ".join(entry["tasks"]),
+        table.add_row(*(escape(cell) for cell in (
+                      entry["suite"], ", ".join(entry["tasks"]),
                       f"info['{entry['success_key']}']" if entry["success_key"] else
                       "none (returns only)", entry["needs"],
-                      "yes" if entry["installed"] else f"no: {entry['install']}")
+                      "yes" if entry["installed"] else "no")))
         if entry["install"]:
             missing.add(entry["install"])
     out.print(table)
     for line in sorted(missing):
-        out.print(f"to run the suites marked 'no': {line}", highlight=False)
+        out.print(f"the suites not installed need: {line}", highlight=False, markup=False)
     out.print("your own suites: a YAML manifest (see README, 'Benchmark suites'): "
               "rolltape eval --suite my.yaml", highlight=False)
 
