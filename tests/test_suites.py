@@ -277,3 +277,4 @@ def test_builtin_pusht_and_classic_suites_verify(tmp_path):
     assert not any("never reported" in w for w in classic.results["warnings"])  # key: null
     tape = Tape.load(classic.path / classic.results["episodes_rows"][0]["tape"])
     assert tape.actions.dtype.kind == "i"  # Discrete
+
