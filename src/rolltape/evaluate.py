@@ -22,7 +22,7 @@ import time
 from contextlib import closing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from rolltape import stats
 from rolltape.outputs.artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
@@ -41,6 +41,9 @@ from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, Pol
                                     split_jobs)
 from rolltape.pass1.worker import policy_worker
 from rolltape.tape import Tape
+
+if TYPE_CHECKING:
+    from rolltape.suites.manifest import Manifest, Task
 
 ON_DIVERGENCE = ("warn", "fail")
 
@@ -221,6 +224,9 @@ class EvalConfig:
             raise UsageError("--tasks picks tasks of a suite; give --suite too.")
         if self.suite is not None and self.batched_inference:
             raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
+        if self.suite is not None and self.env_kwargs:
+            raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
+                             "in its manifest.")
         if self.episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
         if self.workers < 1 or self.render_workers < 0:
@@ -375,8 +381,8 @@ class Target:
 
     spec: dict[str, Any]
     episodes: int
-    task: Any = None  # rolltape.suites.manifest.Task for a suite's task
-    manifest: Any = None  # the suite run's resolved Manifest (on every target)
+    task: Task | None = None  # a suite's task
+    manifest: Manifest | None = None  # the suite run's resolved manifest (on every target)
 
     @property
     def where(self) -> tuple[str | None, str | None]:
@@ -444,13 +450,15 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
             timings["pass2_s"] = time.perf_counter() - started
     results["videos"] = videos
     results["warnings"] = warnings
-    write_json(root / "results.json", results)
-    if manifest is not None:
+    if manifest is not None:  # LeRobot's eval_s: the whole evaluation, videos included
         from rolltape.suites.results import eval_info
 
-        write_json(root / "eval_info.json", eval_info(
-            results["suite"], rows["policy"], videos,
-            timings["pass1_s"] + timings.get("pass2_s", 0.0)))
+        eval_s = timings["pass1_s"] + timings.get("pass2_s", 0.0)
+        n = results["suite"]["overall"]["n_episodes"]
+        results["suite"]["overall"].update(eval_s=eval_s, eval_ep_s=eval_s / n if n else None)
+        write_json(root / "eval_info.json", eval_info(results["suite"], rows["policy"], videos,
+                                                      eval_s))
+    write_json(root / "results.json", results)
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command, run.resumed)
     if manifest is not None:  # many envs: the manifest says which (each tape has its spec)
         metadata.update(env=None, suite=manifest.to_dict())
@@ -479,13 +487,16 @@ def _suite_results(results: dict[str, Any], targets: list[Target],
     summary pools every task's episodes, as LeRobot's overall numbers do."""
     from rolltape.suites.results import suite_summary
 
-    names = targets[0].manifest.suites
+    manifest = targets[0].manifest
+    assert manifest is not None  # a suite run's targets all carry it
+    names = manifest.suites
     results["env_id"] = f"suite{'s' if len(names) > 1 else ''} {', '.join(names)}"
     results["env"] = None
-    results["manifest"] = targets[0].manifest.to_dict()
+    results["manifest"] = manifest.to_dict()
     results["episodes"] = sum(t.episodes for t in targets)
     results["suite"] = suite_summary(rows, [t.where for t in targets],
-                                     {t.where: t.task.success_key for t in targets})
+                                     {t.where: getattr(t.task, "success_key", None)
+                                      for t in targets})
     warnings.extend(results["suite"].pop("warnings"))
 
 
@@ -699,7 +710,7 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cf
     def folder(r: dict[str, Any]) -> Path:
         return root / "videos" / r["suite"] / r["task"] if "suite" in r else root / "videos"
 
-    def task_of(r: dict[str, Any]) -> Any:
+    def task_of(r: dict[str, Any]) -> Task | None:
         target = (tasks or {}).get(where(r))
         return None if target is None else target.task
 
