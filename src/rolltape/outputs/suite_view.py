@@ -114,5 +114,8 @@ def forest_plot(suite: Mapping[str, Any]) -> str:
                    f'stroke="{colour}" stroke-width="3"/>'
                    f'<circle cx="{x(entry["pc_success"]):.1f}" cy="{y:.1f}" r="5" '
                    f'fill="{colour}"/></g>')
+        known = entry["n_episodes"] - entry.get("n_unknown", 0)
+        out.append(f'<text x="{width - right + 6}" y="{y + 4:.1f}" fill="{MUTED}">'
+                   f"{entry['n_success']}/{known}</text>")
     out.append("</svg>")
     return "".join(out)
