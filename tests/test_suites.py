@@ -122,6 +122,8 @@ def test_rows_rewards_and_metrics(run):
     assert end["metrics"] == {"score": pytest.approx(np.mean([s % 5 for s in seeds(7)])),
                               "ok": 1.0}
     assert end["improvement_over_baseline"]["mean_diff"] == 0.0  # rewards ignore actions
+    overall = run.results["suite"]["overall"]["improvement_over_baseline"]
+    assert (overall["n_pairs"], overall["mean_diff"]) == (25, 0.0)  # paired by task and seed
     streamed = [json.loads(line) for line in (run.path / "episodes.jsonl").read_text().splitlines()]
     assert {(r["suite"], r["task"]) for r in streamed} == {("pattern", t) for t in
                                                            ("end", "mid", "once", "never")}

@@ -68,10 +68,14 @@ def _by_task(rows: Rows) -> dict[tuple[str, str], Rows]:
 
 
 def _improvement(policy: Rows, baseline: Rows) -> dict[str, Any] | None:
-    """Policy minus random baseline, paired by seed (None when no pair is finite)."""
-    base = {r["seed"]: r["return"] for r in baseline if r.get("return") is not None}
-    pairs = [(r["return"], base[r["seed"]]) for r in policy
-             if r.get("return") is not None and r["seed"] in base]
+    """Policy minus random baseline, paired by task and seed (every task uses the same
+    seeds); None when no pair is finite."""
+    def key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
+        return (r["suite"], r["task"], r["seed"])
+
+    base = {key(r): r["return"] for r in baseline if r.get("return") is not None}
+    pairs = [(r["return"], base[key(r)]) for r in policy
+             if r.get("return") is not None and key(r) in base]
     if not pairs:
         return None
     return stats.paired_improvement([p for p, _ in pairs], [b for _, b in pairs])
@@ -104,8 +108,13 @@ def suite_summary(rows: Mapping[str, Rows], tasks: Sequence[tuple[str, str]],
     per_suite = {}
     for suite in suites:
         mine = [r for (s, _), rs in policy.items() if s == suite for r in rs]
-        per_suite[suite] = {**group_numbers(mine), "n_tasks": sum(1 for s, _ in tasks
-                                                                if s == suite),
+        if "baseline" in rows:
+            extra = {"improvement_over_baseline": _improvement(
+                mine, [r for r in rows["baseline"] if r["suite"] == suite])}
+        else:
+            extra = {}
+        per_suite[suite] = {**group_numbers(mine), **extra,
+                            "n_tasks": sum(1 for s, _ in tasks if s == suite),
                             "mean_of_task_rates": stats.mean_of_rates(
                                 [[r.get("success") for r in policy.get((suite, t), [])]
                                  for s, t in tasks if s == suite])}
