@@ -461,7 +461,9 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     write_json(root / "results.json", results)
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command, run.resumed)
     if manifest is not None:  # many envs: the manifest says which (each tape has its spec)
-        metadata.update(env=None, suite=manifest.to_dict())
+        metadata.update(env=None, suite=manifest.to_dict(), seeds={
+            "base": cfg.seed, "per_task": {t.task.key: [cfg.seed, cfg.seed + t.episodes - 1]
+                                           for t in targets if t.task is not None}})
     write_json(root / "metadata.json", metadata)
     if cfg.report:
         _write_reports(root, rows, videos, cfg.viewer, warnings)

@@ -21,10 +21,11 @@ from __future__ import annotations
 import difflib
 import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rolltape.errors import UsageError
-from rolltape.suites.manifest import Manifest, Task, parse_manifest
+from rolltape.suites.manifest import Manifest, Task, load_manifest, parse_manifest
 
 EXTRA = "suites"
 INSTALL = f"pip install 'rolltape[{EXTRA}]'"
@@ -103,10 +104,6 @@ def builtin_manifest(name: str) -> Manifest:
 
 def resolve_suite(name_or_file: str) -> Manifest:
     """``--suite``: a built-in suite's name, or a YAML manifest file."""
-    from pathlib import Path
-
-    from rolltape.suites.manifest import load_manifest
-
     if name_or_file in BUILTIN:
         return builtin_manifest(name_or_file)
     if name_or_file.endswith((".yaml", ".yml")) or Path(name_or_file).exists():
