@@ -46,6 +46,13 @@ expect 0 9 "$rt" eval CartPole-v1 --episodes 2 --video 1 --format gif --out "$tm
 expect 0 0 "$rt" verify "$tmp"/run/tapes/policy-0000.npz --quiet
 expect 0 9 "$rt" render "$tmp"/run/tapes/policy-0001.npz --out "$tmp/one.gif" --quiet
 [ -s "$tmp/one.gif" ] || { echo "plain install: render wrote no GIF" >&2; failures=$((failures + 1)); }
+# Suites: the benchmark packages are an extra; without it `suites` says what to install and
+# a suite that needs them is one sentence naming the extra.
+expect 0 0 "$rt" suites
+grep -q "rolltape\[suites\]" "$tmp/out" || { echo "plain install: 'rolltape suites' names no extra" >&2; failures=$((failures + 1)); }
+expect 2 1 "$rt" eval --suite pusht --out "$tmp/pusht"
+grep -q "rolltape\[suites\]" "$tmp/err" || { echo "plain install: --suite pusht names no extra" >&2; failures=$((failures + 1)); }
+expect 0 9 "$rt" eval --suite classic --tasks cartpole -n 2 --max-episode-steps 20 --out "$tmp/classic" --quiet
 
 if [ "$failures" -gt 0 ]; then
   echo "plain install: $failures check(s) failed" >&2

@@ -93,6 +93,11 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(
     assert rep["value"] == pytest.approx(rep["raw"]["import_s"] + rep["raw"]["first_s"])
     assert rep["raw"]["videos"] == 3
 
+    suite = b["suite_workers"]["raw"]  # 4 tasks x 2 episodes in --quick
+    assert suite["tapes_identical"] is True and suite["tapes_compared"] == 4 * 2
+    assert b["suite_aggregation"]["raw"]["episodes"] == 4 * 2
+    assert b["suite_aggregation"]["target"] == 0.01
+
     assert b["end_to_end"]["raw"]["rolltape_render_workers"] == 0  # rolltape's default
     assert b["end_to_end"]["raw"]["render_early_same_returns"] is True
 

@@ -12,7 +12,9 @@ import pytest
 CHEAP = ["rolltape.errors", "rolltape.stats", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
          "rolltape.outputs.plots", "rolltape.progress", "rolltape.executors.fallback",
          "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter",
-         "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.server.address"]
+         "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.server.address",
+         "rolltape.suites.manifest", "rolltape.suites.builtin", "rolltape.suites.results",
+         "rolltape.outputs.suite_view"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

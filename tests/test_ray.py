@@ -226,3 +226,17 @@ def test_ray_workers_step_a_served_env(ray_session, tmp_path):
         a, b = np.load(local.path / row["tape"]), np.load(served.path / row["tape"])
         for name in ("actions", "rewards", "obs_digest", "physics"):
             assert a[name].tobytes() == b[name].tobytes(), name
+def test_a_suite_on_ray_gives_the_local_executors_tapes(ray_session, tmp_path):
+    """A suite's jobs (one per task) go to Ray as they go to local workers: same rows, tapes
+    under tapes/<suite>/<task>/, the same per-task numbers."""
+    common = dict(suite="classic", tasks="cartpole,mountaincar", episodes=2, seed=3,
+                  max_episode_steps=25, workers=2, report=False)
+    local = evaluate(out=tmp_path / "local", **common)
+    on_ray = evaluate(out=tmp_path / "ray", executor="ray", **common)
+    strip = lambda rows: [{**r, "wall_s": 0} for r in rows]  # noqa: E731
+    assert strip(on_ray.results["episodes_rows"]) == strip(local.results["episodes_rows"])
+    assert local.results["episodes_rows"][-1]["tape"] == "tapes/classic/mountaincar/policy-0001.npz"
+    for r in local.results["episodes_rows"]:
+        a, b = Tape.load(local.path / r["tape"]), Tape.load(on_ray.path / r["tape"])
+        assert np.array_equal(a.actions, b.actions) and np.array_equal(a.rewards, b.rewards)
+    assert on_ray.results["suite"]["per_task"] == local.results["suite"]["per_task"]

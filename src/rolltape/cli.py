@@ -107,8 +107,13 @@ def _options(ctx: typer.Context,
 
 @app.command("eval")
 def eval_(
-    env: str = typer.Argument(..., help="Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, "
-                                        "or FILE.py:CLASS (a class or factory)."),
+    env: Optional[str] = typer.Argument(
+        None, help="Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, or FILE.py:CLASS (a class "
+                   "or factory); leave it out with --suite."),
+    suite: Optional[str] = typer.Option(
+        None, help="A built-in suite (see `rolltape suites`) or a manifest.yaml: evaluate "
+                   "every task (its manifest's episodes win over --episodes)."),
+    tasks: Optional[str] = typer.Option(None, help="With --suite: only these tasks (a,b)."),
     policy: Optional[List[str]] = typer.Option(
         None, "--policy", "-p",
         help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz; repeat, or "
@@ -165,11 +170,12 @@ def eval_(
     from rolltape.evaluation import evaluate
 
     policies = policy or ["random"]
+    name = Path(env or Path(suite or "suite").stem).name.replace(":", "-")
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
     run = (_eval_many if wants_sweep(policies) else evaluate)(
         env, policies if wants_sweep(policies) else policies[0], episodes=episodes, seed=seed,
-        out=out_dir or Path("runs") / f"{Path(env).name.replace(':', '-')}-"
-                                      f"{time.strftime('%Y%m%d-%H%M%S')}",
+        suite=suite, tasks=tasks,
+        out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         workers=workers, batched_inference=batched_inference, executor=executor,
@@ -194,7 +200,7 @@ def eval_(
                         "with --resume to play them again.")
 
 
-def _eval_many(env: str, policies: list[str], **options: Any) -> None:
+def _eval_many(env: str | None, policies: list[str], **options: Any) -> None:
     """Several policies (or a glob of checkpoints) on the same seeds: one run each under
     --out, then their comparison (rolltape.compare.sweep)."""
     from rolltape.compare.sweep import evaluate_many
@@ -240,6 +246,16 @@ def summary_table(results: dict[str, Any], width: int) -> Table:
 
 def print_run(results: dict[str, Any], path: Path) -> None:
     """The summary table, the videos and where everything went."""
+    if results.get("suite"):
+        from rolltape.outputs.suite_view import task_rows
+
+        header, rows = task_rows(results["suite"])
+        table = Table(title=f"{results['env_id']}: success per task (95% Wilson interval)")
+        for name in header:
+            table.add_column(name, justify="right")
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
     out.print(summary_table(results, out.width if out.is_terminal else TABLE_WIDTH))
     line = improvement_line(results)
     if line:
@@ -437,6 +453,32 @@ def _print_replays(results: list[Any]) -> int:
         for backend, why in r.failures:
             err.print(f"  note: {backend} failed first: {why}")
     return diverged
+
+
+@app.command("suites")
+def suites_() -> None:
+    """List the built-in suites, their tasks, and what each needs installed."""
+    from rich.markup import escape
+
+    from rolltape.suites.builtin import listing
+
+    table = Table(title="built-in suites (rolltape eval --suite NAME)")
+    for name in ("suite", "tasks", "success from", "needs", "installed"):
+        table.add_column(name)
+    missing = set()
+    for entry in listing():
+        table.add_row(*(escape(cell) for cell in (
+                      entry["suite"], ", ".join(entry["tasks"]),
+                      f"info['{entry['success_key']}']" if entry["success_key"] else
+                      "none (returns only)", entry["needs"],
+                      "yes" if entry["installed"] else "no")))
+        if entry["install"]:
+            missing.add(entry["install"])
+    out.print(table)
+    for line in sorted(missing):
+        out.print(f"the suites not installed need: {line}", highlight=False, markup=False)
+    out.print("your own suites: a YAML manifest (see README, 'Benchmark suites'): "
+              "rolltape eval --suite my.yaml", highlight=False)
 
 
 @app.command()

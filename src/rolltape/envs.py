@@ -61,12 +61,15 @@ def env_spec(
         # script) does not have it on sys.path; pass-1 workers do.
         sys.path.insert(0, os.getcwd())
         try:
-            source = getattr(importlib.import_module(module), "__file__", None)
+            imported = importlib.import_module(module)
         except ImportError as exc:
             raise UsageError(f"Cannot import '{module}' for env '{env_id}' ({exc}); run "
                              "from the folder that holds it.") from None
         finally:
             sys.path.remove(os.getcwd())
+        source = getattr(imported, "__file__", None)
+        if name not in gym.registry and callable(getattr(imported, name, None)):
+            name = None  # "module:factory": a class or factory of that module
     else:
         name = env_id
     if name is not None and name not in gym.registry:
@@ -99,7 +102,7 @@ def _load_user_env(env_id: str) -> str:
 
     file = user_env_file(env_id)
     if file is None:
-        return env_id  # gym.make imports the module of "module:EnvId" itself
+        return _module_factory(env_id)
     path, attr = file
     if not path.is_file():
         raise UsageError(f"Env file '{path}' does not exist; name it with --env "
@@ -123,6 +126,24 @@ def _load_user_env(env_id: str) -> str:
         raise UsageError(f"'{path}' has no class or factory '{attr}' (nor does it register "
                          f"an env id '{attr}').")
     gym_id = f"rolltape-file/{attr}"
+    if gym_id not in gym.registry or gym.registry[gym_id].entry_point is not creator:
+        gym.register(id=gym_id, entry_point=creator)
+    return gym_id
+
+
+def _module_factory(env_id: str) -> str:
+    """The id to give ``gym.make`` for ``module:EnvId`` (itself: gym.make imports the
+    module, which registers the env) or ``module:factory`` (a class or function of an
+    importable module, registered here under ``rolltape-module/module.factory``)."""
+    import gymnasium as gym
+
+    module, colon, attr = env_id.partition(":")
+    if not colon or attr in gym.registry:
+        return env_id
+    creator = getattr(importlib.import_module(module), attr, None)
+    if attr in gym.registry or not callable(creator):  # the import registered it after all
+        return env_id
+    gym_id = f"rolltape-module/{module}.{attr}"
     if gym_id not in gym.registry or gym.registry[gym_id].entry_point is not creator:
         gym.register(id=gym_id, entry_point=creator)
     return gym_id

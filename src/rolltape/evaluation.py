@@ -23,7 +23,7 @@ import time
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape import stats
 from rolltape.outputs.artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
@@ -42,6 +42,9 @@ from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, Pol
                                     split_jobs)
 from rolltape.pass1.worker import policy_worker
 from rolltape.tape import Tape
+
+if TYPE_CHECKING:
+    from rolltape.suites.manifest import Manifest, Task
 
 ON_DIVERGENCE = ("warn", "fail")
 
@@ -172,7 +175,7 @@ class EvalConfig(RenderOptions):
     """Every choice of one evaluation; stored in metadata.json as the run's config. How
     videos are drawn and checked is the :class:`RenderOptions` every render request has."""
 
-    env: str
+    env: str | None  # None: a suite run (``suite``)
     policy: str = "random"
     episodes: int = 10
     seed: int = 0
@@ -198,10 +201,25 @@ class EvalConfig(RenderOptions):
                                               # this long is stopped (a hung env or policy)
     report: bool = True  # report.html and report.ipynb
     viewer: bool = False  # the 3-D replay page (copies ~13 MB of WebAssembly into the run)
+    suite: str | None = None  # a built-in suite's name or a manifest.yaml (rolltape.suites)
+    tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
 
     def check(self) -> list[str]:
         """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
         notes = []
+        if self.suite is not None and self.env is not None:
+            raise UsageError(f"Give either an env ('{self.env}') or --suite ('{self.suite}'), "
+                             "not both: a suite names its envs.")
+        if self.suite is None and self.env is None:
+            raise UsageError("Give an env to evaluate (e.g. HalfCheetah-v5) or --suite NAME "
+                             "(see `rolltape suites`).")
+        if self.tasks is not None and self.suite is None:
+            raise UsageError("--tasks picks tasks of a suite; give --suite too.")
+        if self.suite is not None and self.batched_inference:
+            raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
+        if self.suite is not None and self.env_kwargs:
+            raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
+                             "in its manifest.")
         if self.episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
         if self.workers < 1 or self.render_workers < 0:
@@ -223,7 +241,8 @@ class EvalConfig(RenderOptions):
         check_render_options(width=self.width, height=self.height, rtol=self.rtol,
                              atol=self.atol, render_timeout=self.render_timeout,
                              formats=self.video_format)
-        check_video(self.video, self.episodes)
+        if self.suite is None:  # a suite's tasks may set their own counts: checked per task
+            check_video(self.video, self.episodes)
         if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
             raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
                              f"{self.episode_timeout}.")
@@ -251,7 +270,7 @@ class EvalConfig(RenderOptions):
             notes.append("--render-early needs the local executor and videos picked by count "
                          "or index (best/worst/median wait for every return); pass 2 started "
                          "after pass 1.")
-        if self.workers > self.episodes:
+        if self.workers > self.episodes and self.suite is None:
             notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
                          f"using {self.episodes}.")
         return notes
@@ -265,13 +284,14 @@ class EvalConfig(RenderOptions):
         """Pass 2 starts beside pass 1: asked for, and possible (local executor, videos
         picked without needing the returns)."""
         return (self.render_early and self.wants_video and self.executor == "local"
-                and not _needs_returns(self.video))
+                and not _needs_returns(self.video) and self.suite is None)
 
 
 EXECUTORS = ("local", "ray")
 
 
-def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest",
+def evaluate(env: str | None = None, policy: str = "random", *,
+             out: str | Path = "runs/latest",
              overwrite: bool = False, resume: bool = False, show_progress: bool = False,
              command: list[str] | None = None, **options: Any) -> RunResult:
     """Evaluate ``policy`` on ``env`` (episode i reset with seed ``seed + i``).
@@ -280,6 +300,10 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     pass 2, where each replay is verified against pass 1. Writes ``results.json``,
     ``episodes.jsonl``, ``metadata.json``, ``tapes/`` and ``videos/`` under ``out``.
     ``options`` are the fields of :class:`EvalConfig` (episodes, seed, baseline, video, ...).
+
+    ``suite`` (a built-in suite's name or a manifest.yaml, see :mod:`rolltape.suites`)
+    evaluates every task of the suite instead of ``env`` (``tasks``: only those); each
+    task's episode i is reset with seed ``seed + i``, and ``eval_info.json`` is written too.
     """
     unknown = set(options) - {f.name for f in fields(EvalConfig)}
     if unknown:
@@ -292,14 +316,17 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
     check_writable_folder(out)
-    if config.workers > config.episodes:
-        config = replace(config, workers=config.episodes)
-    spec = env_spec(env, config.env_kwargs, config.max_episode_steps)
+    targets = _targets(config)
+    total = sum(t.episodes for t in targets)
+    if config.workers > total:
+        config = replace(config, workers=total)
+    spec = targets[0].spec
     if spec.get("served"):  # tcp://HOST:PORT/ENV: pass 1 steps there, pass 2 draws here
         from rolltape.server.client import check_served_run
 
         config = check_served_run(spec, config)
-    check_drawing(spec, config)
+    for target in targets:
+        check_drawing(target.spec, config)
     if config.executor == "ray":
         from rolltape.executors.ray import check_ray
 
@@ -307,7 +334,7 @@ def evaluate(env: str, policy: str = "random", *, out: str | Path = "runs/latest
     run = RunDir(out, overwrite=overwrite, resume=resume)
     try:
         with sigterm_raises():
-            return _run(run, spec, config, notes, show_progress, command)
+            return _run(run, targets, config, notes, show_progress, command)
     except UsageError:
         if not run.resumed or run.copied:
             run.discard()
@@ -345,21 +372,58 @@ def _os_error_text(exc: OSError) -> str:
     return f"{exc.strerror or type(exc).__name__}{where}"
 
 
-def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
+@dataclass(frozen=True)
+class Target:
+    """One env of a run: a single-env run has one, a suite run one per task."""
+
+    spec: dict[str, Any]
+    episodes: int
+    task: Task | None = None  # a suite's task
+    manifest: Manifest | None = None  # the suite run's resolved manifest (on every target)
+
+    @property
+    def where(self) -> tuple[str | None, str | None]:
+        return (self.task.suite, self.task.name) if self.task is not None else (None, None)
+
+
+def _targets(cfg: EvalConfig) -> list[Target]:
+    """The envs ``cfg`` evaluates: its env, or every task of its suite (checked here:
+    each task's benchmark package installed, each env id known)."""
+    if cfg.suite is None:
+        assert cfg.env is not None  # EvalConfig.check refuses neither
+        return [Target(env_spec(cfg.env, cfg.env_kwargs, cfg.max_episode_steps), cfg.episodes)]
+    from rolltape.suites.builtin import check_installed, resolve_suite
+    from rolltape.suites.manifest import select_tasks, with_defaults
+
+    manifest = with_defaults(select_tasks(resolve_suite(cfg.suite), cfg.tasks), cfg.episodes,
+                             cfg.max_episode_steps)
+    for task in manifest.tasks:
+        check_installed(task)
+        check_video(cfg.video, task.episodes)
+    return [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
+            for t in manifest.tasks]
+
+
+def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str],
          show_progress: bool, command: list[str] | None) -> RunResult:
     root = run.path
-    run.check_config({"env": spec["id"], "env_kwargs": spec["kwargs"],
-                      "max_episode_steps": spec["max_episode_steps"],
-                      "env_versions": spec["versions"], "policy": cfg.policy,
+    spec = targets[0].spec
+    manifest = targets[0].manifest
+    envs = {"env": spec["id"], "env_kwargs": spec["kwargs"],
+            "max_episode_steps": spec["max_episode_steps"]} if manifest is None else \
+        {"suite": manifest.to_dict()}
+    if manifest is not None:
+        write_json(root / "manifest.json", manifest.to_dict())  # the resolved manifest
+    run.check_config({**envs, "env_versions": spec["versions"], "policy": cfg.policy,
                       "vecnormalize": cfg.vecnormalize, "algo": cfg.algo, "seed": cfg.seed,
                       "deterministic": cfg.deterministic, "baseline": cfg.baseline,
                       **_input_digests(cfg)})
     timings: dict[str, float] = {}
-    with Progress(show_progress) as bar, _warm_render_workers(cfg) as warm:
+    with Progress(show_progress) as bar, _warm_render_workers(cfg, targets) as warm:
         started = time.perf_counter()
         early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
         try:
-            rows, descriptions, failed = _pass1(root, spec, cfg, warnings, bar,
+            rows, descriptions, failed = _pass1(root, targets, cfg, warnings, bar,
                                                 on_row=early.offer if early else None)
         except BaseException:
             if early is not None:
@@ -367,6 +431,8 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
             raise
         timings["pass1_s"] = time.perf_counter() - started
         results = _results(spec, rows, descriptions, cfg.episodes, cfg.seed, failed)
+        if manifest is not None:
+            _suite_results(results, targets, rows, warnings)
         warnings.extend(_number_warnings(results))
         write_json(root / "results.json", results)  # the numbers are safe before any rendering
         videos: list[dict[str, Any]] = []
@@ -375,14 +441,26 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
         elif cfg.wants_video:
             started = time.perf_counter()
             played = rows["policy"]  # positions differ from indices only if some failed
-            picked = [played[p]["index"] for p in select_episodes(cfg.video, played)]
-            videos = _pass2(root, {r["index"]: r for r in played}, picked, cfg, warnings, bar,
-                            warm=warm)
+            picked = [k for t in targets for k in _picked(cfg, played, t)]
+            videos = _pass2(root, dict(enumerate(played)), picked, cfg, warnings, bar,
+                            tasks={t.where: t for t in targets}, warm=warm)
             timings["pass2_s"] = time.perf_counter() - started
     results["videos"] = videos
     results["warnings"] = warnings
+    if manifest is not None:  # LeRobot's eval_s: the whole evaluation, videos included
+        from rolltape.suites.results import eval_info
+
+        eval_s = timings["pass1_s"] + timings.get("pass2_s", 0.0)
+        n = results["suite"]["overall"]["n_episodes"]
+        results["suite"]["overall"].update(eval_s=eval_s, eval_ep_s=eval_s / n if n else None)
+        write_json(root / "eval_info.json", eval_info(results["suite"], rows["policy"], videos,
+                                                      eval_s))
     write_json(root / "results.json", results)
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command, run.resumed)
+    if manifest is not None:  # many envs: the manifest says which (each tape has its spec)
+        metadata.update(env=None, suite=manifest.to_dict(), seeds={
+            "base": cfg.seed, "per_task": {t.task.key: [cfg.seed, cfg.seed + t.episodes - 1]
+                                           for t in targets if t.task is not None}})
     write_json(root / "metadata.json", metadata)
     if cfg.report:
         _write_reports(root, rows, videos, cfg.viewer, warnings)
@@ -396,7 +474,37 @@ def _run(run: RunDir, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str]
     return outcome
 
 
-def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str],
+def _picked(cfg: EvalConfig, played: list[dict[str, Any]], target: Target) -> list[int]:
+    """Positions in ``played`` of the target's episodes that ``--video`` picks (per task)."""
+    mine = [p for p, r in enumerate(played) if (r.get("suite"), r.get("task")) == target.where]
+    return [mine[k] for k in select_episodes(cfg.video, [played[p] for p in mine])]
+
+
+def _suite_results(results: dict[str, Any], targets: list[Target],
+                   rows: dict[str, list[dict[str, Any]]], warnings: list[str]) -> None:
+    """A suite run's results.json: per task, per suite and overall (``suite``); the top
+    summary pools every task's episodes, as LeRobot's overall numbers do."""
+    from rolltape.suites.results import suite_summary
+
+    manifest = targets[0].manifest
+    assert manifest is not None  # a suite run's targets all carry it
+    names = manifest.suites
+    results["env_id"] = f"suite{'s' if len(names) > 1 else ''} {', '.join(names)}"
+    results["env"] = None
+    results["manifest"] = manifest.to_dict()
+    results["episodes"] = sum(t.episodes for t in targets)
+    results["suite"] = suite_summary(rows, [t.where for t in targets],
+                                     {t.where: getattr(t.task, "success_key", None)
+                                      for t in targets})
+    warnings.extend(results["suite"].pop("warnings"))
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """An episode's identity in a run: role, suite and task (None for one env), index."""
+    return (row["role"], row.get("suite"), row.get("task"), row["index"])
+
+
+def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[str],
            bar: Progress, on_row: Callable[[dict[str, Any]], None] | None = None
            ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], list[dict[str, Any]]]:
     """Run (or, when resuming, finish) every episode; return the rows per role, what made
@@ -413,15 +521,22 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
     jobs = []
     for role, source in roles:
         mine = role == "policy"
-        left = [i for i in range(cfg.episodes) if (role, i) not in done] if done \
-            else range(cfg.episodes)  # a range: nothing is built for --episodes 10**12
-        if left:
-            jobs.append(PolicyJob(env=spec, policy=source,
-                                  episodes=Episodes(role, left, cfg.seed, str(root / "tapes")),
-                                  vecnormalize=cfg.vecnormalize if mine else None,
-                                  algo=cfg.algo if mine else None,
-                                  deterministic=cfg.deterministic if mine else False,
-                                  needs_rgb_array=cfg.wants_video))
+        for target in targets:  # a suite: one job per task, dealt to workers as one sequence
+            where, task = target.where, target.task
+            left = [i for i in range(target.episodes) if (role, *where, i) not in done] \
+                if done else range(target.episodes)  # a range: nothing built for 10**12
+            tapes = root / "tapes" if task is None else root / "tapes" / task.suite / task.name
+            tapes.mkdir(parents=True, exist_ok=True)
+            if left:
+                jobs.append(PolicyJob(
+                    env=target.spec, policy=source,
+                    episodes=Episodes(role, left, cfg.seed, str(tapes)),
+                    vecnormalize=cfg.vecnormalize if mine else None,
+                    algo=cfg.algo if mine else None,
+                    deterministic=cfg.deterministic if mine else False,
+                    needs_rgb_array=cfg.wants_video,
+                    extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
+                    success_key="is_success" if task is None else task.success_key))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}
@@ -449,7 +564,7 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
                 if kind == "episode":
                     payload["tape"] = str(Path(payload["tape"]).relative_to(root))
                     append_jsonl(jsonl, payload)
-                    done[(payload["role"], payload["index"])] = payload
+                    done[_key(payload)] = payload
                     bar.advance(task)
                     if on_row is not None:
                         on_row(payload)
@@ -461,13 +576,14 @@ def _pass1(root: Path, spec: dict[str, Any], cfg: EvalConfig, warnings: list[str
                     write_json(described, descriptions)
                 elif kind == "done":
                     warnings.extend(f"MuJoCo: {w}" for w in payload if f"MuJoCo: {w}" not in warnings)
-    rows = {role: [done[(role, i)] for i in range(cfg.episodes) if (role, i) in done]
+    rows = {role: [done[(role, *t.where, i)] for t in targets for i in range(t.episodes)
+                   if (role, *t.where, i) in done]
             for role, _ in roles}
     failed.sort(key=lambda f: (f["role"] != "policy", f["index"]))
     return rows, descriptions, failed
 
 
-def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The rows of episodes that are really done: the tape loads and says what the row says
     (a tape cut short by a full disk or a kill is played again)."""
     done = {}
@@ -476,9 +592,11 @@ def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[str, in
             tape = Tape.load(root / row["tape"])
         except (UsageError, KeyError, TypeError):
             continue
-        if (tape.seed, tape.length, tape.meta.get("role"), tape.meta.get("index")) == \
-                (row.get("seed"), row.get("length"), row.get("role"), row.get("index")):
-            done[(row["role"], row["index"])] = row
+        if (tape.seed, tape.length, tape.meta.get("role"), tape.meta.get("index"),
+                tape.meta.get("suite"), tape.meta.get("task")) == \
+                (row.get("seed"), row.get("length"), row.get("role"), row.get("index"),
+                 row.get("suite"), row.get("task")):
+            done[_key(row)] = row
     return done
 
 
@@ -579,7 +697,7 @@ def _needs_returns(selection: Any) -> bool:
 
 
 @contextmanager
-def _warm_render_workers(cfg: EvalConfig) -> Iterator[list[Any]]:
+def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[list[Any]]:
     """Pass 2's local workers, started while pass 1 plays (at a low CPU priority, so that
     pass 1 keeps its speed): a small job then does not wait for interpreters and imports
     after its numbers are done. Whatever pass 2 did not use is stopped at the end."""
@@ -593,7 +711,8 @@ def _warm_render_workers(cfg: EvalConfig) -> Iterator[list[Any]]:
             counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
             # Long episodes are split across workers, so one video can use them all.
             workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
-    warm = warm_render_workers(cfg.backends, workers, cfg.env)
+    warm = warm_render_workers(cfg.backends, workers,
+                               [cfg.env if t.task is None else t.task.env for t in targets])
     try:
         yield warm
     finally:
@@ -602,15 +721,33 @@ def _warm_render_workers(cfg: EvalConfig) -> Iterator[list[Any]]:
 
 def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cfg: EvalConfig,
            warnings: list[str], bar: Progress, cancel: threading.Event | None = None,
+           tasks: Mapping[tuple[Any, Any], Target] | None = None,
            warm: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
-    CPU priority, so that pass 1 keeps its speed."""
+    CPU priority, so that pass 1 keeps its speed. ``rows`` are keyed by what ``picked``
+    names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
+    (``tasks``: which the user's manifest named), verified to its ``reward_atol``."""
+    def where(r: dict[str, Any]) -> tuple[Any, Any]:
+        return (r.get("suite"), r.get("task"))
+
+    def folder(r: dict[str, Any]) -> Path:
+        return root / "videos" / r["suite"] / r["task"] if "suite" in r else root / "videos"
+
+    def task_of(r: dict[str, Any]) -> Task | None:
+        target = (tasks or {}).get(where(r))
+        return None if target is None else target.task
+
     requests = [RenderRequest(
         tape=str(root / rows[i]["tape"]),
-        outputs=artifact_paths(root / "videos" / f"policy-{i:04d}", cfg.video_format),
-        overwrite=True, **cfg.render_options(),
-        env_id=cfg.env,  # named by the user, so its module may be their own file
+        outputs=artifact_paths(folder(rows[i]) / f"policy-{rows[i]['index']:04d}",
+                               cfg.video_format),
+        overwrite=True,
+        **{**cfg.render_options(),
+           "atol": max(cfg.atol, getattr(task_of(rows[i]), "reward_atol", 0.0))},
+        # Named by the user (on the command line or in their manifest), so its module may
+        # be their own file.
+        env_id=cfg.env if task_of(rows[i]) is None else task_of(rows[i]).env,
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i]["length"] + 1 for i in picked])
@@ -626,7 +763,10 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cf
         warnings.append(str(exc))
     videos = []
     for i, result in zip(picked, rendered):
-        entry: dict[str, Any] = {"index": i, "seed": rows[i]["seed"], "tape": rows[i]["tape"]}
+        entry: dict[str, Any] = {"index": rows[i]["index"], "seed": rows[i]["seed"],
+                                 "tape": rows[i]["tape"]}
+        if "suite" in rows[i]:
+            entry.update(suite=rows[i]["suite"], task=rows[i]["task"])
         if result is None:
             entry.update(path=None, verified=None, error="not rendered")
         else:

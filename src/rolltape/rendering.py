@@ -295,16 +295,17 @@ def render(
     return results
 
 
-def warm_render_workers(backends: str | Sequence[str], workers: int, env_id: str | None
-                        ) -> list[Any]:
+def warm_render_workers(backends: str | Sequence[str], workers: int,
+                        env_ids: Sequence[str | None]) -> list[Any]:
     """Start ``workers`` render workers on the first backend now, for a later
     :func:`render` (``warm=``): while pass 1 plays, their interpreters start and import
     the simulator and the encoder at a low CPU priority, so pass 2 begins drawing at once
     (at the normal priority).
-    ``env_id`` is the env as the user named it (their own module may need this folder)."""
+    ``env_ids`` are the envs as the user named them (their own module may need this
+    folder)."""
     order = parse_backends(backends)
     return warm_workers(render_worker, order[0], (0, 10), workers, _worker_environment,
-                        cwd_on_path=":" in (env_id or ""))
+                        cwd_on_path=any(":" in (e or "") for e in env_ids))
 
 
 def _tape_bytes(req: RenderRequest) -> bytes | None:

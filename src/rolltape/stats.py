@@ -17,6 +17,9 @@ What is computed, and by which convention:
   ``evaluate_policy`` and Gymnasium's wrappers report, so numbers line up with theirs.
 * :func:`paired_improvement` -- policy versus baseline evaluated on the same seeds.
 * :func:`aggregate` -- success rates per group of a benchmark suite plus a pooled total.
+* :func:`success_percent` -- LeRobot's per-task numbers: counts, ``pc_success`` and its
+  Wilson 95% interval in percent; :func:`mean_of_rates` -- the unweighted mean of task
+  rates with a stratified bootstrap interval (each task counts equally).
 
 Every result that leaves this module as a dict is JSON-safe: plain ``int``/``float``/
 ``list``/``None``, never numpy scalars, never NaN or infinity (those become ``None``), so
@@ -43,7 +46,9 @@ __all__ = [
     "aggregate",
     "bootstrap_ci",
     "iqm",
+    "mean_of_rates",
     "paired_improvement",
+    "success_percent",
     "summarize",
     "wilson_interval",
 ]
@@ -964,3 +969,56 @@ def performance_profile(per_task: Mapping[str, ArrayLike], taus: ArrayLike, *,
     lo, hi = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
     return {"taus": [float(t) for t in grid], "fraction": [float(f) for f in point],
             "ci_low": [float(v) for v in lo], "ci_high": [float(v) for v in hi]}
+def success_percent(outcomes: Sequence[bool | None]) -> dict[str, Any]:
+    """Success of a group of episodes as LeRobot reports it, in percent.
+
+    ``n_episodes`` counts every episode, ``n_unknown`` those whose env never reported the
+    success key (None); ``pc_success`` and ``pc_success_ci95`` (the 95% Wilson interval,
+    no continuity correction) are over the known ones, and None when none is known.
+
+    >>> out = success_percent([True] * 9 + [False])
+    >>> out["pc_success"], [round(b, 2) for b in out["pc_success_ci95"]]
+    (90.0, [59.58, 98.21])
+    """
+    s, known, unknown = _count_outcomes(outcomes, "outcomes")
+    count, rate, ci = _success_fields(s, known)
+    return {
+        "n_episodes": known + unknown,
+        "n_success": count,
+        "n_unknown": unknown,
+        "pc_success": None if rate is None else _json_float(100.0 * rate),
+        "pc_success_ci95": None if ci is None else [_json_float(100.0 * ci[0]),
+                                                   _json_float(100.0 * ci[1])],
+    }
+
+
+def mean_of_rates(groups: Sequence[Sequence[bool | None]], n_resamples: int = 2000,
+                  seed: int = 0) -> dict[str, Any]:
+    """The unweighted mean of the groups' success rates, in percent, with a 95% interval.
+
+    Each group (task) with a known outcome counts once, whatever its episode count, unlike
+    the pooled rate of :func:`success_percent`. The interval is a stratified percentile
+    bootstrap (rliable's way for aggregates over tasks): the episodes of each task are
+    resampled within that task, and the mean of task rates taken per resample. Groups
+    without a known outcome are left out; with none left, every field is None.
+
+    >>> mean_of_rates([[True, True], [False, False]])["pc_mean_task_success"]
+    50.0
+    """
+    flags = []
+    for i, outcomes in enumerate(groups):
+        known = [f for f in (_parse_outcome(v, k) for k, v in enumerate(outcomes))
+                 if f is not None]
+        if known:
+            flags.append(np.asarray(known, dtype=float))
+    if not flags:
+        return {"n_tasks": 0, "pc_mean_task_success": None, "pc_mean_task_success_ci95": None}
+    mean = float(np.mean([f.mean() for f in flags]))
+    rng = np.random.default_rng(seed)
+    rates = np.zeros(n_resamples)
+    for f in flags:  # one draw per task: (n_resamples, n_task) indices at once
+        rates += f[rng.integers(0, f.size, size=(n_resamples, f.size))].mean(axis=1)
+    rates /= len(flags)
+    lo, hi = np.quantile(rates, [0.025, 0.975])
+    return {"n_tasks": len(flags), "pc_mean_task_success": _json_float(100.0 * mean),
+            "pc_mean_task_success_ci95": [_json_float(100.0 * lo), _json_float(100.0 * hi)]}

@@ -73,7 +73,9 @@ class Tape:
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
         physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.physics_spec`), from
             which stepping continues bit for bit; lets one episode render in segments.
-        success: ``info["is_success"]`` at the last step, None when the env does not say.
+        success: ``info["is_success"]`` (or the run's success key) at the last step, None
+            when the env does not say.
+        success_any: whether that key was true at any step, None when never reported.
         metrics: ``info["metrics"]`` at the last step (JSON-safe), or None.
         policy: what produced the actions: kind, source, sha256, deterministic.
         wall_s: wall-clock seconds the episode took in pass 1.
@@ -98,6 +100,7 @@ class Tape:
     qvel: np.ndarray | None = None
     physics: np.ndarray | None = None
     success: bool | None = None
+    success_any: bool | None = None
     metrics: dict[str, Any] | None = None
     policy: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -144,6 +147,7 @@ class Tape:
             "seed": self.seed,
             "options": self.options,
             "success": self.success,
+            "success_any": self.success_any,
             "metrics": self.metrics,
             "policy": self.policy,
             "wall_s": self.wall_s,
@@ -218,6 +222,7 @@ class Tape:
                 seed=header["seed"],
                 options=header.get("options"),
                 success=header.get("success"),
+                success_any=header.get("success_any"),
                 metrics=header.get("metrics"),
                 policy=header.get("policy", {}),
                 wall_s=float(header.get("wall_s", 0.0)),
@@ -338,6 +343,7 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (_optional(lambda v: _is_int(v) and v >= 0), "null or a non-negative integer"),
     "options": (_optional(_is_dict), "null or an object"),
     "success": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),
+    "success_any": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),
     "metrics": (_optional(_is_dict), "null or an object"),
     "policy": (_is_dict, "an object"),
     "wall_s": (lambda v: _is_number(v) and v >= 0, "a non-negative number"),

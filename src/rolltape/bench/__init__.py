@@ -12,7 +12,8 @@ chart). The benchmarks live in one module per family, all sharing
 :mod:`rolltape.bench.common` (sizes, the run's context, child processes, worker tracking):
 :mod:`~rolltape.bench.pass1`, :mod:`~rolltape.bench.pass2`, :mod:`~rolltape.bench.scale`
 (more workers, Ray), :mod:`~rolltape.bench.artifacts` (gif, report),
-:mod:`~rolltape.bench.versus` (SB3, the seed-000 way), :mod:`~rolltape.bench.served`
+:mod:`~rolltape.bench.suites` (benchmark suites), :mod:`~rolltape.bench.versus` (SB3, the
+seed-000 way), :mod:`~rolltape.bench.served`
 (``rolltape serve``) and :mod:`~rolltape.bench.training` (recording during training).
 
 Benchmarks, in the order they run and are reported (module in brackets):
@@ -39,6 +40,10 @@ Benchmarks, in the order they run and are reported (module in brackets):
 - ``gif_vs_mp4`` [artifacts]: writing the same real frames as gif vs mp4 (target: <= 2.0).
 - ``report_build`` [artifacts]: :func:`rolltape.outputs.report.build_report` on a
   100-episode run with 3 videos (target: <= 10 s, an absolute budget, not a ratio).
+- ``suite_workers`` [suites]: the built-in ``mazes`` suite (4 tasks x 25 episodes) with
+  ``workers=1`` vs ``workers=2`` (target: speed-up >= 1.7; tapes bitwise identical).
+- ``suite_aggregation`` [suites]: per-task/suite/overall aggregation and writing
+  ``eval_info.json`` vs that suite's pass 1 (target: <= 0.01).
 - ``pass1_vs_sb3_evaluate_policy`` [versus]: pass 1 vs SB3's ``evaluate_policy``
   (informational in ``--quick``).
 - ``end_to_end`` [versus]: :func:`rolltape.evaluate` with its defaults vs "the seed-000
@@ -92,6 +97,7 @@ from rolltape.bench.scale import (bench_pass1_workers, bench_pass2_segments,
                                   bench_pass2_workers, bench_ray_vs_local)
 from rolltape.bench.training import (bench_record_tape_step_cost, bench_training_background_video,
                                      bench_training_tapes)
+from rolltape.bench.suites import bench_suite_aggregation, bench_suite_workers
 from rolltape.bench.versus import bench_end_to_end, bench_pass1_vs_sb3_evaluate_policy
 from rolltape.errors import UsageError
 from rolltape.files import write_text
@@ -110,6 +116,8 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "render_rss": bench_render_rss,
     "gif_vs_mp4": bench_gif_vs_mp4,
     "report_build": bench_report_build,
+    "suite_workers": bench_suite_workers,
+    "suite_aggregation": bench_suite_aggregation,
     "pass1_vs_sb3_evaluate_policy": bench_pass1_vs_sb3_evaluate_policy,
     "end_to_end": bench_end_to_end,
     "served_step_overhead": bench_served_step_overhead,

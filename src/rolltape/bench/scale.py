@@ -14,31 +14,7 @@ from typing import Any, Sequence
 
 from rolltape.bench.common import (ENV_ID, POLICY_NOTE, SEED, Context, _backends, _median,
                                    _random_tapes, _record_random_tape, _result, _timed_render,
-                                   run_child, track_workers)
-
-
-def _tape_arrays(path: Path) -> dict[str, Any]:
-    """Every array of a tape file except its JSON header (whose wall_s always differs)."""
-    import numpy as np
-
-    with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files if name != "header"}
-
-
-def compare_tapes(a: Sequence[Path], b: Sequence[Path]) -> list[str]:
-    """Where two lists of tapes differ, array by array and bit for bit; [] when identical."""
-    problems = []
-    if len(a) != len(b):
-        problems.append(f"{len(a)} tapes vs {len(b)}")
-    for x, y in zip(a, b):
-        ax, ay = _tape_arrays(x), _tape_arrays(y)
-        if set(ax) != set(ay):
-            problems.append(f"{x.name}: arrays {sorted(ax)} vs {sorted(ay)}")
-        for name in sorted(set(ax) & set(ay)):
-            u, v = ax[name], ay[name]
-            if u.dtype != v.dtype or u.shape != v.shape or u.tobytes() != v.tobytes():
-                problems.append(f"{x.name}: {name} differs")
-    return problems
+                                   compare_tapes, run_child, track_workers)
 
 
 def bench_pass1_workers(ctx: Context) -> dict[str, Any]:

@@ -202,17 +202,45 @@ def _camera_text(cameras: list[str] | None, layout: str | None) -> str:
     return f"cameras {' + '.join(names)}" + (f" ({layout})" if layout else "")
 
 
+def _episode_key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """An episode in a run: (suite, task, index); suite and task are None for one env."""
+    return (r.get("suite"), r.get("task"), r.get("index"))
+
+
+def _anchor(r: dict[str, Any]) -> str:
+    """'3' for one env's episode 3, 'mazes-umaze-3' for a suite's (a page id)."""
+    return "-".join(str(k) for k in _episode_key(r) if k is not None)
+
+
+def _suite_section(results: dict[str, Any]) -> dict[str, Any] | None:
+    """A suite run's per-task table, forest plot and unweighted-mean lines (else None)."""
+    suite = results.get("suite")
+    if not suite:
+        return None
+    from rolltape.outputs.suite_view import forest_plot, mean_rate_text, task_rows
+
+    header, rows = task_rows(suite)
+    means = [f"{name}: {text}" for name, entry in [*suite["per_suite"].items(),
+                                                  ("overall", suite["overall"])]
+             if (text := mean_rate_text(entry))]
+    unknown = [f"{t['suite']}/{t['task']}" for t in suite["per_task"] if t["n_unknown"]]
+    return {"header": header, "rows": rows, "svg": forest_plot(suite), "means": means,
+            "unknown": unknown}
+
+
 def _videos(root: Path, report: Path, results: dict[str, Any],
             config: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = {r.get("index"): r for r in results.get("episodes_rows") or []}
+    rows = {_episode_key(r): r for r in results.get("episodes_rows") or []}
     rtol, atol = config.get("rtol") or 0, config.get("atol") or 0
     tolerance = f"rtol={rtol:g}, atol={atol:g}" if (rtol or atol) else None
     videos = results.get("videos") or []
     out = []
     for v in videos:
         cls, headline, detail = _video_status(v, tolerance)
-        row = rows.get(v.get("index"), {})
+        row = rows.get(_episode_key(v), {})
         entry = {"index": v.get("index"), "seed": v.get("seed"), "status": cls,
+                 "anchor": _anchor(v),
+                 "task": f"{v['suite']}/{v['task']} · " if v.get("suite") else "",
                  "headline": headline, "detail": detail, "return": num(row.get("return")),
                  "length": row.get("length"), "frames": v.get("frames"),
                  "backend": v.get("backend"), "mode": v.get("mode"), "src": None, "kind": None,
@@ -354,20 +382,22 @@ def _charts(root: Path, results: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def _episode_table(results: dict[str, Any], videos: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    baseline = {r.get("index"): r for r in results.get("baseline_rows") or []}
-    shown = {v["index"]: v for v in videos if v.get("src")}
+    baseline = {_episode_key(r): r for r in results.get("baseline_rows") or []}
+    shown = {(v["task"], v["index"]): v for v in videos if v.get("src")}
     rows = []
     for r in results.get("episodes_rows") or []:
-        b = baseline.get(r.get("index"))
+        b = baseline.get(_episode_key(r))
+        task = f"{r['suite']}/{r['task']} · " if r.get("suite") else ""
         rows.append({
             "index": r.get("index"), "seed": r.get("seed"), "return": num(r.get("return")),
+            "task": task, "anchor": _anchor(r),
             "baseline": num(b.get("return")) if b else None,
             "diff": num(r["return"] - b["return"], sign=True)
             if b and r["return"] is not None and b["return"] is not None else None,
             "length": r.get("length"),
             "end": "terminated" if r.get("terminated") else "truncated",
             "success": "n/a" if r.get("success") is None else ("yes" if r["success"] else "no"),
-            "video": shown.get(r.get("index"), {}).get("src"),
+            "video": shown.get((task, r.get("index")), {}).get("src"),
         })
     return rows
 
@@ -517,6 +547,7 @@ def build_report(run_dir: str | os.PathLike[str], *, out: str | os.PathLike[str]
         "any_success": any(r["success_known"] for r in summary_rows),
         "improvement": _improvement(results),
         "charts": _charts(root, results),
+        "suite": _suite_section(results),
         "videos": videos,
         "verified": verified, "diverged": diverged,
         "episode_rows": _episode_table(results, videos),

@@ -111,6 +111,10 @@ def _boxed_width(header: list[str], rows: list[list[str]]) -> int:
 def summary_title(results: Mapping[str, Any]) -> str:
     """'HalfCheetah-v5: 4 episodes, seeds 0..3'."""
     first, count = results["seed"], results["episodes"]
+    if results.get("suite"):  # every task has its own seeds seed + i: say so
+        longest = max(t["n_episodes"] for t in results["suite"]["per_task"])
+        return (f"{results['env_id']}: {count} episodes of {len(results['suite']['per_task'])} "
+                f"task(s) pooled, seeds {first}..{first + longest - 1} per task")
     return f"{results['env_id']}: {count} episodes, seeds {first}..{first + count - 1}"
 
 

@@ -80,12 +80,18 @@ class PolicyJob:
     deterministic: bool = True
     reset_options: dict[str, Any] | None = None
     needs_rgb_array: bool = False  # a video was asked for: refuse an env that cannot draw
-    extra_meta: dict[str, Any] = field(default_factory=dict)
+    extra_meta: dict[str, Any] = field(default_factory=dict)  # a suite's {"suite", "task"}
+    success_key: str | None = "is_success"  # the info key that says success (None: none)
 
 
 def record_episode(env: Any, policy: Policy, seed: int | None,
-                   options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Play one episode and return the fields of its tape (all but env/policy/meta)."""
+                   options: dict[str, Any] | None = None,
+                   success_key: str | None = "is_success") -> dict[str, Any]:
+    """Play one episode and return the fields of its tape (all but env/policy/meta).
+
+    ``success`` is ``info[success_key]`` at the last step and ``success_any`` whether it
+    was true at any step (LeRobot's convention); both None when the env never reported it.
+    """
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options=options)
     policy.reset(seed)
@@ -95,6 +101,8 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     first = kept_obs(obs)
     steps = []  # one tuple per step: fewer appends keep the loop as lean as a bare one
     done = False
+    key = success_key or "\0"  # no key: a lookup that never finds anything
+    reported = hit = False
     while not done:
         action = policy.act(obs)
         obs, reward, term, trunc, info = env.step(action)
@@ -102,9 +110,16 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         if physics is not None:
             physics.record()
         done = term or trunc
-    return tape_fields(seed, options, first, steps,
-                       physics.arrays() if physics is not None else (None, None, None),
-                       info.get("is_success"), info.get("metrics"), start)
+        said = info.get(key)
+        if said is not None:  # two tests a step; success_flag only on a truthy report
+            reported = True
+            if said and not hit:
+                hit = bool(success_flag(said))
+    fields = tape_fields(seed, options, first, steps,
+                         physics.arrays() if physics is not None else (None, None, None),
+                         info.get(key), info.get("metrics"), start)
+    fields["success_any"] = hit if reported else None
+    return fields
 
 
 def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
@@ -166,7 +181,20 @@ def digest_all(observations: list[Any]) -> np.ndarray:
 
 def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
     """The per-episode line of results.json / episodes.jsonl. A return that is not a finite
-    number is None, with ``flags`` saying why (JSON has no NaN)."""
+    number is None, with ``flags`` saying why (JSON has no NaN). A suite's episode also
+    says its ``suite`` and ``task``, ``success`` at any step, ``success_at_end`` and
+    ``max_reward`` (over its own steps only)."""
+    if "suite" in tape.meta:
+        return {
+            "suite": tape.meta["suite"], "task": tape.meta["task"],
+            **_plain_row(tape, job),
+            "success": tape.success_any, "success_at_end": tape.success,
+            "max_reward": finite_or_none(float(np.max(tape.rewards))),
+        }
+    return _plain_row(tape, job)
+
+
+def _plain_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
     return {
         "role": job.role,
         "index": job.index,
@@ -235,7 +263,8 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
                          **policy.description}))
         for ep in job.episodes:
             try:
-                fields = record_episode(env, policy, ep.seed, job.reset_options)
+                fields = record_episode(env, policy, ep.seed, job.reset_options,
+                                        job.success_key)
             except (UsageError, OSError, MemoryError):
                 raise  # bad input or a broken machine: not this episode's fault
             except Exception as exc:  # the env (or policy) failed this episode alone
@@ -257,14 +286,17 @@ def last_line(exc: BaseException) -> str:
 
 def split_jobs(jobs: list[PolicyJob], workers: int) -> list[list[PolicyJob]]:
     """Deal episodes to ``workers`` workers in turn (episode i to worker i mod W), so each
-    gets a similar mix of long and short episodes. Every episode is reset with its own seed
+    gets a similar mix of long and short episodes; the jobs of a suite (one per task) are
+    dealt as one sequence, so no worker gets more than one episode more than another. Every episode is reset with its own seed
     and acted on alone, so its tape is the same whichever worker plays it."""
     chunks: list[list[PolicyJob]] = [[] for _ in range(workers)]
+    dealt = 0  # episodes dealt so far: the next job goes on from the next worker in turn
     for job in jobs:
         for w in range(workers):
-            mine = job.episodes[w::workers]
+            mine = job.episodes[(w - dealt) % workers::workers]
             if mine:
                 chunks[w].append(replace(job, episodes=mine))
+        dealt += len(job.episodes)
     return [c for c in chunks if c]
 
 

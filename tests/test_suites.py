@@ -1,0 +1,282 @@
+"""Benchmark suites: manifests, one pass 1 over every task, exact success counting with
+Wilson intervals, LeRobot's eval_info.json, resume, videos per task, and real built-in
+suite envs (PointMaze, PushT, classic control) whose tapes replay and verify.
+
+The exact numbers come from ``tests/assets/suite_envs.py``: an episode succeeds when its
+seed is divisible by 3, reported at the end, only mid-episode, once, or never.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rolltape import RenderRequest, Tape, UsageError, evaluate, render
+from rolltape.stats import mean_of_rates, success_percent, wilson_interval
+from rolltape.suites.manifest import load_manifest, select_tasks
+
+from conftest import ROOT, run_cli
+
+PATTERN = "tests.assets.suite_envs:SuccessPattern"
+MANIFEST = f"""
+pattern:
+  episodes: 7
+  tasks:
+    end: {{env: "{PATTERN}", kwargs: {{report: end, at: 2}}}}
+    mid: {{env: "{PATTERN}", kwargs: {{report: mid, at: 3}}}}
+    once:
+      env: "{PATTERN}"
+      kwargs: {{report: once, at: 4, key: success}}
+      success_key: success
+      episodes: 4
+    never: {{env: "{PATTERN}", kwargs: {{report: never}}}}
+"""
+
+
+def seeds(n: int) -> list[int]:
+    return list(range(n))
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("manifest") / "bench.yaml"
+    path.write_text(MANIFEST)
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(manifest, tmp_path_factory):
+    """One suite run of the pattern env: 4 tasks, 2 workers, a random baseline, a video
+    per task."""
+    return evaluate(suite=str(manifest), seed=0, workers=2, baseline="random", video=1,
+                    out=tmp_path_factory.mktemp("suite") / "run")
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_wilson_matches_the_formula_and_lerobots_example():
+    z = 1.959963984540054
+    for s, n in [(0, 5), (3, 7), (9, 10), (2, 4), (25, 25)]:
+        p = s / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        lo, hi = wilson_interval(s, n)
+        assert lo == pytest.approx(max(0.0, centre - half), abs=1e-15)
+        assert hi == pytest.approx(min(1.0, centre + half), abs=1e-15)
+    out = success_percent([True] * 9 + [False])
+    assert (out["n_episodes"], out["n_success"], out["pc_success"]) == (10, 9, 90.0)
+    assert [round(b, 2) for b in out["pc_success_ci95"]] == [59.58, 98.21]
+    assert success_percent([None, None])["pc_success_ci95"] is None
+
+
+def test_mean_of_task_rates_weighs_each_task_once():
+    big, small = [True] * 90 + [False] * 10, [False] * 2
+    out = mean_of_rates([big, small, [None]])
+    assert out["n_tasks"] == 2 and out["pc_mean_task_success"] == pytest.approx(45.0)
+    lo, hi = out["pc_mean_task_success_ci95"]
+    assert lo <= 45.0 <= hi and out == mean_of_rates([big, small, [None]])  # deterministic
+    assert success_percent(big + small)["pc_success"] == pytest.approx(90 / 102 * 100)
+
+
+# --------------------------------------------------------------------------- one suite run
+
+
+def test_counts_success_at_any_step_at_the_end_and_unknown_exactly(run):
+    per_task = {t["task"]: t for t in run.results["suite"]["per_task"]}
+    assert list(per_task) == ["end", "mid", "once", "never"]
+    wins = lambda n: sum(1 for s in seeds(n) if s % 3 == 0)  # noqa: E731
+    end, mid, once, never = (per_task[k] for k in ("end", "mid", "once", "never"))
+    assert (end["n_success"], end["success_at_end"]["n_success"]) == (wins(7), wins(7))
+    assert (mid["n_success"], mid["success_at_end"]["n_success"]) == (wins(7), 0)
+    assert once["n_episodes"] == 4 and once["n_success"] == wins(4) == 2
+    assert once["success_at_end"]["n_unknown"] == 4 and once["success_at_end"]["pc_success"] is None
+    assert never["n_unknown"] == 7 and never["pc_success"] is None and never["n_success"] is None
+    lo, hi = wilson_interval(3, 7)
+    assert end["pc_success_ci95"] == pytest.approx([100 * lo, 100 * hi], rel=1e-12)
+    suite = run.results["suite"]["per_suite"]["pattern"]
+    assert (suite["n_episodes"], suite["n_success"], suite["n_unknown"]) == (25, 8, 7)
+    assert suite["pc_success"] == pytest.approx(800 / 18)
+    assert suite["mean_of_task_rates"]["pc_mean_task_success"] == pytest.approx(
+        100 * (3 / 7 + 3 / 7 + 2 / 4) / 3)
+    assert any("pattern/never" in w and "is_success" in w for w in run.results["warnings"])
+
+
+def test_rows_rewards_and_metrics(run):
+    rows = run.results["episodes_rows"]
+    assert len(rows) == 25 and len(run.results["baseline_rows"]) == 25
+    for r in rows:
+        assert r["max_reward"] == r["seed"] % 4 and r["return"] == r["seed"] % 4 - 5
+        assert r["tape"] == f"tapes/pattern/{r['task']}/policy-{r['index']:04d}.npz"
+        assert r["seed"] == r["index"]  # episode i of every task: seed + i
+    end = run.results["suite"]["per_task"][0]
+    assert end["avg_max_reward"] == pytest.approx(np.mean([s % 4 for s in seeds(7)]))
+    assert end["metrics"] == {"score": pytest.approx(np.mean([s % 5 for s in seeds(7)])),
+                              "ok": 1.0}
+    assert end["improvement_over_baseline"]["mean_diff"] == 0.0  # rewards ignore actions
+    overall = run.results["suite"]["overall"]["improvement_over_baseline"]
+    assert (overall["n_pairs"], overall["mean_diff"]) == (25, 0.0)  # paired by task and seed
+    streamed = [json.loads(line) for line in (run.path / "episodes.jsonl").read_text().splitlines()]
+    assert {(r["suite"], r["task"]) for r in streamed} == {("pattern", t) for t in
+                                                           ("end", "mid", "once", "never")}
+    recorded = json.loads((run.path / "manifest.json").read_text())
+    assert [t["name"] for t in recorded["tasks"]] == ["end", "mid", "once", "never"]
+
+
+def _no_nan(text: str) -> dict:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in eval_info.json")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_eval_info_has_lerobots_layout(run):
+    info = _no_nan((run.path / "eval_info.json").read_text())
+    assert list(info) == ["per_task", "per_group", "overall"]
+    task = info["per_task"][0]
+    assert set(task) == {"task_group", "task_id", "metrics", "n_episodes", "n_success",
+                         "pc_success", "pc_success_ci95"}
+    assert set(task["metrics"]) == {"sum_rewards", "max_rewards", "successes", "video_paths"}
+    assert (task["task_group"], task["task_id"]) == ("pattern", "end")
+    assert task["metrics"]["successes"] == [s % 3 == 0 for s in seeds(7)]
+    assert task["metrics"]["video_paths"] == ["videos/pattern/end/policy-0000.mp4"]
+    group_keys = {"avg_sum_reward", "avg_max_reward", "pc_success", "n_episodes", "n_success",
+                  "pc_success_ci95", "video_paths"}
+    assert set(info["per_group"]["pattern"]) == group_keys
+    assert set(info["overall"]) == group_keys | {"eval_s", "eval_ep_s"}
+    never = info["per_task"][3]
+    assert never["pc_success"] is None and never["metrics"]["successes"] == [None] * 7
+    assert info["overall"]["n_episodes"] == 25 and info["overall"]["eval_s"] > 0
+
+
+def test_videos_per_task_verify_and_the_report_shows_the_forest_plot(run):
+    videos = run.results["videos"]
+    assert [(v["task"], v["index"]) for v in videos] == [(t, 0) for t in
+                                                         ("end", "mid", "once", "never")]
+    assert all(v["verified"] is True and v["frames"] == 7 for v in videos)
+    html = (run.path / "report.html").read_text()
+    assert 'class="chart forest"' in html and "pattern/never" in html
+    assert 'id="video-pattern-mid-0"' in html and "unweighted mean of 3 task rates" in html
+
+
+def test_resume_plays_only_the_missing_episodes(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run.path, copy)
+    gone = copy / "tapes/pattern/mid/policy-0002.npz"
+    kept = copy / "tapes/pattern/once/policy-0001.npz"
+    gone.unlink()
+    before = kept.stat().st_mtime_ns
+    again = evaluate(suite=run.results["manifest"]["source"], seed=0, workers=2,
+                     baseline="random", video=0, out=copy, resume=True, report=False)
+    assert gone.is_file() and kept.stat().st_mtime_ns == before
+    strip = lambda rows: [{**r, "wall_s": 0} for r in rows]  # noqa: E731
+    assert strip(again.results["episodes_rows"]) == strip(run.results["episodes_rows"])
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("text, words", [
+    ("pattern: [", ["not valid YAML"]),
+    ("pattern: {tasks: {a: {env: CartPole-v1, episdoes: 3}}}",
+     ["bad.yaml", "suite 'pattern'", "task 'a'", "'episdoes'", "did you mean 'episodes'"]),
+    ("pattern: {tasks: {a: {kwargs: {}}}}", ["task 'a'", "has no env"]),
+    ("pattern:\n  tasks:\n    a: CartPole-v1\n    a: Acrobot-v1\n", ["task 'a' twice"]),
+    ("pattern: {tasks: {a: {env: CartPole-v1, kwargs: [1, 2]}}}", ["kwargs must be a mapping"]),
+    ("pattern: {episodes: 0, tasks: {a: CartPole-v1}}", ["episodes must be", "got 0"]),
+])
+def test_bad_manifests_are_one_sentence_and_write_nothing(tmp_path, text, words):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(UsageError) as caught:
+        evaluate(suite=str(bad), out=tmp_path / "out")
+    message = str(caught.value)
+    assert all(w in message for w in words), message
+    assert "\n" not in message and not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out*"))
+
+
+def test_bad_suite_arguments(tmp_path, manifest):
+    with pytest.raises(UsageError, match="does not exist"):
+        evaluate(suite=str(tmp_path / "missing.yaml"), out=tmp_path / "o")
+    with pytest.raises(UsageError, match="did you mean 'never'"):
+        select_tasks(load_manifest(manifest), "nevr")
+    with pytest.raises(UsageError, match="did you mean 'mazes'"):
+        evaluate(suite="maze", out=tmp_path / "o")
+    result = run_cli("eval", "CartPole-v1", "--suite", "classic", "--out", str(tmp_path / "o"))
+    assert result.returncode == 2 and "not both" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    result = run_cli("eval", "--suite", str(manifest), "--tasks", "end,nope",
+                     "--out", str(tmp_path / "o"), cwd=ROOT)
+    assert result.returncode == 2 and "--tasks 'nope' is not a task" in result.stderr
+
+
+def test_a_missing_benchmark_package_names_the_extra(tmp_path):
+    """As on a plain install: gym_pusht cannot be found (sys.modules says so)."""
+    code = ("import sys; sys.modules['gym_pusht'] = None\n"
+            "from rolltape.cli import main\n"
+            f"code = main(['eval', '--suite', 'pusht', '--out', {str(tmp_path / 'o')!r}])\n"
+            "main(['suites']); sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "200"}, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "needs gym-pusht==0.1.8" in result.stderr and "rolltape[suites]" in result.stderr
+    pusht = next(line for line in result.stdout.splitlines() if "gym-pusht" in line)
+    assert "│ no" in pusht and "pip install 'rolltape[suites]'" in result.stdout
+    assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------- real suites
+
+
+MAZES = """
+mazes:
+  success_key: success
+  max_episode_steps: 30
+  tasks:
+    umaze: gymnasium_robotics:PointMaze_UMaze-v3
+    open: gymnasium_robotics:PointMaze_Open-v3
+"""
+
+
+def test_real_maze_suite_tapes_are_the_same_for_1_and_2_workers_and_replay(tmp_path):
+    (tmp_path / "mazes.yaml").write_text(MAZES)
+    common = dict(suite=str(tmp_path / "mazes.yaml"), episodes=3, seed=1000)
+    one = evaluate(workers=1, out=tmp_path / "one", report=False, **common)
+    two = evaluate(workers=2, out=tmp_path / "two", video="best", width=64, height=48,
+                   report=False, **common)
+    assert [r["tape"] for r in one.results["episodes_rows"]] == \
+        [r["tape"] for r in two.results["episodes_rows"]]
+    for r in one.results["episodes_rows"]:
+        a, b = Tape.load(one.path / r["tape"]), Tape.load(two.path / r["tape"])
+        for name in ("actions", "rewards", "obs_digest", "terminated", "truncated"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert a.meta == b.meta and a.success_any is not None  # PointMaze reports success
+    assert [v["verified"] for v in two.results["videos"]] == [True, True]
+    assert two.results["suite"]["per_task"][0]["n_unknown"] == 0
+
+
+def test_builtin_pusht_and_classic_suites_verify(tmp_path):
+    push = evaluate(suite="pusht", episodes=2, seed=0, max_episode_steps=20,
+                    out=tmp_path / "push", report=False)
+    requests = [RenderRequest(str(push.path / r["tape"]), (), atol=1e-9,
+                              env_id="gym_pusht:gym_pusht/PushT-v0")
+                for r in push.results["episodes_rows"]]
+    assert all(r.verified for r in render(requests))
+    assert push.results["suite"]["per_task"][0]["n_unknown"] == 0  # PushT says is_success
+    classic = evaluate(suite="classic", tasks="cartpole,acrobot", episodes=2, seed=5,
+                       max_episode_steps=20, workers=2, out=tmp_path / "classic", report=False)
+    per_task = classic.results["suite"]["per_task"]
+    assert [t["task"] for t in per_task] == ["cartpole", "acrobot"]
+    assert all(t["pc_success"] is None and t["n_unknown"] == 2 for t in per_task)
+    assert not any("never reported" in w for w in classic.results["warnings"])  # key: null
+    tape = Tape.load(classic.path / classic.results["episodes_rows"][0]["tape"])
+    assert tape.actions.dtype.kind == "i"  # Discrete
+
