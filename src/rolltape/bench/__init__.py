@@ -48,6 +48,8 @@ Benchmarks, in the order they run and are reported (module in brackets):
   (informational in ``--quick``).
 - ``end_to_end`` [versus]: :func:`rolltape.evaluate` with its defaults vs "the seed-000
   way" (informational).
+- ``small_job`` [versus]: the same on seed 000's small workload, 30 + 30 episodes of 100
+  steps, where fixed costs weigh most (target: <= 0.8x; informational).
 - ``served_step_overhead`` [served]: a step on a loopback ``rolltape serve`` minus a local
   step, HalfCheetah-v5, same actions (target: median <= 100 us; the local step beside it).
 - ``served_eval_pass1`` [served]: pass 1 of :func:`rolltape.evaluate` on
@@ -98,7 +100,8 @@ from rolltape.bench.scale import (bench_pass1_workers, bench_pass2_segments,
 from rolltape.bench.training import (bench_record_tape_step_cost, bench_training_background_video,
                                      bench_training_tapes)
 from rolltape.bench.suites import bench_suite_aggregation, bench_suite_workers
-from rolltape.bench.versus import bench_end_to_end, bench_pass1_vs_sb3_evaluate_policy
+from rolltape.bench.versus import (bench_end_to_end, bench_pass1_vs_sb3_evaluate_policy,
+                                   bench_small_job)
 from rolltape.errors import UsageError
 from rolltape.files import write_text
 
@@ -120,6 +123,7 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "suite_aggregation": bench_suite_aggregation,
     "pass1_vs_sb3_evaluate_policy": bench_pass1_vs_sb3_evaluate_policy,
     "end_to_end": bench_end_to_end,
+    "small_job": bench_small_job,
     "served_step_overhead": bench_served_step_overhead,
     "served_eval_pass1": bench_served_eval_pass1,
     "served_concurrent_clients": bench_served_concurrent_clients,
