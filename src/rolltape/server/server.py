@@ -490,7 +490,7 @@ def serve(cfg: ServeConfig) -> None:
               f"clients use {server.address}/{server.spec['id']}", flush=True)
     else:
         print(f"serving {len(server.envs)} task(s) of {cfg.suite} ({', '.join(server.envs)}) "
-              f"on {server.address}, up to {cfg.max_sessions} session(s); clients use "
+              f"on {server.address} (up to {cfg.max_sessions} session(s)); clients use "
               f"`rolltape eval --suite {cfg.suite} --served {server.address}`", flush=True)
     sys.stdout.flush()
     server.serve_forever()
