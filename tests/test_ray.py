@@ -240,3 +240,26 @@ def test_a_suite_on_ray_gives_the_local_executors_tapes(ray_session, tmp_path):
         a, b = Tape.load(local.path / r["tape"]), Tape.load(on_ray.path / r["tape"])
         assert np.array_equal(a.actions, b.actions) and np.array_equal(a.rewards, b.rewards)
     assert on_ray.results["suite"]["per_task"] == local.results["suite"]["per_task"]
+
+
+def test_ray_workers_step_a_served_suite(ray_session, tmp_path):
+    """`serve --suite` on loopback, Ray's pass-1 workers stepping each task there: the tapes
+    equal a local suite run's."""
+    pytest.importorskip("zmq")
+    from test_server import Server
+
+    common = dict(suite="classic", tasks="cartpole,mountaincar", episodes=2, seed=3,
+                  max_episode_steps=25, workers=2, report=False)
+    server = Server(what=("--suite", "classic", "--tasks", "cartpole,mountaincar",
+                          "--max-episode-steps", "25"))
+    try:
+        served = evaluate(out=tmp_path / "served", executor="ray", served=server.address,
+                          **common)
+    finally:
+        server.stop()
+    local = evaluate(out=tmp_path / "local", **common)
+    assert len(local.results["episodes_rows"]) == 4
+    for row in local.results["episodes_rows"]:
+        a, b = np.load(local.path / row["tape"]), np.load(served.path / row["tape"])
+        for name in ("actions", "rewards", "obs_digest", "terminated", "truncated"):
+            assert a[name].tobytes() == b[name].tobytes(), name

@@ -33,10 +33,11 @@ FAST = {"ROLLTAPE_SERVER_TIMEOUT": "3"}  # a gone server is found within seconds
 class Server:
     """`rolltape serve` in a subprocess; ``address`` is what it printed."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str,
+                 what: tuple[str, ...] = (ENV_ID, "--max-episode-steps", str(STEPS))) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.cli", "serve", ENV_ID, "--max-episode-steps",
-             str(STEPS), "--bind", "127.0.0.1:0", *args],
+            [sys.executable, "-m", "rolltape.cli", "serve", *what, "--bind", "127.0.0.1:0",
+             *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self._line(60)
         assert line.startswith("serving"), line
@@ -396,3 +397,88 @@ def test_a_plain_install_names_the_extra():
                                 text=True, timeout=120)
         assert result.returncode == 2, result.stderr
         assert "rolltape[server]" in result.stderr and result.stderr.count("\n") == 1
+
+
+SUITE_ENVS = Path(__file__).parent / "assets" / "suite_envs.py"
+
+
+def suite_manifest(path: Path, ctrl_cost_weight: float = 0.2) -> Path:
+    """Three tasks: a toy env (no MuJoCo), HalfCheetah with kwargs and a short horizon,
+    and CartPole (which the suite server below leaves out with --tasks)."""
+    path.write_text(f"""toy:
+  tasks:
+    pattern:
+      env: {SUITE_ENVS}:SuccessPattern
+      kwargs: {{report: end, steps: 6}}
+    cheetah:
+      env: {ENV_ID}
+      kwargs: {{ctrl_cost_weight: {ctrl_cost_weight}}}
+      max_episode_steps: 20
+      success_key: null
+    cartpole: CartPole-v1
+""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def suite_server(tmp_path_factory):
+    manifest = suite_manifest(tmp_path_factory.mktemp("suite") / "toy.yaml")
+    s = Server("--max-sessions", "4", what=("--suite", str(manifest), "--tasks",
+                                            "pattern,cheetah"))
+    yield s, manifest
+    s.stop()
+
+
+def test_a_served_suite_tapes_equal_a_local_suite_run_bit_for_bit(suite_server, tmp_path):
+    server, manifest = suite_server
+    common = ["--suite", str(manifest), "--tasks", "pattern,cheetah", "--episodes", "2",
+              "--seed", "3", "-q", "--no-report"]
+    served = run_cli("eval", *common, "--served", server.address, "--workers", "2",
+                     "--out", str(tmp_path / "served"), env=FAST)
+    local = run_cli("eval", *common, "--out", str(tmp_path / "local"))
+    assert served.returncode == 0, served.stderr
+    assert local.returncode == 0, local.stderr
+    tapes = sorted((tmp_path / "local" / "tapes").rglob("*.npz"))
+    assert [p.parent.name for p in tapes] == ["cheetah"] * 2 + ["pattern"] * 2
+    for path in tapes:
+        mine = np.load(path)
+        theirs = np.load(tmp_path / "served" / path.relative_to(tmp_path / "local"))
+        assert mine.files == theirs.files
+        assert ("physics" in mine.files) == (path.parent.name == "cheetah")
+        for name in mine.files:
+            if name != "header":
+                assert mine[name].dtype == theirs[name].dtype
+                assert mine[name].tobytes() == theirs[name].tobytes(), name
+        a, b = (json.loads(bytes(t["header"]).decode()) for t in (mine, theirs))
+        a.pop("wall_s"), b.pop("wall_s")
+        assert a == b and "served" not in b["env"]  # each task's local spec
+    results = [json.loads((tmp_path / run / "results.json").read_text())["suite"]["per_task"]
+               for run in ("local", "served")]
+    assert results[0] == results[1]
+    assert sessions(server.address) == 0
+    # Each served name describes its own env; a one-env request names one.
+    reply = call(server.address, "describe", env="toy/cheetah")
+    assert reply["descriptor"]["kwargs"] == {"ctrl_cost_weight": 0.2}
+    assert reply["envs"] == ["toy/pattern", "toy/cheetah"]
+    assert call(server.address, "describe")["status"] == P.INCOMPATIBLE
+
+
+def test_a_served_suite_refuses_a_differing_or_missing_task(suite_server, tmp_path):
+    server, manifest = suite_server
+    other = suite_manifest(tmp_path / "other.yaml", ctrl_cost_weight=0.3)
+    cases = {
+        "kwargs": (["--suite", str(other), "--tasks", "pattern,cheetah", "--served",
+                    server.address], "for task 'toy/cheetah': the served env differs in kwargs: this side "
+                   'expects {"ctrl_cost_weight": 0.3}, the server has {"ctrl_cost_weight": 0.2}'),
+        "missing": (["--suite", str(manifest), "--served", server.address],
+                    "does not serve task 'toy/cartpole' (it serves toy/pattern, toy/cheetah)"),
+        "one env": ([f"{server.address}/{ENV_ID}"], "serves several envs"),
+        "no suite": ([ENV_ID, "--served", server.address], "give --suite too"),
+    }
+    for case, (args, sentence) in cases.items():
+        out = tmp_path / case.replace(" ", "-")
+        result = run_cli("eval", *args, "-n", "1", "-q", "--out", str(out), env=FAST)
+        assert result.returncode == 2, (case, result.stderr)
+        assert sentence in result.stderr and result.stderr.count("\n") == 1, (case, result.stderr)
+        assert not out.exists(), case  # refused before any work
+    assert sessions(server.address) == 0

@@ -114,6 +114,8 @@ def eval_(
         None, help="A built-in suite (see `rolltape suites`) or a manifest.yaml: evaluate "
                    "every task (its manifest's episodes win over --episodes)."),
     tasks: Optional[str] = typer.Option(None, help="With --suite: only these tasks (a,b)."),
+    served: Optional[str] = typer.Option(
+        None, help="With --suite: step its tasks on `rolltape serve --suite` at tcp://HOST:PORT."),
     policy: Optional[List[str]] = typer.Option(
         None, "--policy", "-p",
         help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz; repeat, or "
@@ -174,7 +176,7 @@ def eval_(
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
     run = (_eval_many if wants_sweep(policies) else evaluate)(
         env, policies if wants_sweep(policies) else policies[0], episodes=episodes, seed=seed,
-        suite=suite, tasks=tasks,
+        suite=suite, tasks=tasks, served=served,
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,

@@ -203,6 +203,7 @@ class EvalConfig(RenderOptions):
     viewer: bool = False  # the 3-D replay page (copies ~13 MB of WebAssembly into the run)
     suite: str | None = None  # a built-in suite's name or a manifest.yaml (rolltape.suites)
     tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
+    served: str | None = None  # with ``suite``: tcp://HOST:PORT of `rolltape serve --suite`
 
     def check(self) -> list[str]:
         """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
@@ -215,6 +216,9 @@ class EvalConfig(RenderOptions):
                              "(see `rolltape suites`).")
         if self.tasks is not None and self.suite is None:
             raise UsageError("--tasks picks tasks of a suite; give --suite too.")
+        if self.served is not None and self.suite is None:
+            raise UsageError("--served steps a suite's tasks on `rolltape serve --suite`; give "
+                             "--suite too, or one served env as tcp://HOST:PORT/ENV_ID.")
         if self.suite is not None and self.batched_inference:
             raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
         if self.suite is not None and self.env_kwargs:
@@ -324,7 +328,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     if spec.get("served"):  # tcp://HOST:PORT/ENV: pass 1 steps there, pass 2 draws here
         from rolltape.server.client import check_served_run
 
-        config = check_served_run(spec, config)
+        config = check_served_run([t.spec for t in targets], config)
     for target in targets:
         check_drawing(target.spec, config)
     if config.executor == "ray":
@@ -400,8 +404,14 @@ def _targets(cfg: EvalConfig) -> list[Target]:
     for task in manifest.tasks:
         check_installed(task)
         check_video(cfg.video, task.episodes)
-    return [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
-            for t in manifest.tasks]
+    targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
+               for t in manifest.tasks]
+    if cfg.served is not None:  # each task steps on the server's env of its name
+        from rolltape.server.client import served_task_spec
+
+        targets = [replace(t, spec=served_task_spec(t.spec, cfg.served, t.task.key))
+                   for t in targets if t.task is not None]
+    return targets
 
 
 def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str],

@@ -6,6 +6,8 @@ server must match (else INCOMPATIBLE, before any step). ``reset``/``step`` trave
 wire; each reply carries the MuJoCo physics state, so the tape records it as a local run
 does. A request is sent once: no reply within the timeout means the server is gone
 (:class:`ServerGone`, an OSError, so a run stops keeping what finished), never a resend.
+A suite task's served spec names its task (``served["name"]``, ``suite/task``): the env of
+that name on a ``serve --suite`` server.
 
 May import: envs, server.protocol, server.address, errors. Never: policies, pass 2,
 executors.
@@ -117,13 +119,30 @@ def expect_ok(reply: dict[str, Any], address: str, what: str) -> dict[str, Any]:
     raise RuntimeError(f"the env server at {address} answered {what} with an error: {error}")
 
 
+def served_name(spec: dict[str, Any]) -> str | None:
+    """The served env a spec names on its server (a suite's ``suite/task``), or None."""
+    return spec["served"].get("name")
+
+
 def describe(spec: dict[str, Any]) -> dict[str, Any]:
-    """The server's describe reply; a clear UsageError when none comes within 10 s."""
+    """The server's describe reply; a clear UsageError when none comes within 10 s, or
+    when the server does not serve the task the spec names."""
     conn = connect(spec)
     address = spec["served"]["address"]
     wait = min(conn.timeout, 10.0)
+    name = served_name(spec)
     try:
-        return expect_ok(conn.call("describe", timeout=wait), address, "describe")
+        reply = conn.call("describe", timeout=wait, env=name)
+        if reply.get("status") == P.INCOMPATIBLE and reply.get("unknown"):
+            envs = ", ".join(reply.get("envs") or [])
+            if name is None:
+                raise UsageError(f"The env server at {address} serves several envs ({envs}), "
+                                 "the tasks of a suite; evaluate them with `rolltape eval "
+                                 f"--suite SUITE --served {address}`.")
+            raise UsageError(f"The env server at {address} does not serve task '{name}' (it "
+                             f"serves {envs}); start one with `rolltape serve --suite SUITE` "
+                             "for that task, or pick served tasks with --tasks.")
+        return expect_ok(reply, address, "describe")
     except ServerGone as exc:
         if not exc.timed_out:
             raise UsageError(exc.strerror) from None
@@ -150,9 +169,11 @@ def check_server(spec: dict[str, Any]) -> dict[str, Any]:
     reply = describe(spec)
     diff = served_difference(spec, reply["descriptor"])
     if diff is not None:
+        name = served_name(spec)
+        which = f" for task '{name}'" if name is not None else ""
         raise UsageError(f"The env server at {spec['served']['address']} serves a different "
-                         f"env: {P.difference_sentence(diff)}; start it with the same env, "
-                         "kwargs and versions.")
+                         f"env{which}: {P.difference_sentence(diff)}; start it with the same "
+                         "env, kwargs and versions.")
     return reply
 
 
@@ -189,7 +210,8 @@ class RemoteEnv:
         self.last_physics: Any = None
         self.physics_dims: tuple[int, int] | None = None
         try:
-            reply = self._ok(self.conn.call("open", expect=self.descriptor), "open")
+            reply = self._ok(self.conn.call("open", expect=self.descriptor,
+                                            env=served_name(spec)), "open")
         except BaseException:
             self.conn.close()
             raise
@@ -257,13 +279,22 @@ def _now() -> float:
     return time.monotonic()
 
 
-def check_served_run(spec: dict[str, Any], config: Any) -> Any:
-    """``evaluate`` on a served env: refuse what cannot step there, check the server before
-    any work, and name the local env in the config (pass 2 draws the tapes here)."""
+def check_served_run(specs: list[dict[str, Any]], config: Any) -> Any:
+    """``evaluate`` on served envs (one env, or a suite's tasks): refuse what cannot step
+    there, check the server serves each before any work, and name a single env's local id
+    in the config (pass 2 draws the tapes here)."""
     from dataclasses import replace
 
     if getattr(config, "batched_inference", False):
         raise UsageError("--batched-inference steps local env processes; drop it to step a "
                          "served env (--workers W opens W sessions).")
-    check_server(spec)
-    return replace(config, env=spec["id"])
+    for spec in specs:
+        check_server(spec)
+    return config if getattr(config, "suite", None) else replace(config, env=specs[0]["id"])
+
+
+def served_task_spec(spec: dict[str, Any], address: str, name: str) -> dict[str, Any]:
+    """A suite task's local spec, served as ``name`` by the server at ``address``."""
+    from rolltape.server.address import parse_server, served_fields
+
+    return {**spec, "served": {**served_fields(parse_server(address)), "name": name}}

@@ -23,10 +23,15 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
 
     @app.command()
     def serve(
-        env: str = typer.Argument(..., help="Gymnasium env id to serve (HalfCheetah-v5)."),
+        env: Optional[str] = typer.Argument(None, help="Gymnasium env id to serve "
+                                            "(HalfCheetah-v5); leave it out with --suite."),
+        suite: Optional[str] = typer.Option(None, help="A built-in suite or a manifest.yaml: "
+                                            "serve every task (clients: eval --suite --served)."),
+        tasks: Optional[str] = typer.Option(None, help="With --suite: only these tasks (a,b)."),
         env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs",
                                                        help="KEY=VALUE, repeatable."),
-        max_episode_steps: Optional[int] = typer.Option(None, help="Override the time limit."),
+        max_episode_steps: Optional[int] = typer.Option(None, help="Override the time limit "
+                                                        "(of every task, with --suite)."),
         bind: str = typer.Option("127.0.0.1:7450", help="HOST:PORT (port 0: any free port); "
                                  "anything but loopback needs --token-file."),
         token_file: Optional[Path] = typer.Option(None, help="File holding the token clients "
@@ -39,7 +44,8 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         backend: Optional[str] = typer.Option(None, help="GL backend for render requests "
                                               "(egl, osmesa; default MUJOCO_GL, else egl)."),
     ) -> None:
-        """Serve an env over zmq for `rolltape eval tcp://HOST:PORT/ENV` and `parity`."""
+        """Serve an env (or a suite's) over zmq for `rolltape eval tcp://HOST:PORT/ENV`,
+        `eval --suite S --served tcp://HOST:PORT` and `parity`."""
         try:
             import msgpack  # noqa: F401
             import zmq  # noqa: F401
@@ -60,7 +66,7 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
                                token_file=str(token_file) if token_file else None,
                                max_sessions=max_sessions, max_payload=max_payload,
                                idle_timeout=idle_timeout, request_timeout=request_timeout,
-                               backend=backend))
+                               backend=backend, suite=suite, tasks=tasks))
 
     @app.command()
     def parity(

@@ -4,12 +4,14 @@ A ROUTER socket takes requests from any number of clients (DEALER sockets) and a
 in turn, so that one process holds every env. Each session owns its env instance; requests
 carry the session id, its generation (bumped by each reset; a restarted server knows no old
 session) and a request id, so a repeated mutation or a stale generation is answered STALE
-and never replayed. Safe by default: loopback unless a token is given, a payload cap, an
+and never replayed. ``serve --suite`` serves every task of a suite from one process: a
+request names its env by task (``suite/task``, the ``env`` field); a one-env server needs no
+name. Safe by default: loopback unless a token is given, a payload cap, an
 idle timeout that frees the env of a vanished client, a per-request time limit, and a bad
 message gets an ERROR reply while the others keep being served.
 
-May import: envs, server.protocol, server.address, server.frames, errors, and
-pass2.backends (to pick the GL backend of render requests). Never: policies, pass 1, the
+May import: envs, server.protocol, server.address, server.frames, errors, suites (to read a
+manifest), and pass2.backends (to pick the GL backend of render requests). Never: policies, pass 1, the
 rest of pass 2, executors (the server runs no policy).
 """
 
@@ -40,7 +42,7 @@ POLL_MS = 200  # how often the loop looks up from the socket (signals, idle sess
 class ServeConfig:
     """Everything ``rolltape serve`` was asked for."""
 
-    env: str
+    env: str | None  # None: every task of ``suite``
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
     bind: str = "127.0.0.1:7450"
@@ -50,6 +52,30 @@ class ServeConfig:
     idle_timeout: float = 300.0  # seconds a session may go without a request
     request_timeout: float = 60.0  # seconds one env call may take
     backend: str | None = None  # GL backend for render requests (default: MUJOCO_GL or egl)
+    suite: str | None = None  # a built-in suite's name or a manifest.yaml: serve its tasks
+    tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
+
+    def served_specs(self) -> dict[str, dict[str, Any]]:
+        """The env spec of each served name: the env's id, or each task's ``suite/task``
+        with the env as the suite resolves it (id, kwargs, max episode steps)."""
+        if self.suite is None:
+            if self.env is None:
+                raise UsageError("Give an env to serve (e.g. HalfCheetah-v5) or --suite NAME.")
+            if self.tasks is not None:
+                raise UsageError("--tasks picks tasks of a suite; give --suite too.")
+            spec = env_spec(self.env, self.env_kwargs, self.max_episode_steps)
+            return {spec["id"]: spec}
+        if self.env is not None or self.env_kwargs:
+            raise UsageError(f"Give either an env or --suite ('{self.suite}'), not both: a "
+                             "suite names its envs and their kwargs.")
+        from rolltape.suites.builtin import check_installed, resolve_suite
+        from rolltape.suites.manifest import select_tasks, with_defaults
+
+        manifest = with_defaults(select_tasks(resolve_suite(self.suite), self.tasks), 1,
+                                 self.max_episode_steps)
+        for task in manifest.tasks:
+            check_installed(task)
+        return {t.key: env_spec(t.env, t.kwargs, t.max_episode_steps) for t in manifest.tasks}
 
     def check(self) -> tuple[str, int, str | None]:
         """(host, port, token), refusing what cannot be served safely."""
@@ -74,11 +100,35 @@ class _Timeout(Exception):
     """An env call ran past --request-timeout."""
 
 
+@dataclass(frozen=True)
+class Served:
+    """One env the server serves: its spec, the descriptor clients must match, its MuJoCo
+    sizes (None: no MuJoCo physics) and its metadata."""
+
+    name: str
+    spec: dict[str, Any]
+    descriptor: dict[str, Any]
+    nq_nv: tuple[int, int] | None
+    metadata: dict[str, Any]
+
+    @classmethod
+    def probe(cls, name: str, spec: dict[str, Any]) -> Served:
+        """Build the env once, to describe it."""
+        env = make_env(spec)
+        try:
+            nq_nv = ((int(env.unwrapped.model.nq), int(env.unwrapped.model.nv))
+                     if mujoco_data(env) is not None else None)
+            return cls(name, spec, P.descriptor(spec, env), nq_nv, json_safe(dict(env.metadata)))
+        finally:
+            env.close()
+
+
 @dataclass
 class Session:
     """One client's env: its generation, the last request id it used, when it was last seen."""
 
     env: Any
+    served: Served
     gen: int = 0
     last_rid: int = 0
     seen: float = field(default_factory=time.monotonic)
@@ -94,15 +144,10 @@ class EnvServer:
 
         self.cfg, self.log = cfg, log
         host, port, self.token = cfg.check()
-        self.spec = env_spec(cfg.env, cfg.env_kwargs, cfg.max_episode_steps)
-        probe = make_env(self.spec)
-        try:
-            self.descriptor = P.descriptor(self.spec, probe)
-            self.nq_nv = ((int(probe.unwrapped.model.nq), int(probe.unwrapped.model.nv))
-                          if mujoco_data(probe) is not None else None)
-            self.metadata = json_safe(dict(probe.metadata))
-        finally:
-            probe.close()
+        self.envs = {name: Served.probe(name, spec) for name, spec in cfg.served_specs().items()}
+        first = next(iter(self.envs.values()))
+        # A one-env server's env, as callers of the one-env server read it.
+        self.spec, self.descriptor = first.spec, first.descriptor
         self.boot = secrets.token_hex(4)  # a restarted server knows none of the old sessions
         self.sessions: dict[str, Session] = {}
         self.opened = 0
@@ -267,8 +312,24 @@ class EnvServer:
                 signal.signal(signal.SIGALRM, old)
         return call()
 
+    def _served(self, message: dict[str, Any]) -> Served | dict[str, Any]:
+        """The env a describe or open names (``env``; none needed when one is served), or
+        the INCOMPATIBLE reply (``unknown``: True) for a name this server does not serve."""
+        name = message.get("env")
+        if name is not None and not isinstance(name, str):
+            raise P.ProtocolError("'env' must be the name of a served env, or nil")
+        if name is None and len(self.envs) == 1:
+            return next(iter(self.envs.values()))
+        if name in self.envs:
+            return self.envs[name]
+        names = ", ".join(self.envs)
+        problem = (f"it serves no env named '{name}' (it serves {names})" if name is not None
+                   else f"it serves {len(self.envs)} envs ({names}); a request names one")
+        return {"status": P.INCOMPATIBLE, "error": problem, "unknown": True,
+                "envs": list(self.envs)}
+
     def _physics(self, session: Session) -> np.ndarray | None:
-        if self.nq_nv is None:
+        if session.served.nq_nv is None:
             return None
         import mujoco
 
@@ -280,21 +341,28 @@ class EnvServer:
     # -- operations --------------------------------------------------------------------
 
     def _op_describe(self, message: dict[str, Any]) -> dict[str, Any]:
-        return {"status": P.OK, "protocol": P.PROTOCOL_VERSION, "descriptor": self.descriptor,
-                "spec": self.spec, "sessions": len(self.sessions),
+        served = self._served(message)
+        if isinstance(served, dict):
+            return served
+        return {"status": P.OK, "protocol": P.PROTOCOL_VERSION, "name": served.name,
+                "envs": list(self.envs), "descriptor": served.descriptor,
+                "spec": served.spec, "sessions": len(self.sessions),
                 "max_sessions": self.cfg.max_sessions, "boot": self.boot,
-                "backend": os.environ.get("MUJOCO_GL"), "physics": self.nq_nv,
-                "metadata": self.metadata}
+                "backend": os.environ.get("MUJOCO_GL"), "physics": served.nq_nv,
+                "metadata": served.metadata}
 
     def _op_open(self, message: dict[str, Any]) -> dict[str, Any]:
         expected = message.get("expect")
         if not isinstance(expected, dict):
             raise P.ProtocolError("open needs the descriptor the client expects ('expect')")
-        diff = P.first_difference(expected, self.descriptor)
+        served = self._served(message)
+        if isinstance(served, dict):
+            return served
+        diff = P.first_difference(expected, served.descriptor)
         problem = None if diff is None else P.difference_sentence(diff)
-        if problem is None and expected.get("hash") not in (None, self.descriptor["hash"]):
+        if problem is None and expected.get("hash") not in (None, served.descriptor["hash"]):
             problem = (f"the served env differs in its descriptor hash: this side expects "
-                       f"{expected['hash']}, the server has {self.descriptor['hash']}")
+                       f"{expected['hash']}, the server has {served.descriptor['hash']}")
         if problem is not None:
             return {"status": P.INCOMPATIBLE, "error": problem}
         if len(self.sessions) >= self.cfg.max_sessions:
@@ -302,8 +370,9 @@ class EnvServer:
                     f"--max-sessions {self.cfg.max_sessions} session(s)"}
         self.opened += 1
         sid = f"{self.boot}-{self.opened}-{secrets.token_hex(4)}"
-        self.sessions[sid] = Session(env=make_env(self.spec), last_rid=message["rid"])
-        return {"status": P.OK, "sid": sid, "gen": 0, "physics": self.nq_nv}
+        self.sessions[sid] = Session(env=make_env(served.spec), served=served,
+                                     last_rid=message["rid"])
+        return {"status": P.OK, "sid": sid, "gen": 0, "physics": served.nq_nv}
 
     def _op_reset(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=True)
@@ -350,7 +419,7 @@ class EnvServer:
         if physics is None:
             raise P.ProtocolError("render draws MuJoCo states; this env has none")
         if session.drawer is None:
-            session.drawer = FrameDrawer(self.spec)
+            session.drawer = FrameDrawer(session.served.spec)
         drawer = session.drawer
         frame = self._timed(message["sid"], lambda: drawer.draw(
             physics, message.get("width"), message.get("height"), message.get("camera")))
@@ -415,8 +484,13 @@ def serve(cfg: ServeConfig) -> None:
     elif not os.environ.get("MUJOCO_GL"):
         os.environ.update({"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"})
     server = EnvServer(cfg, log=lambda line: print(line, flush=True))
-    print(f"serving {server.spec['id']} on {server.address} (descriptor "
-          f"{server.descriptor['hash']}, up to {cfg.max_sessions} session(s)); "
-          f"clients use {server.address}/{server.spec['id']}", flush=True)
+    if cfg.suite is None:
+        print(f"serving {server.spec['id']} on {server.address} (descriptor "
+              f"{server.descriptor['hash']}, up to {cfg.max_sessions} session(s)); "
+              f"clients use {server.address}/{server.spec['id']}", flush=True)
+    else:
+        print(f"serving {len(server.envs)} task(s) of {cfg.suite} ({', '.join(server.envs)}) "
+              f"on {server.address} (up to {cfg.max_sessions} session(s)); clients use "
+              f"`rolltape eval --suite {cfg.suite} --served {server.address}`", flush=True)
     sys.stdout.flush()
     server.serve_forever()
