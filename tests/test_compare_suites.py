@@ -191,3 +191,20 @@ def test_compare_refuses_suite_runs_that_do_not_pair(sweep, apart, odd, words, t
     assert done.returncode == 2, done.stderr
     assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_a_strip_across_suite_runs_replays_on_the_tasks_env(sweep, tmp_path):
+    """A sweep over checkpoints of a suite joins one seed of one task: the env is that
+    task's, from the run's manifest (there is no single env to name)."""
+    from rolltape.compare.runs import LoadedRun
+    from rolltape.compare.strip import make_strip
+    from rolltape.pass2.encode import count_frames
+
+    out, _, _ = sweep
+    runs = [LoadedRun.load(out / f) for f in ("policy-random", "pull_mostly", "pull_target")]
+    strip = make_strip(tmp_path, runs, None, options={})
+    assert strip["verified"] is True and strip["problems"] == []
+    assert strip["task"] in TASKS and strip["labels"] == [r.label for r in runs]
+    key = next(k for k in runs[-1].rows if f"{k[0]}/{k[1]}" == strip["task"]
+               and k[2] == strip["seed"])
+    assert count_frames(tmp_path / "strip.mp4") == sum(r.rows[key]["length"] + 1 for r in runs)

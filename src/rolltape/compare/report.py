@@ -504,7 +504,8 @@ def _html(result: dict[str, Any], out: Path) -> str:
         status = "verified: every part replayed exactly what pass 1 earned" if strip["verified"] \
             else "NOT verified: " + "; ".join(strip.get("problems") or [])
         href = escape(Path(os.path.relpath(out / strip["path"], out)).as_posix())
-        parts.append(f"<h2>Across checkpoints</h2><p class='sub'>Seed {strip['seed']}, each "
+        task = f" of task {escape(strip['task'])}" if strip.get("task") else ""
+        parts.append(f"<h2>Across checkpoints</h2><p class='sub'>Seed {strip['seed']}{task}, each "
                      f"checkpoint's episode in turn ({escape(', '.join(strip['labels']))}); "
                      f"{escape(status)}.</p><video controls muted loop preload='metadata' "
                      f"src='{href}'></video>")

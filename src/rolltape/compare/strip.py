@@ -100,7 +100,8 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dic
             mode="resim", width=options.get("width"), height=options.get("height"),
             cameras=tuple(options.get("cameras") or ()), layout=options.get("layout", "single"),
             quality=options.get("quality", "full"), overwrite=True, atol=atol,
-            rtol=options.get("rtol") or 0.0, env_id=env))  # named by the user, as eval's own videos are
+            # Named by the user (or their manifest), as eval's own videos are.
+            rtol=options.get("rtol") or 0.0, env_id=env))
     backends = options.get("backends") or ("egl", "osmesa")
     try:
         results = render(requests, backends=backends,
@@ -119,7 +120,8 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dic
             text = f"{label}   seed {key[2]}   return {run.rows[key]['return']:.1f}"
             for frame in read_frames(req.outputs[0]):
                 writer.write(_label(frame, text, label))
-    return {"path": STRIP, "seed": key[2], "task": key[1], "labels": labels,
+    return {"path": STRIP, "seed": key[2], "task": None if key[0] is None else
+            f"{key[0]}/{key[1]}", "labels": labels,
             "verified": not problems and all(r.verified for r in results),
             "parts": [{"label": lab, "verified": r.verified, "frames": r.frames}
                       for lab, r in zip(labels, results)],
