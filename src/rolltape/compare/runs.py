@@ -2,8 +2,9 @@
 
 Episodes are matched by ``(suite, task, seed)``: a single-env run's rows have no suite or
 task (both None), a suite run's rows carry both, so the same code pairs either. Runs are
-comparable only when they share the env (or suite), the seeds and the episode counts; the
-first difference found is refused in one sentence.
+comparable only when they share the env (or, for suites, the tasks of their resolved
+manifests with the same env, kwargs, time limit, success key and episodes), the seeds and
+the episode counts; the first difference found is refused in one sentence.
 
 May import: stats, outputs, files, errors. Never: policies, pass 1, pass 2, executors.
 
