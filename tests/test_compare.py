@@ -1,7 +1,7 @@
 """Several policies on the same seeds: a real sweep over three checkpoints that SB3's
 CheckpointCallback saved during a short training run, `rolltape compare` on real runs, and
 the refusals (other envs, seeds or counts, a run twice, a glob matching nothing, a missing
-VecNormalize file)."""
+VecNormalize file). Suite runs: tests/test_compare_suites.py."""
 
 from __future__ import annotations
 
@@ -224,57 +224,3 @@ def test_resume_keeps_the_finished_runs(sweep):
     assert {r.path.name: (r.path / "results.json").stat().st_mtime_ns
             for r in again.runs} == before
     assert again.comparison["pairs"] == sweep.comparison["pairs"]
-
-
-def _suite_run(folder: Path, returns: dict[str, list[float]], successes: dict[str, list[bool]],
-               baseline: dict[str, list[float]] | None = None) -> Path:
-    """A results.json shaped like a suite run's: rows carry suite and task."""
-    from rolltape.outputs.artifacts import RESULTS_SCHEMA_VERSION
-
-    def rows(values: dict[str, list[float]], ok: dict[str, list[bool]] | None) -> list[dict]:
-        return [{"suite": "toy", "task": task, "seed": 100 + i, "index": i, "return": r,
-                 "success": None if ok is None else ok[task][i], "length": 10,
-                 "tape": f"tapes/toy/{task}/policy-{i:04d}.npz"}
-                for task, rs in values.items() for i, r in enumerate(rs)]
-
-    folder.mkdir(parents=True)
-    results = {"schema_version": RESULTS_SCHEMA_VERSION, "env_id": None, "suite": "toy",
-               "env": {}, "summary": {"policy": {}}, "episodes_rows": rows(returns, successes),
-               "baseline_rows": rows(baseline, None) if baseline else []}
-    (folder / "results.json").write_text(json.dumps(results))
-    return folder
-
-
-def test_suite_rows_pair_by_task_and_give_normalized_aggregates(tmp_path):
-    """Rows of suite runs (suite, task, seed) are paired within each task; the aggregates
-    normalize each task by its random and reference means."""
-    n = 12
-    old = {"reach": [float(i % 4) for i in range(n)], "push": [10.0 + i for i in range(n)]}
-    new = {"reach": [v + 1.0 for v in old["reach"]], "push": [v + 0.01 * (-1) ** i
-                                                             for i, v in enumerate(old["push"])]}
-    rand = {"reach": [0.0] * n, "push": [5.0] * n}
-    ok_old = {t: [i % 3 == 0 for i in range(n)] for t in old}
-    ok_new = {t: [i % 3 != 2 for i in range(n)] for t in old}
-    a = _suite_run(tmp_path / "old", old, ok_old, rand)
-    b = _suite_run(tmp_path / "new", new, ok_new)
-    done = run_cli("compare", str(a), str(b), "--reference", "new", "--out", str(tmp_path / "c"))
-    assert done.returncode == 0, done.stderr
-    saved = json.loads((tmp_path / "c" / "comparison.json").read_text())
-    assert saved["tasks"] == ["toy/push", "toy/reach"]
-    by = {(p["a"], p["b"], p["task"]): p for p in saved["pairs"]}
-    assert by[("new", "old", "toy/reach")]["returns"]["verdict"] == "better"
-    assert by[("new", "old", "toy/push")]["returns"]["verdict"] == "no detectable difference"
-    assert by[("new", "old", "toy/reach")]["success"]["only_a"] == 4
-    # The random baseline came from the first run's baseline rows, per task.
-    assert by[("old", "random", "toy/push")]["returns"]["mean_diff"] == pytest.approx(10.5)
-    agg = saved["aggregates"]
-    assert agg["new"]["mean"]["value"] == pytest.approx(1.0)
-    reach = (sum(old["reach"]) / n) / (sum(new["reach"]) / n)
-    push = (sum(old["push"]) / n - 5.0) / (sum(new["push"]) / n - 5.0)
-    assert agg["old"]["mean"]["value"] == pytest.approx((reach + push) / 2)
-    assert "Performance profiles" in (tmp_path / "c" / "comparison.html").read_text()
-    suite = {(p["a"], p["b"]): p["probability_of_improvement"] for p in saved["suite_pairs"]}
-    per_task = [by[("new", "old", t)]["returns"]["probability_of_improvement"]["p"]
-                for t in saved["tasks"]]
-    assert suite[("new", "old")]["p"] == pytest.approx(sum(per_task) / 2)
-    assert "across 2 tasks: P(new > old)" in done.stdout

@@ -125,6 +125,12 @@ def test_verdicts_say_better_worse_or_underpowered():
     z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)
     assert r["minimum_detectable_difference"] == pytest.approx(z * spread / math.sqrt(8))
     json.dumps(same, allow_nan=False)
+    # Identical returns on every seed (random against the random baseline): said plainly,
+    # not as an underpowered test that "detects differences of about 0".
+    tie = stats.paired_comparison(noise, noise, a_name="x", b_name="y")["returns"]
+    assert tie["verdict"] == "no detectable difference"
+    assert tie["sentence"] == "No difference between x and y: the same return on each of the 8 " \
+        "paired seeds."
 
 
 def test_success_verdict_uses_mcnemar_and_newcombe():

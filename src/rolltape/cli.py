@@ -125,6 +125,9 @@ def eval_(
     episodes: int = typer.Option(10, "--episodes", "-n", help="Number of episodes."),
     seed: int = typer.Option(0, help="Episode i is reset with seed + i."),
     baseline: Optional[str] = typer.Option(None, help="'random': run it on the same seeds."),
+    reference: Optional[str] = typer.Option(
+        None, help="With several --policy: the one (by folder name) that scores 1 in the "
+                   "normalized aggregates; random scores 0."),
     stochastic: bool = typer.Option(False, help="Sample actions instead of the deterministic ones."),
     env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs", help="KEY=VALUE, repeatable."),
     max_episode_steps: Optional[int] = typer.Option(None, help="Override the env's time limit."),
@@ -174,9 +177,13 @@ def eval_(
     policies = policy or ["random"]
     name = Path(env or Path(suite or "suite").stem).name.replace(":", "-")
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
-    run = (_eval_many if wants_sweep(policies) else evaluate)(
-        env, policies if wants_sweep(policies) else policies[0], episodes=episodes, seed=seed,
-        suite=suite, tasks=tasks, served=served,
+    many = wants_sweep(policies)
+    if reference is not None and not many:
+        raise UsageError(f"--reference '{reference}' names one of several policies; give "
+                         "two or more --policy, or leave --reference off.")
+    run = (_eval_many if many else evaluate)(
+        env, policies if many else policies[0], episodes=episodes, seed=seed,
+        suite=suite, tasks=tasks, served=served, **({"reference": reference} if many else {}),
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,

@@ -857,9 +857,13 @@ def _results(spec: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
     summary = {role: _summary(rs) for role, rs in rows.items()}
     improvement = None
     if "baseline" in rows:
-        baseline = {r["seed"]: r["return"] for r in rows["baseline"] if r["return"] is not None}
-        pairs = [(r["return"], baseline[r["seed"]]) for r in rows["policy"]
-                 if r["return"] is not None and r["seed"] in baseline]
+        # Paired by task too: every task of a suite plays the same seeds.
+        def key(r: dict[str, Any]) -> tuple[Any, Any, int]:
+            return (r.get("suite"), r.get("task"), r["seed"])
+
+        baseline = {key(r): r["return"] for r in rows["baseline"] if r["return"] is not None}
+        pairs = [(r["return"], baseline[key(r)]) for r in rows["policy"]
+                 if r["return"] is not None and key(r) in baseline]
         if pairs:
             improvement = stats.paired_improvement([p for p, _ in pairs], [b for _, b in pairs])
     return {

@@ -814,6 +814,9 @@ def paired_comparison(
     ci_text = f"{_num(mean)} return per episode (95% CI {_num(lo)} to {_num(hi)})"
     if verdict != "no detectable difference":
         sentence = f"{a_name} is {verdict} than {b_name}: {ci_text} on {n} paired seeds."
+    elif spread == 0 and mean == 0:  # e.g. a policy that ignores what it sees, both times
+        sentence = (f"No difference between {a_name} and {b_name}: the same return on each "
+                    f"of the {n} paired seeds.")
     else:
         need = _episodes_needed(spread, mean, confidence)
         sentence = (f"No detectable difference between {a_name} and {b_name}: {ci_text}. "

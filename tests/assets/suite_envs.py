@@ -61,3 +61,53 @@ class SuccessPattern(gym.Env):
         frame = np.zeros((16, 16, 3), np.uint8)
         frame[:, : 1 + self._t] = 255
         return frame
+
+
+class Lever(gym.Env):
+    """An env whose return depends on the policy, for comparisons of suite runs.
+
+    Each step the observation is ``[target, t]`` with ``target = (seed + t) % 2``; pulling
+    the target lever earns ``scale``, the other lever nothing, so tasks with another
+    ``scale`` have other reward scales (what normalized scores are for). ``steps`` steps,
+    terminated at the last; ``info["is_success"]`` at the end: more than half the pulls hit.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, scale: float = 1.0, steps: int = 8, render_mode: str | None = None) -> None:
+        self.scale, self.steps, self.render_mode = scale, steps, render_mode
+        self.observation_space = spaces.Box(0.0, 1000.0, shape=(2,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+        self._seed = self._t = self._hits = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([float((self._seed + self._t) % 2), float(self._t)])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._seed, self._t, self._hits = seed or 0, 0, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        hit = int(action) == (self._seed + self._t) % 2
+        self._hits += hit
+        self._t += 1
+        done = self._t >= self.steps
+        info = {"is_success": self._hits * 2 > self.steps} if done else {}
+        return self._obs(), self.scale * hit, done, False, info
+
+    def render(self):
+        frame = np.zeros((16, 16, 3), np.uint8)
+        frame[:, : 1 + self._t] = 255
+        return frame
+
+
+def pull_target(obs) -> int:
+    """Lever's best policy: always the target lever."""
+    return int(obs[0])
+
+
+def pull_mostly(obs) -> int:
+    """Lever: the target lever except every third step (a policy between random and best)."""
+    target = int(obs[0])
+    return 1 - target if int(obs[1]) % 3 == 2 else target

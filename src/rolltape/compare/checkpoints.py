@@ -63,6 +63,8 @@ def _label(source: str, steps: int | None) -> str:
     if source == "random":
         return "policy-random"  # "random" is the baseline's folder
     body = source.split(":", 1)[1] if source.startswith(("sb3:", "tape:")) else source
+    if ":" in body and ".py:" not in body and not source.startswith(("sb3:", "tape:")):
+        body = body.rpartition(":")[2]  # MODULE:ATTR: the attribute tells policies apart
     name = Path(body.rpartition(":")[0] if ".py:" in body else body).name  # FILE.py:ATTR
     stem = re.sub(r"\.(zip|npz|py)$", "", name) or "policy"
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "policy"

@@ -112,22 +112,29 @@ def _summary(run: LoadedRun) -> dict[str, Any]:
 def _normalized(entries: list[LoadedRun], baseline: LoadedRun, reference: LoadedRun,
                 warnings: list[str]) -> dict[str, dict[str, np.ndarray]] | None:
     """Per entry, per task: scores with the baseline's task mean at 0 and the reference's
-    at 1."""
+    at 1. A task where the reference scores what random scores has nothing to scale by: it
+    is left out of the aggregates (and said so); None when no task is left."""
     scores: dict[str, dict[str, np.ndarray]] = {e.label: {} for e in entries}
+    flat = []
     for group, keys in reference.tasks().items():
         name = _task_name(group) or "env"
         rand = [baseline.rows[k]["return"] for k in keys if baseline.rows[k]["return"] is not None]
         ref = [reference.rows[k]["return"] for k in keys if reference.rows[k]["return"] is not None]
         if not rand or not ref or np.mean(ref) == np.mean(rand):
-            warnings.append(f"Task {name}: the reference '{reference.label}' scores what random "
-                            "scores, so scores cannot be normalized; no suite aggregates.")
-            return None
+            flat.append(name)
+            continue
         for e in entries:
             values = [e.rows[k]["return"] for k in keys if e.rows[k]["return"] is not None]
             if values:
                 scores[e.label][name] = stats.normalize_scores(values, float(np.mean(rand)),
                                                                float(np.mean(ref)))
-    return scores
+    if flat:
+        left = len(reference.tasks()) - len(flat)
+        warnings.append(f"The reference '{reference.label}' scores what random scores on "
+                        f"{', '.join(flat)}, so no score there can be normalized; "
+                        + (f"the normalized aggregates cover the other {left} task(s)."
+                           if left else "no normalized aggregates."))
+    return scores if any(scores.values()) else None
 
 
 def comparison(runs: list[LoadedRun], *, baseline: LoadedRun | None = None,
@@ -232,7 +239,14 @@ def _charts(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     base = {e["label"] for e in result["entries"] if e["baseline"]}
     shown = [p for p in result["pairs"] if p["b"] not in base][-MAX_DIFF_SERIES:] or \
         result["pairs"][:MAX_DIFF_SERIES]
-    if shown:
+    if len(result["tasks"]) > 1:  # returns of other tasks have other scales: per task
+        charts.append(("Per task",
+                       "Each task's P(first > second) on its paired seeds, the bar its "
+                       "bootstrap 95% interval: right of 0.5 the first policy tends to win. "
+                       "Green: better, red: worse, grey: no detectable difference (the "
+                       "verdicts above).",
+                       _task_forest(result, base)))
+    elif shown:
         series = []
         for k, p in enumerate(shown):
             ordered = sorted(p["per_seed"], key=lambda r: (r["diff"], r["seed"]))
@@ -306,6 +320,73 @@ def _charts(result: dict[str, Any]) -> list[tuple[str, str, str]]:
     return charts
 
 
+VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e"}  # as the page's table says them
+MAX_FOREST_ROWS = 90  # rows of the per-task picture: fewer pairs shown for many tasks
+
+
+def _task_forest(result: dict[str, Any], base: set[str]) -> str:
+    """Inline SVG: per task, one row per pair with P(first > second) (dot) and its 95%
+    interval (bar) on a 0..1 axis, coloured by the pair's verdict; pairs against the
+    random baseline come after the others, as many as fit."""
+    combos = list(dict.fromkeys((p["a"], p["b"]) for p in result["pairs"]))
+    combos.sort(key=lambda c: c[1] in base)  # stable: the user's pairs first
+    tasks = result["tasks"]
+    combos = combos[:max(1, min(MAX_DIFF_SERIES, MAX_FOREST_ROWS // len(tasks) - 1))]
+    by = {(p["a"], p["b"], p["task"]): p for p in result["pairs"]}
+    row_h, top, right = 20, 30, 175  # right: room for "no detectable difference"
+    longest = max(len(f"{a} vs {b}") for a, b in combos)
+    left = min(260, 24 + plots.CHAR_W * longest)
+    width = max(560, int(left + 300 + right))  # the page scales it down to its column
+    lines: list[tuple[str, dict[str, Any] | None, bool]] = []  # (label, pair, heading)
+    for t in tasks:
+        lines.append((str(t), None, True))
+        lines += [(f"{a} vs {b}", by.get((a, b, t)), False) for a, b in combos]
+    height = top + row_h * len(lines) + 34
+    span = width - left - right
+
+    def x(p: float) -> float:
+        return left + span * p
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+           f'width="{width}" height="{height}" role="img" font-family="{escape(plots.FONT)}" '
+           f'font-size="12" class="chart forest">',
+           "<title>P(first > second) per task</title>",
+           "<desc>One row per task and pair: the dot is the probability of improvement, the "
+           "bar its 95% interval.</desc>",
+           f'<text x="{left}" y="16" fill="{plots.INK}">P(first &gt; second) per task '
+           "(95% interval)</text>"]
+    for p in (0.0, 0.25, 0.5, 0.75, 1.0):
+        dash = ' stroke-dasharray="4 3"' if p == 0.5 else ""
+        out.append(f'<line x1="{x(p):.1f}" x2="{x(p):.1f}" y1="{top - 6}" y2="{height - 30}" '
+                   f'stroke="{plots.MUTED if p == 0.5 else plots.GRID}"{dash}/>')
+        out.append(f'<text x="{x(p):.1f}" y="{height - 14}" text-anchor="middle" '
+                   f'fill="{plots.MUTED}">{p:g}</text>')
+    for k, (label, pair, heading) in enumerate(lines):
+        y = top + row_h * k + row_h / 2
+        if heading:
+            out.append(f'<text x="8" y="{y + 4:.1f}" fill="{plots.INK}" font-weight="bold">'
+                       f"{escape(label)}</text>")
+            continue
+        out.append(f'<text x="{left - 8:.1f}" y="{y + 4:.1f}" text-anchor="end" '
+                   f'fill="{plots.INK}">{escape(label)}</text>')
+        if pair is None:
+            out.append(f'<text x="{left + 4:.1f}" y="{y + 4:.1f}" fill="{plots.MUTED}">no '
+                       "finite pair</text>")
+            continue
+        r = pair["returns"]
+        poi = r["probability_of_improvement"]
+        colour = VERDICT_COLORS.get(r["verdict"], plots.MUTED)
+        lo, hi = poi["ci"] if poi.get("ci") else (poi["p"], poi["p"])
+        out.append(f"<g><title>{escape(r['sentence'])}</title>"
+                   f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="{colour}" stroke-width="3"/><circle cx="{x(poi["p"]):.1f}" '
+                   f'cy="{y:.1f}" r="5" fill="{colour}"/></g>')
+        out.append(f'<text x="{width - right + 10}" y="{y + 4:.1f}" fill="{colour}">'
+                   f"{escape(r['verdict'])}</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
 _CSS = """
 body{margin:0;font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;color:#1f2328}
 main{max-width:1240px;margin:0 auto;padding:28px}
@@ -315,7 +396,7 @@ th,td{padding:6px 10px;border-bottom:1px solid #d8dee4;text-align:right;vertical
 th{background:#f6f8fa;color:#57606a;font-size:.86rem}th:first-child,td:first-child{text-align:left}
 td.text{text-align:left}.better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}
 .none{color:#57606a;font-weight:600}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:18px}
-figure{margin:0}figcaption{color:#57606a;font-size:.88rem;max-width:560px}.warn{background:#fff8c5;padding:8px 12px;border-radius:6px}
+figure{margin:0}figure svg{max-width:100%;height:auto}figcaption{color:#57606a;font-size:.88rem;max-width:560px}.warn{background:#fff8c5;padding:8px 12px;border-radius:6px}
 video{width:min(100%,640px);image-rendering:pixelated;border:1px solid #d8dee4;border-radius:6px}
 """
 
@@ -335,12 +416,20 @@ def _gi(pair: Any, sign: bool = False) -> str:
     return f"[{_g(pair[0], sign)}, {_g(pair[1], sign)}]"
 
 
+def _percent_interval(pair: Any) -> str:
+    """A rate's interval as the rate is shown: '[7%, 43%]'."""
+    if not pair or pair[0] is None or pair[1] is None:
+        return "n/a"
+    return f"[{pair[0]:.0%}, {pair[1]:.0%}]"
+
+
 def _verdict_class(verdict: str) -> str:
     return {"better": "better", "worse": "worse"}.get(verdict, "none")
 
 
 def _html(result: dict[str, Any], out: Path) -> str:
-    ident = ", ".join(f"{k} {v}" for k, v in result["identity"].items() if v not in ({}, None))
+    ident = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}"
+                      for k, v in result["identity"].items() if v not in ({}, None))
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
              f"<title>comparison · {escape(ident)}</title><style>{_CSS}</style></head><body><main>",
              f"<h1>Comparison of {len(result['entries'])} policies</h1>",
@@ -389,7 +478,7 @@ def _html(result: dict[str, Any], out: Path) -> str:
         folder = Path(e["folder"])
         href = escape(Path(os.path.relpath(folder, out)).as_posix() + "/report.html")
         success = "n/a" if s.get("success_rate") is None else \
-            f"{s['success_rate']:.0%} {interval(s['success_ci'])}"
+            f"{s['success_rate']:.0%} {_percent_interval(s['success_ci'])}"
         report = (f"<a href='{href}'>report</a>" if (folder / "report.html").is_file()
                   and not e["baseline"] else "")
         parts.append(f"<tr><td class='text'>{escape(e['label'])}<br><span class='sub'>"
@@ -415,7 +504,8 @@ def _html(result: dict[str, Any], out: Path) -> str:
         status = "verified: every part replayed exactly what pass 1 earned" if strip["verified"] \
             else "NOT verified: " + "; ".join(strip.get("problems") or [])
         href = escape(Path(os.path.relpath(out / strip["path"], out)).as_posix())
-        parts.append(f"<h2>Across checkpoints</h2><p class='sub'>Seed {strip['seed']}, each "
+        task = f" of task {escape(strip['task'])}" if strip.get("task") else ""
+        parts.append(f"<h2>Across checkpoints</h2><p class='sub'>Seed {strip['seed']}{task}, each "
                      f"checkpoint's episode in turn ({escape(', '.join(strip['labels']))}); "
                      f"{escape(status)}.</p><video controls muted loop preload='metadata' "
                      f"src='{href}'></video>")
@@ -463,10 +553,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         s = e["summary"]
         steps = f"{e['steps']:>10,} steps" if e["steps"] is not None else " " * 16
         success = "" if s.get("success_rate") is None else \
-            f"  success {s['success_rate']:.0%} {interval(s['success_ci'])}"
+            f"  success {s['success_rate']:.0%} {_percent_interval(s['success_ci'])}"
         lines.append(f"{e['label']:<{width}} {steps}  mean {num(s.get('mean'))} "
                      f"{interval(s.get('mean_ci'))}  IQM {num(s.get('iqm'))} "
                      f"{interval(s.get('iqm_ci'))}{success}")
+    for label, agg in (result.get("aggregates") or {}).items():
+        lines.append(f"normalized (random 0, {result['reference']} 1): {label}  " + "  ".join(
+            f"{name} {num(agg[key]['value'])} {interval(agg[key]['ci'])}"
+            for key, name in (("iqm", "IQM"), ("mean", "mean"), ("median", "median"),
+                              ("optimality_gap", "optimality gap"))))
     for p in result.get("suite_pairs") or []:
         poi = p["probability_of_improvement"]
         lines.append(f"across {poi['tasks']} tasks: P({p['a']} > {p['b']}) = {num(poi['p'])} "

@@ -2,8 +2,9 @@
 
 Episodes are matched by ``(suite, task, seed)``: a single-env run's rows have no suite or
 task (both None), a suite run's rows carry both, so the same code pairs either. Runs are
-comparable only when they share the env (or suite), the seeds and the episode counts; the
-first difference found is refused in one sentence.
+comparable only when they share the env (or, for suites, the tasks of their resolved
+manifests with the same env, kwargs, time limit, success key and episodes), the seeds and
+the episode counts; the first difference found is refused in one sentence.
 
 May import: stats, outputs, files, errors. Never: policies, pass 1, pass 2, executors.
 
@@ -25,6 +26,8 @@ from rolltape.errors import UsageError
 from rolltape.outputs.report import load_run
 
 Key = tuple[Any, Any, int]  # (suite, task, seed); suite and task None for one env
+# What makes two runs' episodes of a task comparable (reward_atol and description do not).
+_TASK_FIELDS = ("env", "kwargs", "max_episode_steps", "success_key", "episodes")
 
 __all__ = ["Key", "LoadedRun", "check_comparable", "load_runs", "row_key", "sweep_runs"]
 
@@ -56,20 +59,36 @@ class LoadedRun:
         return run
 
     @property
+    def manifest_tasks(self) -> dict[str, dict[str, Any]] | None:
+        """A suite run's tasks by 'suite/task', each with what decides its episodes (env,
+        kwargs, time limit, success key, episode count); None for a single-env run."""
+        manifest = self.results.get("manifest")
+        if not isinstance(manifest, dict):
+            return None
+        return {f"{t['suite']}/{t['name']}": {k: t.get(k) for k in _TASK_FIELDS}
+                for t in manifest.get("tasks") or []}
+
+    @property
     def identity(self) -> dict[str, Any]:
-        """What must be equal for two runs to be compared: the suite when there is one,
-        else the env id, its kwargs and its time limit."""
+        """What must be equal for two runs to be compared: the suite's tasks when there
+        are (:attr:`manifest_tasks` must match too), else the env id, its kwargs and its
+        time limit."""
+        tasks = self.manifest_tasks
+        if tasks is not None:
+            return {"suite": ", ".join(dict.fromkeys(k.split("/")[0] for k in tasks)),
+                    "tasks": list(tasks)}
         r = self.results
-        if r.get("suite") is not None:
-            return {"suite": r["suite"]}
         env = r.get("env") or {}
         return {"env": r.get("env_id"), "env kwargs": env.get("kwargs") or {},
                 "max_episode_steps": env.get("max_episode_steps")}
 
     def tasks(self) -> dict[tuple[Any, Any], list[Key]]:
-        """Keys grouped by (suite, task), each group sorted by seed."""
+        """Keys grouped by (suite, task), in the manifest's order of tasks, each group
+        sorted by seed."""
+        order = {key: i for i, key in enumerate(self.manifest_tasks or {})}
         grouped: dict[tuple[Any, Any], list[Key]] = defaultdict(list)
-        for key in sorted(self.rows, key=_sortable):
+        for key in sorted(self.rows, key=lambda k: (order.get(f"{k[0]}/{k[1]}", len(order)),
+                                                    _sortable(k))):
             grouped[key[:2]].append(key)
         return dict(grouped)
 
@@ -133,13 +152,7 @@ def check_comparable(runs: list[LoadedRun]) -> None:
                              "no difference, so give two different runs.")
         seen[where] = run
     for run in runs[1:]:
-        a, b = first.identity, run.identity
-        if a != b:
-            changed = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
-            raise UsageError(f"'{first.path}' and '{run.path}' were run on different envs "
-                             f"({_describe({k: a.get(k) for k in changed})} vs "
-                             f"{_describe({k: b.get(k) for k in changed})}); compare runs of "
-                             "the same env.")
+        _check_same_envs(first, run)
         if len(run.rows) != len(first.rows):
             raise UsageError(f"'{first.path}' has {len(first.rows)} episodes and "
                              f"'{run.path}' {len(run.rows)}; compare runs with the same "
@@ -149,3 +162,37 @@ def check_comparable(runs: list[LoadedRun]) -> None:
             raise UsageError(f"'{first.path}' and '{run.path}' were played on different seeds "
                              f"(seed {only[2]} is in the first only); compare runs made with "
                              "the same --seed.")
+
+
+def _check_same_envs(first: LoadedRun, run: LoadedRun) -> None:
+    """Refuse two runs of other envs, or of suites with other tasks or other task settings."""
+    a, b = first.manifest_tasks, run.manifest_tasks
+    if (a is None) != (b is None):
+        suite, env = (first, run) if a is not None else (run, first)
+        raise UsageError(f"'{suite.path}' is a run of suite {suite.identity['suite']} and "
+                         f"'{env.path}' of env {env.identity['env']}; compare runs of the same "
+                         "suite (or env).")
+    if a is not None and b is not None:
+        if list(a) != list(b):
+            only_a, only_b = [k for k in a if k not in b], [k for k in b if k not in a]
+            what = "; ".join(part for part in (
+                f"{', '.join(only_a)} only in the first" if only_a else "",
+                f"{', '.join(only_b)} only in the second" if only_b else "") if part) \
+                or "the same tasks in another order"
+            raise UsageError(f"'{first.path}' and '{run.path}' were run on different suite "
+                             f"tasks ({what}); compare runs of the same --suite and --tasks.")
+        for key in a:
+            changed = [f for f in _TASK_FIELDS if a[key][f] != b[key][f]]
+            if changed:
+                f = changed[0]
+                raise UsageError(f"Task {key} was run with {f} {json.dumps(a[key][f])} in "
+                                 f"'{first.path}' and {json.dumps(b[key][f])} in '{run.path}'; "
+                                 "compare runs of the same suite manifest and options.")
+        return
+    ia, ib = first.identity, run.identity
+    if ia != ib:
+        changed = [k for k in ia if ia.get(k) != ib.get(k)]
+        raise UsageError(f"'{first.path}' and '{run.path}' were run on different envs "
+                         f"({_describe({k: ia.get(k) for k in changed})} vs "
+                         f"{_describe({k: ib.get(k) for k in changed})}); compare runs of "
+                         "the same env.")

@@ -56,10 +56,11 @@ def _label(frame: np.ndarray, text: str, short: str) -> np.ndarray:
     return np.asarray(image)
 
 
-def make_strip(out: Path, checkpoints: list[LoadedRun], env: str, *,
+def make_strip(out: Path, checkpoints: list[LoadedRun], env: str | None, *,
                options: dict[str, Any]) -> dict[str, Any]:
     """Render ``out/strip.mp4`` from ``checkpoints`` (ordered by steps) on ``env`` (as the
-    user named it); returns what the comparison records about it (path, seed, labels,
+    user named it; None for a suite run: the picked seed's task's env, as its manifest
+    named it); returns what the comparison records about it (path, seed, labels,
     verified, problems)."""
     key = pick_seed(checkpoints)
     # The parts (and their sidecars) live in a hidden folder that goes when the strip is done.
@@ -70,7 +71,16 @@ def make_strip(out: Path, checkpoints: list[LoadedRun], env: str, *,
         shutil.rmtree(parts_dir, ignore_errors=True)
 
 
-def _make(out: Path, checkpoints: list[LoadedRun], env: str, options: dict[str, Any],
+def _task_env(run: LoadedRun, key: Key) -> tuple[str | None, float]:
+    """The env id and reward tolerance of the task ``key`` belongs to, from the suite
+    run's resolved manifest."""
+    for t in (run.results.get("manifest") or {}).get("tasks") or []:
+        if (t.get("suite"), t.get("name")) == key[:2]:
+            return t.get("env"), float(t.get("reward_atol") or 0.0)
+    return None, 0.0
+
+
+def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dict[str, Any],
           key: Key, parts_dir: Path) -> dict[str, Any]:
     import av
 
@@ -78,6 +88,10 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str, options: dict[str, 
     from rolltape.pass2.replay import RenderRequest
     from rolltape.rendering import render
 
+    atol = options.get("atol") or 0.0
+    if env is None:  # a suite: the task's env, verified to its tolerance, as eval's videos
+        env, task_atol = _task_env(checkpoints[0], key)
+        atol = max(atol, task_atol)
     requests = []
     for run in checkpoints:
         row = run.rows[key]
@@ -85,8 +99,9 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str, options: dict[str, 
             tape=str(run.path / row["tape"]), outputs=(str(parts_dir / f"{run.label}.mp4"),),
             mode="resim", width=options.get("width"), height=options.get("height"),
             cameras=tuple(options.get("cameras") or ()), layout=options.get("layout", "single"),
-            quality=options.get("quality", "full"), overwrite=True,
-            env_id=env))  # named by the user, as eval's own videos are
+            quality=options.get("quality", "full"), overwrite=True, atol=atol,
+            # Named by the user (or their manifest), as eval's own videos are.
+            rtol=options.get("rtol") or 0.0, env_id=env))
     backends = options.get("backends") or ("egl", "osmesa")
     try:
         results = render(requests, backends=backends,
@@ -105,7 +120,8 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str, options: dict[str, 
             text = f"{label}   seed {key[2]}   return {run.rows[key]['return']:.1f}"
             for frame in read_frames(req.outputs[0]):
                 writer.write(_label(frame, text, label))
-    return {"path": STRIP, "seed": key[2], "task": key[1], "labels": labels,
+    return {"path": STRIP, "seed": key[2], "task": None if key[0] is None else
+            f"{key[0]}/{key[1]}", "labels": labels,
             "verified": not problems and all(r.verified for r in results),
             "parts": [{"label": lab, "verified": r.verified, "frames": r.frames}
                       for lab, r in zip(labels, results)],

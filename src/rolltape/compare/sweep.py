@@ -56,7 +56,7 @@ def _finished(folder: Path) -> bool:
     return (folder / "results.json").is_file() and not staging.exists()
 
 
-def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
+def evaluate_many(env: str | None, policies: list[str], *, out: str | os.PathLike[str],
                   vecnormalize: str | os.PathLike[str] | None = None,
                   baseline: str | None = None, reference: str | None = None,
                   overwrite: bool = False, resume: bool = False, show_progress: bool = False,
@@ -66,7 +66,9 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
     """Evaluate each of ``policies`` (globs expanded, checkpoints ordered by steps) on the
     same seeds, each into its own run folder under ``out``, and compare them.
 
-    ``options`` are :func:`rolltape.evaluate`'s (episodes, seed, video, workers, ...).
+    ``options`` are :func:`rolltape.evaluate`'s (episodes, seed, video, workers, ...);
+    with ``suite`` (and ``tasks``) instead of ``env``, every policy plays the suite's tasks
+    and the comparison pairs seeds within each task.
     ``reference`` names the entry whose score normalizes to 1 for the suite aggregates.
     ``on_run(label, run)`` sees each run as it finishes. With ``resume``, finished runs are
     kept and interrupted ones continued. ``strip`` (default: when videos are asked for)
@@ -80,6 +82,10 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
         raise UsageError(f"--policy names {len(entries)} policy; a comparison needs two or "
                          "more (another --policy, a glob of several checkpoints, or "
                          "--baseline random).")
+    labels = [e.label for e in entries]
+    if reference is not None and reference not in labels:  # before minutes of evaluation
+        raise UsageError(f"--reference '{reference}' is not one of the policies' folder names "
+                         f"({', '.join(labels)}); name one of them.")
     if overwrite and resume:
         raise UsageError("--overwrite and --resume contradict each other: --resume continues "
                          "the run in --out, --overwrite starts it again; pass one.")
@@ -93,7 +99,7 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
     jobs = [(e.label, e.policy, e.vecnormalize, options) for e in entries]
     if baseline is not None:  # evaluated once, no videos: it is the yardstick
         jobs.append((BASELINE, "random", None, {**options, "video": 0}))
-    write_json(root / "sweep.json", _manifest(env, entries, baseline, root))
+    write_json(root / "sweep.json", _manifest(env, entries, baseline, options))
     runs: list[Any] = []  # filled as each run finishes
     try:
         _evaluate_all(env, jobs, root, runs, overwrite=overwrite, resume=resume,
@@ -117,7 +123,7 @@ def evaluate_many(env: str, policies: list[str], *, out: str | os.PathLike[str],
     return SweepResult(root, entries, runs, result)
 
 
-def _evaluate_all(env: str, jobs: list[tuple[str, str, str | None, dict[str, Any]]],
+def _evaluate_all(env: str | None, jobs: list[tuple[str, str, str | None, dict[str, Any]]],
                   root: Path, runs: list[Any], *, overwrite: bool, resume: bool,
                   show_progress: bool, command: list[str] | None,
                   on_run: Callable[[str, Any], None] | None) -> None:
@@ -140,12 +146,13 @@ def _evaluate_all(env: str, jobs: list[tuple[str, str, str | None, dict[str, Any
             on_run(label, run)
 
 
-def _manifest(env: str, entries: list[Entry], baseline: str | None, root: Path
-              ) -> dict[str, Any]:
+def _manifest(env: str | None, entries: list[Entry], baseline: str | None,
+              options: dict[str, Any]) -> dict[str, Any]:
     rows = [{"label": e.label, "folder": e.label, "policy": e.policy,
              "vecnormalize": e.vecnormalize, "steps": e.steps, "baseline": False}
             for e in entries]
     if baseline is not None:
         rows.append({"label": BASELINE, "folder": BASELINE, "policy": "random",
                      "vecnormalize": None, "steps": None, "baseline": True})
-    return {"env": env, "entries": rows}
+    return {"env": env, "suite": options.get("suite"), "tasks": options.get("tasks"),
+            "entries": rows}
