@@ -211,7 +211,7 @@ def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
     # Wherever rolltape looks them up by name (by module name: the package's own
     # ``evaluate``/``render`` attributes are the functions).
     modules = [importlib.import_module(f"rolltape.{name}")
-               for name in ("executors.local", "evaluate")]
+               for name in ("executors.local", "evaluation")]
     workers: list[dict[str, Any]] = []
     lock = threading.Lock()
 
