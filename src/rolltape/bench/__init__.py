@@ -238,7 +238,8 @@ def format_table(report: dict[str, Any]) -> Any:
 
     quick = " (--quick: tiny sizes, numbers are not meaningful)" if report["quick"] else ""
     table = Table(title=f"rolltape bench{quick}")
-    for col, justify in (("benchmark", "left"), ("baseline", "left"), ("measured", "left"),
+    table.add_column("benchmark", no_wrap=True)  # a name is what a reader greps for: whole
+    for col, justify in (("baseline", "left"), ("measured", "left"),
                          ("value", "right"), ("target", "right"), ("result", "left")):
         table.add_column(col, justify=justify)
     for name, r in report["benchmarks"].items():
