@@ -316,7 +316,7 @@ def draw_chart(report: dict[str, Any], path: Path) -> dict[str, Any]:
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([n for n, _ in rows], fontsize=9)
     for y, (name, r) in enumerate(rows):
-        unit = {"MB": " MB", "s": " s"}.get(r["unit"], "x")
+        unit = "x" if r["unit"] == "x" else f" {r['unit']}"  # us, MB, s, episodes...
         value = _fmt(r, "value").replace(" MB", "").replace(" s", "")
         ax.text(1.02, y, f"{value}{unit}  (target {r['op']} {r['target']:g}{unit})  "
                 f"{_verdict(r)}", va="center", fontsize=8, transform=ax.get_yaxis_transform())
