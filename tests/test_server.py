@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -107,20 +108,26 @@ def evals(server, tmp_path_factory):
     return root
 
 
+
+def assert_same_tape(mine: Any, theirs: Any) -> None:
+    """Two loaded tapes are equal bit for bit (arrays and dtypes), and their headers differ
+    only in wall_s; the served one stores the local env spec, so it replays here."""
+    assert mine.files == theirs.files
+    for name in mine.files:
+        if name != "header":
+            assert mine[name].dtype == theirs[name].dtype
+            assert mine[name].tobytes() == theirs[name].tobytes(), name
+    a, b = (json.loads(bytes(t["header"]).decode()) for t in (mine, theirs))
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b and "served" not in b["env"]
+
 def test_served_tapes_equal_local_tapes_bit_for_bit(evals, server):
     tapes = sorted((evals / "local" / "tapes").glob("*.npz"))
     assert len(tapes) == 3
     for path in tapes:
         mine, theirs = np.load(path), np.load(evals / "served" / "tapes" / path.name)
-        assert mine.files == theirs.files and "physics" in mine.files
-        for name in mine.files:
-            if name != "header":
-                assert mine[name].dtype == theirs[name].dtype
-                assert mine[name].tobytes() == theirs[name].tobytes(), name
-        a, b = (json.loads(bytes(t["header"]).decode()) for t in (mine, theirs))
-        a.pop("wall_s"), b.pop("wall_s")
-        assert a == b  # the env spec too: the local one, so the tape replays here
-        assert "served" not in b["env"]
+        assert "physics" in mine.files
+        assert_same_tape(mine, theirs)
     metadata = json.loads((evals / "served" / "metadata.json").read_text())
     assert metadata["env"]["served"]["address"] == server.address
     assert sessions(server.address) == 0  # both workers closed their sessions
@@ -443,15 +450,8 @@ def test_a_served_suite_tapes_equal_a_local_suite_run_bit_for_bit(suite_server, 
     for path in tapes:
         mine = np.load(path)
         theirs = np.load(tmp_path / "served" / path.relative_to(tmp_path / "local"))
-        assert mine.files == theirs.files
         assert ("physics" in mine.files) == (path.parent.name == "cheetah")
-        for name in mine.files:
-            if name != "header":
-                assert mine[name].dtype == theirs[name].dtype
-                assert mine[name].tobytes() == theirs[name].tobytes(), name
-        a, b = (json.loads(bytes(t["header"]).decode()) for t in (mine, theirs))
-        a.pop("wall_s"), b.pop("wall_s")
-        assert a == b and "served" not in b["env"]  # each task's local spec
+        assert_same_tape(mine, theirs)
     results = [json.loads((tmp_path / run / "results.json").read_text())["suite"]["per_task"]
                for run in ("local", "served")]
     assert results[0] == results[1]
