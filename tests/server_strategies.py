@@ -4,6 +4,8 @@ tests/test_server_fuzz.py and scripts/fuzz_server.py)."""
 
 from __future__ import annotations
 
+import struct
+
 import msgpack
 from hypothesis import strategies as st
 
@@ -16,7 +18,11 @@ SHAPES = st.lists(st.one_of(st.integers(0, 8), st.integers(-3, 2**40), st.text(m
 
 
 def _array_ext(dtype: str, shape: list, data: bytes) -> msgpack.ExtType:
-    return msgpack.ExtType(P.ARRAY_EXT, msgpack.packb([dtype, shape, data]))
+    try:
+        payload = P.array_ext_payload(dtype, shape, data)
+    except (struct.error, ValueError, UnicodeEncodeError):  # sizes no header can hold:
+        payload = msgpack.packb([dtype, shape, data])  # send them another way, as garbage
+    return msgpack.ExtType(P.ARRAY_EXT, payload)
 
 
 arrays = st.one_of(

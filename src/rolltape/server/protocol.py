@@ -22,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import struct
 from typing import Any
 
 import numpy as np
 
 from rolltape.errors import UsageError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: arrays as a struct-packed header, not a nested msgpack list
 DEFAULT_MAX_PAYLOAD = 64 * 2**20  # bytes a message may have, before decoding
 ARRAY_EXT = 1  # the msgpack extension code of an array
 MAX_NDIM = 8
@@ -56,22 +57,37 @@ def missing_extra() -> UsageError:
                       "install them with `pip install 'rolltape[server]'`.")
 
 
+_MSGPACK: Any = None
+
+
 def _msgpack() -> Any:
-    try:
-        import msgpack
-    except ImportError:
-        raise missing_extra() from None
-    return msgpack
+    global _MSGPACK
+    if _MSGPACK is None:
+        try:
+            import msgpack
+        except ImportError:
+            raise missing_extra() from None
+        _MSGPACK = msgpack
+    return _MSGPACK
+
+
+# An array extension is: dtype length (1 byte), dtype text (ASCII, e.g. "<f8"), ndim
+# (1 byte), each size as a little-endian uint64, then the raw C-order bytes. Parsing it is
+# a few struct reads, where a nested msgpack list costs an allocation per part.
+_BYTE = struct.Struct("<B")
+_SHAPES = [struct.Struct(f"<{n}Q") for n in range(MAX_NDIM + 1)]
+_DTYPES: dict[bytes, np.dtype] = {}  # accepted dtype texts only, so it stays small
 
 
 def _default(obj: Any) -> Any:
-    msgpack = _msgpack()
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in ARRAY_KINDS:
             raise TypeError(f"arrays of dtype {obj.dtype} do not travel")
+        dtype = obj.dtype.str.encode()
         # tobytes() is C order for any layout; ascontiguousarray would make a 0-d array 1-d.
-        return msgpack.ExtType(ARRAY_EXT, msgpack.packb(
-            [obj.dtype.str, list(obj.shape), obj.tobytes()], use_bin_type=True))
+        head = (_BYTE.pack(len(dtype)) + dtype + _BYTE.pack(obj.ndim)
+                + struct.pack(f"<{obj.ndim}Q", *obj.shape))
+        return _msgpack().ExtType(ARRAY_EXT, head + obj.tobytes())
     if isinstance(obj, np.bool_):
         return bool(obj)
     if isinstance(obj, np.integer):
@@ -81,6 +97,14 @@ def _default(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return list(obj)
     raise TypeError(f"{type(obj).__name__} does not travel")
+
+
+def array_ext_payload(dtype: str, shape: list[int], raw: bytes) -> bytes:
+    """The bytes of an array extension (what :func:`encode` writes for an array); tests
+    use it to build arrays the encoder would never send."""
+    text = dtype.encode()
+    return (_BYTE.pack(len(text)) + text + _BYTE.pack(len(shape))
+            + struct.pack(f"<{len(shape)}Q", *shape) + raw)
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -105,7 +129,7 @@ def decode(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> dict[str, Any
         return _array(payload, max_payload)
 
     try:
-        message = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True,
+        message = msgpack.unpackb(data, raw=False, strict_map_key=True,
                                   ext_hook=ext_hook, use_list=True)
     except ProtocolError:
         raise
@@ -113,46 +137,57 @@ def decode(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> dict[str, Any
         raise ProtocolError(f"not a msgpack message ({type(exc).__name__})") from None
     if not isinstance(message, dict):
         raise ProtocolError("a message must be a msgpack map")
-    _check_depth(message, 0)
+    _check_depth(message)
     return message
 
 
-def _check_depth(value: Any, depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise ProtocolError(f"the message nests deeper than {MAX_DEPTH} levels")
-    if isinstance(value, dict):
-        for v in value.values():
-            _check_depth(v, depth + 1)
-    elif isinstance(value, list):
-        for v in value:
-            _check_depth(v, depth + 1)
+def _check_depth(message: dict[str, Any]) -> None:
+    """Refuse nesting deeper than MAX_DEPTH (only containers are visited: a flat step
+    request costs one pass over its values)."""
+    todo = [(message, 0)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise ProtocolError(f"the message nests deeper than {MAX_DEPTH} levels")
+        items = value.values() if isinstance(value, dict) else value
+        todo.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
 
 
 def _array(payload: bytes, max_payload: int) -> np.ndarray:
-    msgpack = _msgpack()
     try:
-        parts = msgpack.unpackb(payload, raw=False, use_list=True)
-    except Exception:
-        raise ProtocolError("an array extension is not msgpack") from None
-    if not (isinstance(parts, list) and len(parts) == 3 and isinstance(parts[0], str)
-            and isinstance(parts[1], list) and isinstance(parts[2], bytes)):
-        raise ProtocolError("an array must be [dtype, shape, bytes]")
-    dtype_text, shape, raw = parts
-    if len(dtype_text) > 8:
-        raise ProtocolError(f"array dtype {dtype_text[:16]!r} is not a plain numeric dtype")
-    try:
-        dtype = np.dtype(dtype_text)
-    except Exception:
-        raise ProtocolError(f"array dtype {dtype_text!r} is not understood") from None
-    if dtype.kind not in ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        raise ProtocolError(f"array dtype {dtype_text!r} is not a plain numeric dtype")
-    if len(shape) > MAX_NDIM or not all(type(n) is int and 0 <= n <= max_payload for n in shape):
-        raise ProtocolError(f"array shape {shape!r} is not a list of up to {MAX_NDIM} sizes")
+        n = payload[0]
+        dtype_text = payload[1:1 + n]
+        ndim = payload[1 + n]
+        shape = _SHAPES[ndim].unpack_from(payload, 2 + n)
+    except (IndexError, struct.error):
+        raise ProtocolError("an array must be dtype, shape and bytes") from None
+    dtype = _DTYPES.get(dtype_text)
+    if dtype is None:
+        dtype = _DTYPES[dtype_text] = _plain_dtype(dtype_text)
+    if max(shape, default=0) > max_payload:
+        raise ProtocolError(f"array shape {list(shape)} has a size above the payload cap")
+    start = 2 + n + 8 * ndim
     count = math.prod(shape)
-    if count * dtype.itemsize != len(raw):
-        raise ProtocolError(f"array of shape {shape} and dtype {dtype_text} needs "
-                            f"{count * dtype.itemsize} bytes, the message has {len(raw)}")
-    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    if count * dtype.itemsize != len(payload) - start:
+        raise ProtocolError(f"array of shape {list(shape)} and dtype {dtype} needs "
+                            f"{count * dtype.itemsize} bytes, the message has "
+                            f"{len(payload) - start}")
+    # A copy: the array must be writable and must not keep the whole message alive.
+    return np.frombuffer(payload, dtype, count, start).reshape(shape).copy()
+
+
+def _plain_dtype(text: bytes) -> np.dtype:
+    """The dtype an array names, refused unless it is bool, integer or float."""
+    shown = text[:16].decode("ascii", "replace")
+    if len(text) > 8:
+        raise ProtocolError(f"array dtype {shown!r} is not a plain numeric dtype")
+    try:
+        dtype = np.dtype(text.decode("ascii"))
+    except Exception:
+        raise ProtocolError(f"array dtype {shown!r} is not understood") from None
+    if dtype.kind not in ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise ProtocolError(f"array dtype {shown!r} is not a plain numeric dtype")
+    return dtype
 
 
 def request(op: str, *, sid: str | None = None, gen: int = 0, rid: int = 0,
