@@ -59,6 +59,7 @@ class Connection:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.connect(address)
         self.rid = 0
+        self._rcvtimeo = -1  # the socket's receive timeout in ms, as last set
 
     def call(self, op: str, *, sid: str | None = None, gen: int = 0,
              timeout: float | None = None, **args: Any) -> dict[str, Any]:
@@ -73,14 +74,22 @@ class Connection:
         deadline = _now() + wait
         while True:  # bounded by the deadline; replies to timed-out requests are skipped
             left = deadline - _now()
-            if left <= 0 or not self.socket.poll(int(left * 1000) + 1, zmq.POLLIN):
+            # A blocking receive with a timeout: one call per reply (poll-then-receive was
+            # two), and Ctrl-C still interrupts it.
+            ms = max(1, int(left * 1000) + 1)
+            if ms != self._rcvtimeo:
+                self.socket.setsockopt(zmq.RCVTIMEO, ms)
+                self._rcvtimeo = ms
+            try:
+                if left <= 0:
+                    raise zmq.Again
+                data = self.socket.recv()
+            except zmq.Again:
                 raise ServerGone(f"The env server at {self.address} did not answer {op} within "
                                  f"{wait:g} s (is `rolltape serve` running there? "
-                                 "ROLLTAPE_SERVER_TIMEOUT waits longer)", timed_out=True)
+                                 "ROLLTAPE_SERVER_TIMEOUT waits longer)", timed_out=True) from None
             try:
-                reply = P.decode(self.socket.recv(zmq.NOBLOCK))
-            except zmq.Again:
-                continue
+                reply = P.decode(data)
             except P.ProtocolError as exc:
                 raise ServerGone(f"The env server at {self.address} sent a reply that is not "
                                  f"msgpack ({exc}); is that address a rolltape server?") from None
@@ -142,7 +151,13 @@ def describe(spec: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"The env server at {address} does not serve task '{name}' (it "
                              f"serves {envs}); start one with `rolltape serve --suite SUITE` "
                              "for that task, or pick served tasks with --tasks.")
-        return expect_ok(reply, address, "describe")
+        expect_ok(reply, address, "describe")
+        if reply.get("protocol") != P.PROTOCOL_VERSION:
+            raise UsageError(f"The env server at {address} speaks protocol "
+                             f"{reply.get('protocol')}, this rolltape speaks "
+                             f"{P.PROTOCOL_VERSION}; run the same rolltape version on both "
+                             "sides.")
+        return reply
     except ServerGone as exc:
         if not exc.timed_out:
             raise UsageError(exc.strerror) from None

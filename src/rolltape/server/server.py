@@ -22,7 +22,6 @@ import os
 import secrets
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -134,6 +133,7 @@ class Session:
     seen: float = field(default_factory=time.monotonic)
     reset_done: bool = False
     drawer: FrameDrawer | None = None
+    state_size: int | None = None  # of a MuJoCo physics row, known after the first
 
 
 class EnvServer:
@@ -152,6 +152,7 @@ class EnvServer:
         self.sessions: dict[str, Session] = {}
         self.opened = 0
         self.stopping = False
+        self._alarm_installed = self._in_call = False
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -182,22 +183,24 @@ class EnvServer:
         import zmq
 
         previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        poller = zmq.Poller()
-        poller.register(self.socket, zmq.POLLIN)
+        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._alarm)
+        self._alarm_installed = True
+        # A blocking receive that gives up every POLL_MS, so that idle sessions, signals and
+        # max_seconds get a turn: one call per request, where poll-then-receive was two.
+        self.socket.setsockopt(zmq.RCVTIMEO, POLL_MS)
         until = None if max_seconds is None else time.monotonic() + max_seconds
+        idle_check = time.monotonic() + POLL_MS / 1000
         try:
             while not self.stopping and (until is None or time.monotonic() < until):
-                if poller.poll(POLL_MS):
-                    for _ in range(256):  # bounded: idle sessions and signals get a turn
-                        try:
-                            frames = self.socket.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self._answer(frames)
-                        if self.stopping:
-                            break
-                self._drop_idle()
+                try:
+                    self._answer(self.socket.recv_multipart())
+                except zmq.Again:
+                    pass
+                if time.monotonic() >= idle_check:
+                    self._drop_idle()
+                    idle_check = time.monotonic() + POLL_MS / 1000
         finally:
+            self._alarm_installed = False
             for s, handler in previous.items():
                 signal.signal(s, handler)
             closed = self.close()
@@ -294,23 +297,26 @@ class EnvServer:
                 if session.drawer is not None:
                     session.drawer.close()
 
-    def _timed(self, sid: str, call: Callable[[], Any]) -> Any:
-        """Run an env call under --request-timeout (a hung env frees its session)."""
-        if threading.current_thread() is threading.main_thread():  # SIGALRM works there
-            def alarm(signum: int, frame: Any) -> None:
-                raise _Timeout
+    def _alarm(self, signum: int, frame: Any) -> None:
+        if self._in_call:  # a late alarm after the call returned is ignored
+            raise _Timeout
 
-            old = signal.signal(signal.SIGALRM, alarm)
-            signal.setitimer(signal.ITIMER_REAL, self.cfg.request_timeout)
-            try:
-                return call()
-            except _Timeout:
-                self.sessions.pop(sid, None)  # its env may be half-way through; not reused
-                raise
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, old)
-        return call()
+    def _timed(self, sid: str, call: Callable[[], Any]) -> Any:
+        """Run an env call under --request-timeout (a hung env frees its session). The
+        SIGALRM handler is installed once by :meth:`serve_forever`; each call only arms
+        and disarms the timer."""
+        if not self._alarm_installed:  # handle() called directly (tests): no timer
+            return call()
+        self._in_call = True
+        signal.setitimer(signal.ITIMER_REAL, self.cfg.request_timeout)
+        try:
+            return call()
+        except _Timeout:
+            self.sessions.pop(sid, None)  # its env may be half-way through; not reused
+            raise
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._in_call = False
 
     def _served(self, message: dict[str, Any]) -> Served | dict[str, Any]:
         """The env a describe or open names (``env``; none needed when one is served), or
@@ -334,7 +340,9 @@ class EnvServer:
         import mujoco
 
         base = session.env.unwrapped
-        row = np.empty(mujoco.mj_stateSize(base.model, physics_spec()))
+        if session.state_size is None:
+            session.state_size = mujoco.mj_stateSize(base.model, physics_spec())
+        row = np.empty(session.state_size)
         mujoco.mj_getState(base.model, base.data, row, physics_spec())
         return row
 
@@ -442,8 +450,13 @@ def _obs(obs: Any) -> Any:
     return np.asarray(obs)
 
 
+_PLAIN = (bool, int, float, str, type(None))
+
+
 def _info(info: Any, depth: int = 0) -> Any:
     """An info dict as the wire carries it: arrays and numbers kept exactly, the rest as text."""
+    if type(info) in _PLAIN:  # most info values (np.float64 is a float subclass, not here)
+        return info
     if depth > 8:
         return str(info)
     if isinstance(info, dict):
