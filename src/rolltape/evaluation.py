@@ -271,9 +271,9 @@ class EvalConfig(RenderOptions):
                          "tapes may differ in the last bits of their actions from a run "
                          "without it (they still replay exactly).")
         if self.render_early and self.wants_video and not self.renders_early:
-            notes.append("--render-early needs the local executor and videos picked by count "
-                         "or index (best/worst/median wait for every return); pass 2 started "
-                         "after pass 1.")
+            notes.append("--render-early needs one env (not a suite), the local executor and "
+                         "videos picked by count or index (best/worst/median wait for every "
+                         "return); pass 2 started after pass 1.")
         if self.workers > self.episodes and self.suite is None:
             notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
                          f"using {self.episodes}.")

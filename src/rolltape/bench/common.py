@@ -97,6 +97,7 @@ class Context:
         self.backend = backend
         self._checkpoint: tuple[Path, Path] | None = None
         self.tapes: dict[tuple[int, int], list[Path]] = {}  # (steps, n) -> random tapes
+        self.results: dict[Any, dict[str, Any]] = {}  # a workload two benchmarks share
         self._n = 0
 
     def dir(self, name: str) -> Path:
