@@ -1,4 +1,5 @@
-"""The shared forest chart (:func:`rolltape.outputs.plots.forest_chart`).
+"""The shared forest chart (:func:`rolltape.outputs.plots.forest_chart`) and its two callers:
+the suite report's success rates and the comparison page's per-task P(first > second).
 
 Pure functions on small hand-made inputs: the SVG is parsed as XML and its geometry read."""
 
@@ -8,7 +9,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from rolltape.compare.report import _task_forest
 from rolltape.outputs.plots import NOTE_GAP, ForestRow, forest_chart
+from rolltape.outputs.suite_view import forest_plot
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -68,3 +71,23 @@ def test_ticks_that_do_not_rise_are_refused():
     with pytest.raises(ValueError, match="ticks that rise"):
         forest_chart([], title="t", desc="d", caption="c", ticks=(1, 1))
 
+
+def test_both_callers_draw_through_the_shared_chart():
+    known = {"suite": "s", "task": "a", "n_episodes": 100, "n_unknown": 0, "n_success": 100,
+             "pc_success": 100.0, "pc_success_ci95": [96.3, 100.0]}
+    never = {"suite": "s", "task": "b", "n_episodes": 5, "n_unknown": 5, "n_success": 0,
+             "pc_success": None, "pc_success_ci95": None}
+    root = parse(forest_plot({"per_task": [known, never]}))
+    found = texts(root)
+    assert "n/a: success never reported" in found and "100%" in found
+    # The widest note gets a margin that holds it: an SVG clips what passes its edge.
+    note = found["100/100"]
+    assert float(note.get("x")) + 7 * 6.8 <= float(root.get("width"))
+    pair = {"a": "new", "b": "old", "task": "t/1",
+            "returns": {"verdict": "worse", "sentence": "new is worse than old",
+                        "probability_of_improvement": {"p": 0.2, "ci": [0.1, 0.3]}}}
+    root = parse(_task_forest({"tasks": ["t/1", "t/2"], "pairs": [pair]}, set()))
+    found = texts(root)
+    assert found["worse"].get("fill") == root.find(f"{NS}g/{NS}line").get("stroke") == "#cf222e"
+    assert "no finite pair" in found and found["t/2"].get("font-weight") == "bold"
+    assert root.find(f"{NS}g/{NS}title").text == "new is worse than old"
