@@ -333,58 +333,31 @@ def _task_forest(result: dict[str, Any], base: set[str]) -> str:
     tasks = result["tasks"]
     combos = combos[:max(1, min(MAX_DIFF_SERIES, MAX_FOREST_ROWS // len(tasks) - 1))]
     by = {(p["a"], p["b"], p["task"]): p for p in result["pairs"]}
-    row_h, top, right = 20, 30, 175  # right: room for "no detectable difference"
+    right = 175  # room for "no detectable difference"
     longest = max(len(f"{a} vs {b}") for a, b in combos)
     left = min(260, 24 + plots.CHAR_W * longest)
     width = max(560, int(left + 300 + right))  # the page scales it down to its column
-    lines: list[tuple[str, dict[str, Any] | None, bool]] = []  # (label, pair, heading)
+    rows: list[plots.ForestRow] = []
     for t in tasks:
-        lines.append((str(t), None, True))
-        lines += [(f"{a} vs {b}", by.get((a, b, t)), False) for a, b in combos]
-    height = top + row_h * len(lines) + 34
-    span = width - left - right
-
-    def x(p: float) -> float:
-        return left + span * p
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-           f'width="{width}" height="{height}" role="img" font-family="{escape(plots.FONT)}" '
-           f'font-size="12" class="chart forest">',
-           "<title>P(first > second) per task</title>",
-           "<desc>One row per task and pair: the dot is the probability of improvement, the "
-           "bar its 95% interval.</desc>",
-           f'<text x="{left}" y="16" fill="{plots.INK}">P(first &gt; second) per task '
-           "(95% interval)</text>"]
-    for p in (0.0, 0.25, 0.5, 0.75, 1.0):
-        dash = ' stroke-dasharray="4 3"' if p == 0.5 else ""
-        out.append(f'<line x1="{x(p):.1f}" x2="{x(p):.1f}" y1="{top - 6}" y2="{height - 30}" '
-                   f'stroke="{plots.MUTED if p == 0.5 else plots.GRID}"{dash}/>')
-        out.append(f'<text x="{x(p):.1f}" y="{height - 14}" text-anchor="middle" '
-                   f'fill="{plots.MUTED}">{p:g}</text>')
-    for k, (label, pair, heading) in enumerate(lines):
-        y = top + row_h * k + row_h / 2
-        if heading:
-            out.append(f'<text x="8" y="{y + 4:.1f}" fill="{plots.INK}" font-weight="bold">'
-                       f"{escape(label)}</text>")
-            continue
-        out.append(f'<text x="{left - 8:.1f}" y="{y + 4:.1f}" text-anchor="end" '
-                   f'fill="{plots.INK}">{escape(label)}</text>')
-        if pair is None:
-            out.append(f'<text x="{left + 4:.1f}" y="{y + 4:.1f}" fill="{plots.MUTED}">no '
-                       "finite pair</text>")
-            continue
-        r = pair["returns"]
-        poi = r["probability_of_improvement"]
-        colour = VERDICT_COLORS.get(r["verdict"], plots.MUTED)
-        lo, hi = poi["ci"] if poi.get("ci") else (poi["p"], poi["p"])
-        out.append(f"<g><title>{escape(r['sentence'])}</title>"
-                   f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="{colour}" stroke-width="3"/><circle cx="{x(poi["p"]):.1f}" '
-                   f'cy="{y:.1f}" r="5" fill="{colour}"/></g>')
-        out.append(f'<text x="{width - right + 10}" y="{y + 4:.1f}" fill="{colour}">'
-                   f"{escape(r['verdict'])}</text>")
-    out.append("</svg>")
-    return "".join(out)
+        rows.append(plots.ForestRow(str(t), heading=True))
+        for a, b in combos:
+            pair = by.get((a, b, t))
+            if pair is None:
+                rows.append(plots.ForestRow(f"{a} vs {b}", missing="no finite pair"))
+                continue
+            r = pair["returns"]
+            poi = r["probability_of_improvement"]
+            colour = VERDICT_COLORS.get(r["verdict"], plots.MUTED)
+            lo, hi = poi["ci"] if poi.get("ci") else (poi["p"], poi["p"])
+            rows.append(plots.ForestRow(f"{a} vs {b}", (lo, poi["p"], hi), colour,
+                                        tip=r["sentence"], note=r["verdict"],
+                                        note_color=colour))
+    return plots.forest_chart(rows, title="P(first > second) per task",
+                              desc="One row per task and pair: the dot is the probability "
+                              "of improvement, the bar its 95% interval.",
+                              caption="P(first > second) per task (95% interval)",
+                              ticks=(0.0, 0.25, 0.5, 0.75, 1.0), marks=(0.5,), left=left,
+                              right=right, width=width, row_height=20, uid="task-forest")
 
 
 _CSS = """

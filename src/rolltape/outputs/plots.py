@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Sequence
 
-__all__ = ["PALETTE", "ROLE_COLORS", "Series", "Strip", "line_chart", "nice_ticks",
-           "strip_chart"]
+__all__ = ["PALETTE", "ROLE_COLORS", "ForestRow", "Series", "Strip", "forest_chart",
+           "line_chart", "nice_ticks", "strip_chart"]
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#56B4E9", "#E69F00", "#000000")
@@ -63,6 +63,26 @@ class Strip:
     tips: Sequence[str] | None = None
     center: float | None = None
     interval: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class ForestRow:
+    """One line of a :func:`forest_chart`.
+
+    A ``heading`` row is only its ``label``, in bold at the left edge: it names the rows
+    below it. Any other row has its ``label`` left of the axis and, with an ``interval``
+    ``(lo, point, hi)`` in axis units, a bar from lo to hi and a dot at point in ``color``
+    (hovering them shows ``tip``), and ``note`` right of the axis in ``note_color``.
+    Without an interval, ``missing`` stands where the bar would be."""
+
+    label: str
+    interval: tuple[float, float, float] | None = None
+    color: str = INK
+    tip: str = ""
+    note: str = ""
+    note_color: str = MUTED
+    missing: str = ""
+    heading: bool = False
 
 
 # ------------------------------------------------------------------------------- scales
@@ -151,11 +171,12 @@ def _text(x: float, y: float, s: str, *, anchor: str = "start", fill: str = MUTE
             f"{escape(s)}</text>")
 
 
-def _open(title: str, desc: str, height: float, uid: str) -> list[str]:
-    return [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {_f(height)}" '
-            f'width="{WIDTH}" height="{_f(height)}" role="img" '
+def _open(title: str, desc: str, height: float, uid: str, *, width: float = WIDTH,
+          cls: str = "chart") -> list[str]:
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_f(width)} {_f(height)}" '
+            f'width="{_f(width)}" height="{_f(height)}" role="img" '
             f'aria-labelledby="{uid}-t {uid}-d" font-family="{escape(FONT)}" font-size="12" '
-            f'class="chart">',
+            f'class="{cls}">',
             f'<title id="{uid}-t">{escape(title)}</title>',
             f'<desc id="{uid}-d">{escape(desc)}</desc>']
 
@@ -370,5 +391,70 @@ def strip_chart(strips: Sequence[Strip], *, title: str, desc: str = "", xlabel: 
         if s.center is not None:
             out.append(_diamond(x(float(s.center)), cy, 6, INK,
                                 f"{s.label}: {marker_label.split(',')[0]} {s.center:.2f}"))
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+FOREST_TOP = 34  # from the chart's top to the first row: room for the caption line
+NOTE_GAP = 10  # from the axis' end to a row's note: clear of a dot (radius 5) drawn there
+
+
+def forest_chart(rows: Sequence[ForestRow], *, title: str, desc: str, caption: str,
+                 ticks: Sequence[float], tick_format: str = "{:g}",
+                 marks: Sequence[float] = (), left: float = 170, right: float = 40,
+                 width: float = WIDTH, row_height: float = 22, uid: str = "forest") -> str:
+    """A forest plot: one row per :class:`ForestRow`, every interval on one horizontal axis
+    from ``ticks[0]`` to ``ticks[-1]``, with a grid line and a label (``tick_format``) at
+    each tick and a dashed line at each of ``marks`` (a reference value such as a coin
+    flip's 0.5) in place of its grid line. ``left`` and ``right`` are the margins that hold
+    the labels and the notes (a note starts ``NOTE_GAP`` right of the axis); the chart is as
+    tall as its rows need.
+
+    >>> svg = forest_chart([ForestRow("suite", heading=True),
+    ...                     ForestRow("task", (20.0, 50.0, 80.0), "#0072B2", note="5/10"),
+    ...                     ForestRow("other", missing="n/a")],
+    ...                    title="Rates", desc="One row per task.", caption="rate",
+    ...                    ticks=(0, 50, 100), tick_format="{:g}%")
+    >>> svg.count("<circle"), "n/a</text>" in svg
+    (1, True)
+    """
+    lo, hi = float(ticks[0]), float(ticks[-1])
+    if not hi > lo:
+        raise ValueError(f"forest_chart needs ticks that rise, got {list(ticks)}.")
+    top = FOREST_TOP
+    height = top + row_height * len(rows) + 36  # + the tick labels under the last row
+    span = width - left - right
+
+    def x(value: float) -> float:
+        return left + span * (value - lo) / (hi - lo)
+
+    out = _open(title, desc, height, uid, width=width, cls="chart forest")
+    out.append(_text(left, 16, caption, fill=INK))
+    for t in ticks:
+        if t not in marks:
+            out.append(f'<line x1="{_f(x(t))}" x2="{_f(x(t))}" y1="{_f(top - 6)}" '
+                       f'y2="{_f(height - 30)}" stroke="{GRID}"/>')
+        out.append(_text(x(t), height - 14, tick_format.format(t), anchor="middle"))
+    for m in marks:
+        out.append(f'<line x1="{_f(x(m))}" x2="{_f(x(m))}" y1="{_f(top - 6)}" '
+                   f'y2="{_f(height - 30)}" stroke="{MUTED}" stroke-dasharray="4 3"/>')
+    for k, row in enumerate(rows):
+        y = top + row_height * k + row_height / 2
+        if row.heading:
+            out.append(_text(8, y + 4, row.label, fill=INK, extra=' font-weight="bold"'))
+            continue
+        out.append(_text(left - 8, y + 4, row.label, anchor="end", fill=INK))
+        if row.interval is None:
+            out.append(_text(left + 4, y + 4, row.missing))
+        else:
+            a, point, b = row.interval
+            tip = f"<title>{escape(row.tip)}</title>" if row.tip else ""
+            # One group, so hovering the bar or the dot shows the same tooltip.
+            out.append(f'<g>{tip}<line x1="{_f(x(a))}" x2="{_f(x(b))}" y1="{_f(y)}" '
+                       f'y2="{_f(y)}" stroke="{row.color}" stroke-width="3"/>'
+                       f'<circle cx="{_f(x(point))}" cy="{_f(y)}" r="5" '
+                       f'fill="{row.color}"/></g>')
+        if row.note:
+            out.append(_text(width - right + NOTE_GAP, y + 4, row.note, fill=row.note_color))
     out.append("</svg>")
     return "\n".join(out)

@@ -17,10 +17,9 @@ Example:
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any, Mapping
 
-from rolltape.outputs.plots import FONT, GRID, INK, MUTED, PALETTE
+from rolltape.outputs.plots import CHAR_W, NOTE_GAP, PALETTE, ForestRow, forest_chart
 from rolltape.outputs.summary import num
 
 HEADER = ["suite", "task", "episodes", "success [95% CI]", "at end", "sum reward",
@@ -68,54 +67,30 @@ def forest_plot(suite: Mapping[str, Any]) -> str:
     """Inline SVG: one row per task, its success rate (dot) and 95% Wilson interval (bar)
     on a 0..100% axis, tasks grouped under their suite's name; a task whose env never
     reported success is listed as 'n/a'."""
-    width, row_h, left, right, top = 560, 22, 170, 40, 34
-    lines: list[tuple[str, Mapping[str, Any] | None, str]] = []  # (label, entry, colour)
-    colours = {}
+    rows: list[ForestRow] = []
+    colours: dict[str, str] = {}  # one colour per suite, in the order suites come
     for t in suite["per_task"]:
         if t["suite"] not in colours:
             colours[t["suite"]] = PALETTE[len(colours) % len(PALETTE)]
-            lines.append((t["suite"], None, colours[t["suite"]]))
-        lines.append((t["task"], t, colours[t["suite"]]))
-    height = top + row_h * len(lines) + 36
-    span = width - left - right
-
-    def x(pc: float) -> float:
-        return left + span * pc / 100.0
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-           f'width="{width}" height="{height}" role="img" font-family="{escape(FONT)}" '
-           f'font-size="12" class="chart forest">',
-           "<title>Success rate per task with its 95% Wilson interval</title>",
-           "<desc>One row per task, grouped by suite: the dot is the success rate, the bar "
-           "its 95% Wilson interval.</desc>",
-           f'<text x="{left}" y="16" fill="{INK}">success rate per task (95% Wilson '
-           "interval)</text>"]
-    for pc in (0, 25, 50, 75, 100):
-        out.append(f'<line x1="{x(pc):.1f}" x2="{x(pc):.1f}" y1="{top - 6}" '
-                   f'y2="{height - 30}" stroke="{GRID}"/>')
-        out.append(f'<text x="{x(pc):.1f}" y="{height - 14}" text-anchor="middle" '
-                   f'fill="{MUTED}">{pc}%</text>')
-    for k, (label, entry, colour) in enumerate(lines):
-        y = top + row_h * k + row_h / 2
-        if entry is None:  # a suite's heading
-            out.append(f'<text x="8" y="{y + 4:.1f}" fill="{INK}" font-weight="bold">'
-                       f"{escape(label)}</text>")
+            rows.append(ForestRow(t["suite"], heading=True))
+        if t.get("pc_success") is None:
+            rows.append(ForestRow(t["task"], missing="n/a: success never reported"))
             continue
-        out.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end" fill="{INK}">'
-                   f"{escape(label)}</text>")
-        if entry.get("pc_success") is None:
-            out.append(f'<text x="{left + 4}" y="{y + 4:.1f}" fill="{MUTED}">n/a: success '
-                       "never reported</text>")
-            continue
-        lo, hi = entry["pc_success_ci95"]
-        tip = escape(f"{entry['suite']}/{entry['task']}: {success_text(entry)}")
-        out.append(f'<g><title>{tip}</title>'
-                   f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="{colour}" stroke-width="3"/>'
-                   f'<circle cx="{x(entry["pc_success"]):.1f}" cy="{y:.1f}" r="5" '
-                   f'fill="{colour}"/></g>')
-        known = entry["n_episodes"] - entry.get("n_unknown", 0)
-        out.append(f'<text x="{width - right + 6}" y="{y + 4:.1f}" fill="{MUTED}">'
-                   f"{entry['n_success']}/{known}</text>")
-    out.append("</svg>")
-    return "".join(out)
+        lo, hi = t["pc_success_ci95"]
+        known = t["n_episodes"] - t.get("n_unknown", 0)
+        rows.append(ForestRow(t["task"], (lo, t["pc_success"], hi), colours[t["suite"]],
+                              tip=f"{t['suite']}/{t['task']}: {success_text(t)}",
+                              note=f"{t['n_success']}/{known}"))
+    return forest_chart(rows, title="Success rate per task with its 95% Wilson interval",
+                        desc="One row per task, grouped by suite: the dot is the success "
+                        "rate, the bar its 95% Wilson interval.",
+                        caption="success rate per task (95% Wilson interval)",
+                        ticks=(0, 25, 50, 75, 100), tick_format="{:g}%", left=170,
+                        right=_note_margin(rows), uid="suite-forest")
+
+
+def _note_margin(rows: list[ForestRow]) -> float:
+    """Right of the axis: room for the widest 'n_success/known' note ('100/100' is wider
+    than the usual 40 px, and an SVG clips what passes its edge)."""
+    widest = max((len(r.note) for r in rows), default=0)
+    return max(40.0, NOTE_GAP + CHAR_W * widest + 2)
