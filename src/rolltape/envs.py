@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -308,6 +309,7 @@ def mujoco_data(env: Any) -> Any | None:
     return data if data is not None and hasattr(data, "qpos") else None
 
 
+@functools.cache  # called per step by the server and per frame by replays
 def physics_spec() -> int:
     """The parts of MuJoCo's state a tape keeps per frame: time, qpos, qvel, act (plus
     plugin/history state), the solver's warm start, and mocap/equality state. With the

@@ -77,16 +77,20 @@ def _msgpack() -> Any:
 _BYTE = struct.Struct("<B")
 _SHAPES = [struct.Struct(f"<{n}Q") for n in range(MAX_NDIM + 1)]
 _DTYPES: dict[bytes, np.dtype] = {}  # accepted dtype texts only, so it stays small
+_HEADS: dict[tuple[str, tuple[int, ...]], bytes] = {}  # (dtype, shape) -> header bytes
 
 
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind not in ARRAY_KINDS:
             raise TypeError(f"arrays of dtype {obj.dtype} do not travel")
-        dtype = obj.dtype.str.encode()
+        key = (obj.dtype.str, obj.shape)
+        head = _HEADS.get(key)
+        if head is None:
+            head = array_ext_payload(obj.dtype.str, list(obj.shape), b"")
+            if len(_HEADS) < 1024:  # an env's few shapes; a stream of new ones is not kept
+                _HEADS[key] = head
         # tobytes() is C order for any layout; ascontiguousarray would make a 0-d array 1-d.
-        head = (_BYTE.pack(len(dtype)) + dtype + _BYTE.pack(obj.ndim)
-                + struct.pack(f"<{obj.ndim}Q", *obj.shape))
         return _msgpack().ExtType(ARRAY_EXT, head + obj.tobytes())
     if isinstance(obj, np.bool_):
         return bool(obj)

@@ -450,17 +450,19 @@ def _obs(obs: Any) -> Any:
     return np.asarray(obs)
 
 
-_PLAIN = (bool, int, float, str, type(None))
+# Values msgpack carries as they are (np.float64 is a float subclass: packed as a double).
+_PLAIN = frozenset({bool, int, float, str, type(None), np.float64})
 
 
 def _info(info: Any, depth: int = 0) -> Any:
     """An info dict as the wire carries it: arrays and numbers kept exactly, the rest as text."""
-    if type(info) in _PLAIN:  # most info values (np.float64 is a float subclass, not here)
+    if type(info) in _PLAIN:
         return info
     if depth > 8:
         return str(info)
-    if isinstance(info, dict):
-        return {str(k): _info(v, depth + 1) for k, v in info.items()}
+    if isinstance(info, dict):  # most are one level of plain numbers: no call per value
+        return {str(k): v if type(v) in _PLAIN else _info(v, depth + 1)
+                for k, v in info.items()}
     if isinstance(info, (list, tuple)):
         return [_info(v, depth + 1) for v in info]
     if isinstance(info, np.ndarray):
