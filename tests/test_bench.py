@@ -98,6 +98,14 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(
     assert b["suite_aggregation"]["raw"]["episodes"] == 4 * 2
     assert b["suite_aggregation"]["target"] == 0.01
 
+    step = b["served_step_overhead"]["raw"]  # judged: the cost beyond bare pyzmq
+    assert step["bare_round_trip_us"] > 0 and math.isfinite(step["server_code_in_process_us"])
+    assert b["served_step_overhead"]["value"] == pytest.approx(
+        step["overhead_us"] - step["bare_round_trip_us"])
+    assert b["served_eval_pass1"]["raw"]["tapes_identical"] is True
+    assert b["served_concurrent_clients"]["value"] == 0.0  # no episode differs
+
+    assert b["small_job"]["raw"] == b["end_to_end"]["raw"]  # at --quick, one job, run once
     assert b["end_to_end"]["raw"]["rolltape_render_workers"] == 0  # rolltape's default
     assert b["end_to_end"]["raw"]["render_early_same_returns"] is True
 
