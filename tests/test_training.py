@@ -323,7 +323,7 @@ def _train(out: Path, vec: str) -> tuple[object, Path]:
     venv = VecNormalize(venv)
     model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0,
                 device="cpu", policy_kwargs={"net_arch": [8]})
-    model.set_logger(configure(str(out / "log"), ["csv"]))
+    model.set_logger(configure(str(out / "log"), ["csv", "tensorboard"]))
     model.learn(192, callback=callback)
     venv.close()  # waits for the sub-envs' videos
     return callback, out
@@ -374,6 +374,20 @@ def test_the_callback_evaluates_as_rolltape_runs(dummy_run) -> None:
     assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     report = (out / "report.html").read_text()
     assert "timeline.png" in report and Path(callback.recorded[0]["video"]).name in report
+
+
+def test_a_rendered_training_video_reaches_tensorboard(dummy_run) -> None:
+    """The video finishes in the background, often after SB3's last logger dump: the
+    callback dumps it at the end of training, as an animated image of the recorded size."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    callback, out = dummy_run
+    events = EventAccumulator(str(out / "log"), size_guidance={"images": 0})
+    events.Reload()
+    assert "train/video" in events.Tags()["images"]
+    [*_, last] = events.Images("train/video")
+    assert (last.width, last.height) == (SMALL["width"], SMALL["height"])
+    assert last.encoded_image_string[:6] in (b"GIF87a", b"GIF89a")  # torch writes a GIF
 
 
 def npz_mean(out: Path) -> float:

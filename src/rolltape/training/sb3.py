@@ -177,7 +177,10 @@ class TapeCallback(BaseCallback):
 
                 warn(f"{sum(left)} training video(s) were still rendering at the end of "
                      "training; they finish in the background (or when the env is closed).")
-        self._log_videos()
+        if self._log_videos():
+            # SB3 dumps its logger after each rollout; a video that finished after the last
+            # one would otherwise never reach TensorBoard.
+            self.logger.dump(self.num_timesteps)
         self.write_summary()
 
     # -- recording -----------------------------------------------------------------------
@@ -213,14 +216,16 @@ class TapeCallback(BaseCallback):
             base.envs[i] = RecordTape(base.envs[i], folder, episode_trigger=every(self.record_every),
                                       name_prefix=f"train-env{i}", **self.record_options)
 
-    def _log_videos(self) -> None:
-        """Put each newly rendered training video into SB3's logger (TensorBoard only)."""
+    def _log_videos(self) -> int:
+        """Put each newly rendered training video into SB3's logger (TensorBoard only; one
+        key, so the newest of a dump is the one kept); return how many were put."""
         from stable_baselines3.common.logger import TensorBoardOutputFormat, Video
 
         tensorboard = any(isinstance(f, TensorBoardOutputFormat)
                           for f in self.logger.output_formats)
         from rolltape.tape import Tape
 
+        logged = 0
         for row in self.recorded:
             if row["tape"] in self._logged_videos:
                 continue
@@ -240,6 +245,8 @@ class TapeCallback(BaseCallback):
                 clip = torch.from_numpy(frames).permute(0, 3, 1, 2)[None]
                 self.logger.record("train/video", Video(clip, fps=30),
                                    exclude=("stdout", "log", "json", "csv"))
+                logged += 1
+        return logged
 
     # -- evaluation ----------------------------------------------------------------------
     def _eval_env_spec(self) -> tuple[str, dict[str, Any], int | None]:
