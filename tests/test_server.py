@@ -497,3 +497,24 @@ def test_a_served_suite_refuses_a_differing_or_missing_task(suite_server, tmp_pa
         assert sentence in result.stderr and result.stderr.count("\n") == 1, (case, result.stderr)
         assert not out.exists(), case  # refused before any work
     assert sessions(server.address) == 0
+
+
+def test_parity_compares_one_task_of_a_suite_server(suite_server, tmp_path):
+    server, manifest = suite_server
+    out = tmp_path / "parity.json"
+    done = run_cli("parity", "--suite", str(manifest), "--task", "cheetah", "--served",
+                   server.address, "--episodes", "2", "--width", "64", "--height", "48",
+                   "--out", str(out), env=FAST)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert result["agree"] is True and len(result["rows"]) == 2
+    assert result["task"] == "toy/cheetah"
+    assert result["env"]["kwargs"] == {"ctrl_cost_weight": 0.2}
+    for args, sentence in (([], "go together"), (["--task", "cheetah,pattern"], "one task"),
+                           ([ENV_ID, "--task", "cheetah"], "not both"),
+                           (["--task", "cartpole"], "does not serve task 'toy/cartpole'")):
+        refused = run_cli("parity", *args, "--suite", str(manifest), "--served", server.address,
+                          "--out", str(tmp_path / "no.json"), env=FAST)
+        assert refused.returncode == 2 and sentence in refused.stderr, (args, refused.stderr)
+        assert refused.stderr.count("\n") == 1 and not (tmp_path / "no.json").exists()
+    assert sessions(server.address) == 0

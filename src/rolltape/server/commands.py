@@ -70,8 +70,13 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
 
     @app.command()
     def parity(
-        env: str = typer.Argument(..., help="The local env id (HalfCheetah-v5)."),
+        env: Optional[str] = typer.Argument(None, help="The local env id (HalfCheetah-v5); "
+                                            "leave it out with --suite and --task."),
         served: str = typer.Option(..., "--served", help="The server: tcp://HOST:PORT."),
+        suite: Optional[str] = typer.Option(None, help="With --task: compare one task of the "
+                                            "suite a `serve --suite` server serves."),
+        task: Optional[str] = typer.Option(None, help="With --suite: the task (name or "
+                                           "suite/task)."),
         policy: str = typer.Option("random", "--policy", "-p",
                                    help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | "
                                         "tape:PATH.npz (replays its actions)"),
@@ -119,10 +124,16 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         if output.is_dir():
             raise UsageError(f"--out '{output}' is a folder; give the path of parity.json.")
         address = parse_server(served)
-        if env.startswith("tcp://"):
+        if suite is not None or task is not None:
+            spec = _suite_task_spec(suite, task, env, env_kwargs, max_episode_steps, address)
+        elif env is None:
+            raise UsageError("Give the local env id (rolltape parity HalfCheetah-v5 --served "
+                             "tcp://HOST:PORT), or --suite and --task for a suite server.")
+        elif env.startswith("tcp://"):
             raise UsageError("Give the local env id as ENV and the server as --served "
                              "tcp://HOST:PORT.")
-        spec = env_spec(f"{address}/{env}", parse_kwargs(env_kwargs), max_episode_steps)
+        else:
+            spec = env_spec(f"{address}/{env}", parse_kwargs(env_kwargs), max_episode_steps)
         described = describe(spec)
         diff = served_difference(spec, described["descriptor"])
         if diff is not None:  # a divergence before any step: named like the others
@@ -138,6 +149,8 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
                    "tapes": [str(t) for t in tapes] if tapes else None}
         result = _run_worker(spec, options, backend, say)
         result["frames"]["backend"] = backend
+        if spec["served"].get("name") is not None:  # a suite server's task
+            result["task"] = spec["served"]["name"]
         write_json(output, result)
         if result["agree"]:
             compared = ", physics" if described.get("physics") else ""
@@ -150,6 +163,28 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
                  if d["episode"] is not None else "after the episodes")
         raise DivergenceError(f"parity: the served env diverged at {where} in {d['field']}: "
                               f"local {d['local']}, served {d['served']}; see {output}.")
+
+
+def _suite_task_spec(suite: str | None, task: str | None, env: str | None,
+                     env_kwargs: Any, max_episode_steps: int | None,
+                     address: str) -> dict[str, Any]:
+    """The served spec of one suite task, resolved as ``serve --suite`` resolves it."""
+    from rolltape.server.client import served_task_spec
+    from rolltape.server.server import ServeConfig
+
+    if suite is None or task is None:
+        raise UsageError("--suite and --task go together: parity compares one task of a "
+                         "suite (e.g. --suite mazes --task umaze).")
+    if env is not None or env_kwargs:
+        raise UsageError(f"Give either ENV or --suite with --task ('{task}'), not both: the "
+                         "suite names the task's env and its kwargs.")
+    specs = ServeConfig(env=None, suite=suite, tasks=task,
+                        max_episode_steps=max_episode_steps).served_specs()
+    if len(specs) != 1:
+        raise UsageError(f"--task names one task; '{task}' picks {len(specs)} "
+                         f"({', '.join(specs)}).")
+    [(name, local)] = specs.items()
+    return served_task_spec(local, address, name)
 
 
 def _run_worker(spec: dict[str, Any], options: dict[str, Any], backend: str | None,
