@@ -293,9 +293,11 @@ def test_not_a_run_is_a_usage_error(tmp_path: Path) -> None:
 
 @needs_assets
 def test_cli_view_serves_the_run_until_interrupted(cheetah_run: Path) -> None:
+    # SIGINT as a terminal sends it, even when this test run ignores it (a background job).
     proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "view", str(cheetah_run),
                              "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
         assert line.startswith("open http://127.0.0.1:"), line + proc.stderr.read()
