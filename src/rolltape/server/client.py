@@ -64,8 +64,6 @@ class Connection:
     def call(self, op: str, *, sid: str | None = None, gen: int = 0,
              timeout: float | None = None, **args: Any) -> dict[str, Any]:
         """Send one request and return its reply (any status); ServerGone if none comes."""
-        import zmq
-
         self.rid += 1
         rid = self.rid
         self.socket.send(P.encode(P.request(op, sid=sid, gen=gen, rid=rid, token=self.token,
@@ -74,20 +72,11 @@ class Connection:
         deadline = _now() + wait
         while True:  # bounded by the deadline; replies to timed-out requests are skipped
             left = deadline - _now()
-            # A blocking receive with a timeout: one call per reply (poll-then-receive was
-            # two), and Ctrl-C still interrupts it.
-            ms = max(1, int(left * 1000) + 1)
-            if ms != self._rcvtimeo:
-                self.socket.setsockopt(zmq.RCVTIMEO, ms)
-                self._rcvtimeo = ms
-            try:
-                if left <= 0:
-                    raise zmq.Again
-                data = self.socket.recv()
-            except zmq.Again:
+            data = self._receive(left) if left > 0 else None
+            if data is None:
                 raise ServerGone(f"The env server at {self.address} did not answer {op} within "
                                  f"{wait:g} s (is `rolltape serve` running there? "
-                                 "ROLLTAPE_SERVER_TIMEOUT waits longer)", timed_out=True) from None
+                                 "ROLLTAPE_SERVER_TIMEOUT waits longer)", timed_out=True)
             try:
                 reply = P.decode(data)
             except P.ProtocolError as exc:
@@ -95,6 +84,20 @@ class Connection:
                                  f"msgpack ({exc}); is that address a rolltape server?") from None
             if reply.get("rid") == rid or reply.get("rid") is None:
                 return reply
+
+    def _receive(self, seconds: float) -> bytes | None:
+        """The next message, or None after ``seconds``. A blocking receive with a timeout:
+        one call per reply (poll-then-receive was two), and Ctrl-C still interrupts it."""
+        import zmq
+
+        ms = int(seconds * 1000) + 1
+        if ms != self._rcvtimeo:
+            self.socket.setsockopt(zmq.RCVTIMEO, ms)
+            self._rcvtimeo = ms
+        try:
+            return self.socket.recv()
+        except zmq.Again:
+            return None
 
     def close(self) -> None:
         self.socket.close(0)

@@ -109,15 +109,22 @@ class Served:
     descriptor: dict[str, Any]
     nq_nv: tuple[int, int] | None
     metadata: dict[str, Any]
+    state_size: int | None = None  # of a MuJoCo physics row (None: no MuJoCo physics)
 
     @classmethod
     def probe(cls, name: str, spec: dict[str, Any]) -> Served:
         """Build the env once, to describe it."""
         env = make_env(spec)
         try:
-            nq_nv = ((int(env.unwrapped.model.nq), int(env.unwrapped.model.nv))
-                     if mujoco_data(env) is not None else None)
-            return cls(name, spec, P.descriptor(spec, env), nq_nv, json_safe(dict(env.metadata)))
+            nq_nv = state_size = None
+            if mujoco_data(env) is not None:
+                import mujoco
+
+                model = env.unwrapped.model
+                nq_nv = (int(model.nq), int(model.nv))
+                state_size = int(mujoco.mj_stateSize(model, physics_spec()))
+            return cls(name, spec, P.descriptor(spec, env), nq_nv,
+                       json_safe(dict(env.metadata)), state_size)
         finally:
             env.close()
 
@@ -133,7 +140,6 @@ class Session:
     seen: float = field(default_factory=time.monotonic)
     reset_done: bool = False
     drawer: FrameDrawer | None = None
-    state_size: int | None = None  # of a MuJoCo physics row, known after the first
 
 
 class EnvServer:
@@ -340,9 +346,7 @@ class EnvServer:
         import mujoco
 
         base = session.env.unwrapped
-        if session.state_size is None:
-            session.state_size = mujoco.mj_stateSize(base.model, physics_spec())
-        row = np.empty(session.state_size)
+        row = np.empty(session.served.state_size)
         mujoco.mj_getState(base.model, base.data, row, physics_spec())
         return row
 

@@ -143,6 +143,7 @@ class TapeCallback(BaseCallback):
         self.recorded: list[dict[str, Any]] = []  # one row per recorded episode (tape)
         self.evaluations: list[dict[str, Any]] = []
         self._logged_videos: set[str] = set()
+        self._video_paths: dict[str, Path] = {}  # tape -> its recording's video, read once
         self._next_eval = eval_every or 0
 
     # -- SB3 hooks -----------------------------------------------------------------------
@@ -217,36 +218,37 @@ class TapeCallback(BaseCallback):
                                       name_prefix=f"train-env{i}", **self.record_options)
 
     def _log_videos(self) -> int:
-        """Put each newly rendered training video into SB3's logger (TensorBoard only; one
-        key, so the newest of a dump is the one kept); return how many were put."""
+        """Note each newly rendered training video in its row and put the newest into
+        SB3's logger (TensorBoard only: one key, so a dump keeps one video, and decoding
+        the others would only slow training); return how many were put (0 or 1)."""
         from stable_baselines3.common.logger import TensorBoardOutputFormat, Video
 
-        tensorboard = any(isinstance(f, TensorBoardOutputFormat)
-                          for f in self.logger.output_formats)
         from rolltape.tape import Tape
 
-        logged = 0
+        newest = None
         for row in self.recorded:
             if row["tape"] in self._logged_videos:
                 continue
-            # The video is named after the recording (a tape may be a later part of it).
-            name = Tape.load(row["tape"]).meta.get("recording", Path(row["tape"]).stem)
-            video = Path(row["tape"]).with_name(f"{name}.mp4")
-            if not video.is_file():
-                continue
-            self._logged_videos.add(row["tape"])
-            row["video"] = str(video)
-            if tensorboard:
-                import torch
+            if row["tape"] not in self._video_paths:
+                # Named after the recording (a tape may be a later part of it).
+                name = Tape.load(row["tape"]).meta.get("recording", Path(row["tape"]).stem)
+                self._video_paths[row["tape"]] = Path(row["tape"]).with_name(f"{name}.mp4")
+            video = self._video_paths[row["tape"]]
+            if video.is_file():
+                self._logged_videos.add(row["tape"])
+                row["video"] = newest = str(video)
+        if newest is None or not any(isinstance(f, TensorBoardOutputFormat)
+                                     for f in self.logger.output_formats):
+            return 0
+        import torch
 
-                from rolltape.pass2.encode import read_frames
+        from rolltape.pass2.encode import read_frames
 
-                frames = np.stack(list(read_frames(video)))  # (T, H, W, C)
-                clip = torch.from_numpy(frames).permute(0, 3, 1, 2)[None]
-                self.logger.record("train/video", Video(clip, fps=30),
-                                   exclude=("stdout", "log", "json", "csv"))
-                logged += 1
-        return logged
+        frames = np.stack(list(read_frames(newest)))  # (T, H, W, C)
+        clip = torch.from_numpy(frames).permute(0, 3, 1, 2)[None]
+        self.logger.record("train/video", Video(clip, fps=30),
+                           exclude=("stdout", "log", "json", "csv"))
+        return 1
 
     # -- evaluation ----------------------------------------------------------------------
     def _eval_env_spec(self) -> tuple[str, dict[str, Any], int | None]:
