@@ -164,9 +164,10 @@ def describe(spec: dict[str, Any]) -> dict[str, Any]:
     except ServerGone as exc:
         if not exc.timed_out:
             raise UsageError(exc.strerror) from None
+        how = (f"`rolltape serve {spec['id']} --bind HOST:PORT`" if name is None else
+               f"`rolltape serve --suite SUITE --bind HOST:PORT` (the suite of task '{name}')")
         raise UsageError(f"No env server answers at {address} (waited {wait:g} s); start one "
-                         f"with `rolltape serve {spec['id']} --bind HOST:PORT` or fix the "
-                         "address.") from None
+                         f"with {how} or fix the address.") from None
     finally:
         conn.close()
 

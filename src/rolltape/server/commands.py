@@ -179,7 +179,7 @@ def _suite_task_spec(suite: str | None, task: str | None, env: str | None,
         raise UsageError(f"Give either ENV or --suite with --task ('{task}'), not both: the "
                          "suite names the task's env and its kwargs.")
     specs = ServeConfig(env=None, suite=suite, tasks=task,
-                        max_episode_steps=max_episode_steps).served_specs()
+                        max_episode_steps=max_episode_steps).served_specs("--task")
     if len(specs) != 1:
         raise UsageError(f"--task names one task; '{task}' picks {len(specs)} "
                          f"({', '.join(specs)}).")

@@ -54,9 +54,10 @@ class ServeConfig:
     suite: str | None = None  # a built-in suite's name or a manifest.yaml: serve its tasks
     tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
 
-    def served_specs(self) -> dict[str, dict[str, Any]]:
+    def served_specs(self, tasks_flag: str = "--tasks") -> dict[str, dict[str, Any]]:
         """The env spec of each served name: the env's id, or each task's ``suite/task``
-        with the env as the suite resolves it (id, kwargs, max episode steps)."""
+        with the env as the suite resolves it (id, kwargs, max episode steps); a task not
+        in the suite is refused naming ``tasks_flag``."""
         if self.suite is None:
             if self.env is None:
                 raise UsageError("Give an env to serve (e.g. HalfCheetah-v5) or --suite NAME.")
@@ -70,8 +71,8 @@ class ServeConfig:
         from rolltape.suites.builtin import check_installed, resolve_suite
         from rolltape.suites.manifest import select_tasks, with_defaults
 
-        manifest = with_defaults(select_tasks(resolve_suite(self.suite), self.tasks), 1,
-                                 self.max_episode_steps)
+        manifest = with_defaults(select_tasks(resolve_suite(self.suite), self.tasks,
+                                              tasks_flag), 1, self.max_episode_steps)
         for task in manifest.tasks:
             check_installed(task)
         return {t.key: env_spec(t.env, t.kwargs, t.max_episode_steps) for t in manifest.tasks}

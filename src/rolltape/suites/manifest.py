@@ -234,22 +234,24 @@ def _no_duplicates(mapping: Any, what: str, tail: str) -> None:
         raise UsageError(f"{what} '{dup[0]}' twice{tail}.")
 
 
-def select_tasks(manifest: Manifest, wanted: str | Sequence[str] | None) -> Manifest:
+def select_tasks(manifest: Manifest, wanted: str | Sequence[str] | None,
+                 flag: str = "--tasks") -> Manifest:
     """The tasks ``--tasks`` names (``task`` or ``suite/task``, comma-separated), in the
-    manifest's order; all of them when None. A name not in the manifest is refused."""
+    manifest's order; all of them when None. A name not in the manifest is refused, in a
+    sentence naming ``flag``."""
     if wanted is None:
         return manifest
     words = [w.strip() for w in (wanted.split(",") if isinstance(wanted, str) else wanted)]
     words = [w for w in words if w]
     if not words:
-        raise UsageError("--tasks names no task; give task names separated by commas.")
+        raise UsageError(f"{flag} names no task; give task names separated by commas.")
     names = [t.name for t in manifest.tasks] + [t.key for t in manifest.tasks]
     for word in words:
         if word not in names:
             close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else \
                 f"its tasks are {', '.join(dict.fromkeys(t.name for t in manifest.tasks))}."
-            raise UsageError(f"--tasks '{word}' is not a task of {manifest.source}; {hint}")
+            raise UsageError(f"{flag} '{word}' is not a task of {manifest.source}; {hint}")
     chosen = tuple(t for t in manifest.tasks if t.name in words or t.key in words)
     return replace(manifest, tasks=chosen)
 
