@@ -191,6 +191,25 @@ def test_a_server_with_other_kwargs_is_refused_and_parity_names_the_field(tmp_pa
         other.stop()
 
 
+def test_ctrl_c_in_parity_writes_nothing_and_closes_its_session(server, tmp_path):
+    out = tmp_path / "parity.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolltape.cli", "parity", ENV_ID, "--served", server.address,
+         "--max-episode-steps", str(STEPS), "-n", "500", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **FAST, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal
+    try:
+        assert proc.stdout.readline().startswith("episode 0 ")  # it is comparing episodes
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in stderr and not out.exists()
+    assert sessions(server.address) == 0  # the stopped worker closed its session
+
+
 def test_compare_episode_names_the_first_divergent_step_and_field():
     from rolltape.envs import env_spec, make_env
     from rolltape.pass1.rollout import record_episode

@@ -16,6 +16,8 @@ executor, the rest of pass 2, outputs.
 
 from __future__ import annotations
 
+import signal
+import sys
 from typing import Any
 
 import numpy as np
@@ -161,7 +163,9 @@ def _plan(source: str, episodes: int, seed: int, tapes: list[str] | None, env: A
 
 
 def parity_worker(spec: dict[str, Any], options: dict[str, Any], conn: Any) -> None:
-    """Spawned process: run the parity check, send ("result", dict) or an error line."""
+    """Spawned process: run the parity check, send ("result", dict) or an error line.
+    Stopped (SIGTERM, after Ctrl-C in the command), it still closes its server session."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         conn.send(("result", run_parity(
             spec, options.pop("policy"), options.pop("episodes"), options.pop("seed"),
