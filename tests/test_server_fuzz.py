@@ -57,3 +57,44 @@ def test_the_decoder_refuses_anything_but_msgpack():
     for bad in (np.array(["a"]), np.array([object()])):
         with pytest.raises(TypeError):
             P.encode({"x": bad})
+
+
+def test_the_encoder_keeps_nothing_from_a_failed_message_and_threads_do_not_mix():
+    """encode reuses one msgpack Packer per thread: a message that fails to encode must not
+    leave bytes for the next one, and threads encoding at once each get their own bytes."""
+    import threading
+
+    import numpy as np
+
+    with pytest.raises(TypeError):
+        P.encode({"x": np.arange(3.0), "bad": object()})
+    assert P.decode(P.encode({"ok": 1})) == {"ok": 1}
+
+    wrong: list[int] = []
+
+    def encode_many(k: int) -> None:
+        for i in range(300):
+            obs = np.full(17, float(k * 1000 + i))
+            got = P.decode(P.encode({"k": k, "i": i, "obs": obs, "physics": obs[:5]}))
+            if (got["k"], got["i"]) != (k, i) or not np.array_equal(got["obs"], obs):
+                wrong.append(k)
+
+    threads = [threading.Thread(target=encode_many, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+def test_array_layouts_are_checked_against_each_caller_cap():
+    """A header is parsed once and cached, but the payload cap is checked on every decode."""
+    import numpy as np
+
+    data = P.encode({"a": np.zeros((0, 5000))})
+    assert P.decode(data)["a"].shape == (0, 5000)
+    with pytest.raises(P.ProtocolError, match="payload cap"):
+        P.decode(data, max_payload=4096)
+    assert P.decode(data)["a"].shape == (0, 5000)
+    decoded = P.decode(P.encode({"a": np.arange(6, dtype=np.int16).reshape(2, 3)}))["a"]
+    assert decoded.shape == (2, 3) and decoded.dtype == np.int16 and decoded.flags.writeable

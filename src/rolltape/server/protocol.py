@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import struct
+import threading
 from typing import Any
 
 import numpy as np
@@ -58,16 +59,17 @@ def missing_extra() -> UsageError:
 
 
 _MSGPACK: Any = None
+_EXT_TYPE: Any = None  # msgpack.ExtType
 
 
 def _msgpack() -> Any:
-    global _MSGPACK
+    global _MSGPACK, _EXT_TYPE
     if _MSGPACK is None:
         try:
             import msgpack
         except ImportError:
             raise missing_extra() from None
-        _MSGPACK = msgpack
+        _MSGPACK, _EXT_TYPE = msgpack, msgpack.ExtType
     return _MSGPACK
 
 
@@ -76,22 +78,24 @@ def _msgpack() -> Any:
 # a few struct reads, where a nested msgpack list costs an allocation per part.
 _BYTE = struct.Struct("<B")
 _SHAPES = [struct.Struct(f"<{n}Q") for n in range(MAX_NDIM + 1)]
-_DTYPES: dict[bytes, np.dtype] = {}  # accepted dtype texts only, so it stays small
-_HEADS: dict[tuple[str, tuple[int, ...]], bytes] = {}  # (dtype, shape) -> header bytes
+_HEADS: dict[tuple[np.dtype, tuple[int, ...]], bytes] = {}  # (dtype, shape) -> header
 
 
 def _default(obj: Any) -> Any:
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.kind not in ARRAY_KINDS:
-            raise TypeError(f"arrays of dtype {obj.dtype} do not travel")
-        key = (obj.dtype.str, obj.shape)
-        head = _HEADS.get(key)
+    if type(obj) is np.ndarray:
+        head = _HEADS.get((obj.dtype, obj.shape))
         if head is None:
+            if obj.dtype.kind not in ARRAY_KINDS:
+                raise TypeError(f"arrays of dtype {obj.dtype} do not travel")
             head = array_ext_payload(obj.dtype.str, list(obj.shape), b"")
             if len(_HEADS) < 1024:  # an env's few shapes; a stream of new ones is not kept
-                _HEADS[key] = head
+                _HEADS[(obj.dtype, obj.shape)] = head
         # tobytes() is C order for any layout; ascontiguousarray would make a 0-d array 1-d.
-        return _msgpack().ExtType(ARRAY_EXT, head + obj.tobytes())
+        # ExtType is a namedtuple whose constructor checks its fields in Python; these are
+        # known good, so the tuple is made directly (a third of an array's encoding time).
+        return tuple.__new__(_EXT_TYPE, (ARRAY_EXT, head + obj.tobytes()))
+    if isinstance(obj, np.ndarray):  # a subclass (a masked or memory-mapped array)
+        return _default(np.asarray(obj))
     if isinstance(obj, np.bool_):
         return bool(obj)
     if isinstance(obj, np.integer):
@@ -111,9 +115,15 @@ def array_ext_payload(dtype: str, shape: list[int], raw: bytes) -> bytes:
             + struct.pack(f"<{len(shape)}Q", *shape) + raw)
 
 
+_LOCAL = threading.local()  # a Packer per thread: it keeps a buffer, and is not thread-safe
+
+
 def encode(message: dict[str, Any]) -> bytes:
     """One message as msgpack bytes (arrays as dtype + shape + bytes)."""
-    return _msgpack().packb(message, default=_default, use_bin_type=True, strict_types=False)
+    packer = getattr(_LOCAL, "packer", None)
+    if packer is None:  # packb would build a Packer and its buffer for every message
+        packer = _LOCAL.packer = _msgpack().Packer(default=_default, use_bin_type=True)
+    return packer.pack(message)  # a failed pack empties the buffer (msgpack >= 0.6.1)
 
 
 def decode(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> dict[str, Any]:
@@ -127,57 +137,80 @@ def decode(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> dict[str, Any
         raise ProtocolError(f"the message has {len(data)} bytes, more than the "
                             f"{max_payload}-byte cap")
 
-    def ext_hook(code: int, payload: bytes) -> Any:
-        if code != ARRAY_EXT:
-            raise ProtocolError(f"unknown msgpack extension {code}")
-        return _array(payload, max_payload)
+    if max_payload == DEFAULT_MAX_PAYLOAD:
+        hook = _ext_hook
+    else:
+        def hook(code: int, payload: bytes) -> np.ndarray:
+            return _ext_hook(code, payload, max_payload)
 
     try:
         message = msgpack.unpackb(data, raw=False, strict_map_key=True,
-                                  ext_hook=ext_hook, use_list=True)
+                                  ext_hook=hook, use_list=True)
     except ProtocolError:
         raise
     except Exception as exc:  # msgpack raises several types for bad bytes
         raise ProtocolError(f"not a msgpack message ({type(exc).__name__})") from None
     if not isinstance(message, dict):
         raise ProtocolError("a message must be a msgpack map")
-    _check_depth(message)
+    for value in message.values():  # the top level here: most values are not containers
+        if type(value) is dict or type(value) is list:
+            _check_depth(value, 1)
     return message
 
 
-def _check_depth(message: dict[str, Any]) -> None:
+def _check_depth(value: dict[str, Any] | list[Any], depth: int = 0) -> None:
     """Refuse nesting deeper than MAX_DEPTH (only containers are visited: a flat step
-    request costs one pass over its values)."""
-    todo = [(message, 0)]
-    while todo:
-        value, depth = todo.pop()
-        if depth > MAX_DEPTH:
-            raise ProtocolError(f"the message nests deeper than {MAX_DEPTH} levels")
-        items = value.values() if isinstance(value, dict) else value
-        todo.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
+    request costs one pass over its values). msgpack decodes to exact dicts and lists."""
+    for v in (value.values() if type(value) is dict else value):
+        if type(v) is dict or type(v) is list:
+            if depth >= MAX_DEPTH:
+                raise ProtocolError(f"the message nests deeper than {MAX_DEPTH} levels")
+            _check_depth(v, depth + 1)
 
 
-def _array(payload: bytes, max_payload: int) -> np.ndarray:
+def _ext_hook(code: int, payload: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD
+              ) -> np.ndarray:
+    """The array an extension holds (the only extension there is)."""
+    if code != ARRAY_EXT:
+        raise ProtocolError(f"unknown msgpack extension {code}")
     try:
         n = payload[0]
-        dtype_text = payload[1:1 + n]
-        ndim = payload[1 + n]
-        shape = _SHAPES[ndim].unpack_from(payload, 2 + n)
+        start = 2 + n + 8 * payload[1 + n]
+    except IndexError:
+        raise ProtocolError("an array must be dtype, shape and bytes") from None
+    layout = _LAYOUTS.get(payload[:start])
+    if layout is None:
+        layout = _layout(payload[:start])
+    dtype, shape, nbytes, widest = layout
+    if widest > max_payload:
+        raise ProtocolError(f"array shape {list(shape)} has a size above the payload cap")
+    if nbytes != len(payload) - start:
+        raise ProtocolError(f"array of shape {list(shape)} and dtype {dtype} needs "
+                            f"{nbytes} bytes, the message has {len(payload) - start}")
+    flat = np.frombuffer(payload, dtype, offset=start)
+    # A copy: the array must be writable, as a local env's is.
+    return (flat if len(shape) == 1 else flat.reshape(shape)).copy()
+
+
+# An array header (dtype and shape) -> (dtype, shape, byte count, widest size): an env
+# sends the same few, so each is parsed and checked once. Bounded: a stream of new ones
+# is checked every time, and not kept.
+_LAYOUTS: dict[bytes, tuple[np.dtype, tuple[int, ...], int, int]] = {}
+
+
+def _layout(head: bytes) -> tuple[np.dtype, tuple[int, ...], int, int]:
+    n = head[0]
+    try:
+        shape = _SHAPES[head[1 + n]].unpack_from(head, 2 + n)
     except (IndexError, struct.error):
         raise ProtocolError("an array must be dtype, shape and bytes") from None
-    dtype = _DTYPES.get(dtype_text)
-    if dtype is None:
-        dtype = _DTYPES[dtype_text] = _plain_dtype(dtype_text)
-    if max(shape, default=0) > max_payload:
-        raise ProtocolError(f"array shape {list(shape)} has a size above the payload cap")
-    start = 2 + n + 8 * ndim
-    count = math.prod(shape)
-    if count * dtype.itemsize != len(payload) - start:
-        raise ProtocolError(f"array of shape {list(shape)} and dtype {dtype} needs "
-                            f"{count * dtype.itemsize} bytes, the message has "
-                            f"{len(payload) - start}")
-    # A copy: the array must be writable and must not keep the whole message alive.
-    return np.frombuffer(payload, dtype, count, start).reshape(shape).copy()
+    dtype = _plain_dtype(head[1:1 + n])
+    widest = max(shape, default=0)
+    # Python ints: no overflow; a size past any payload fails the byte count check.
+    layout = (dtype, shape, math.prod(shape) * dtype.itemsize, widest)
+    if len(_LAYOUTS) < 1024:
+        _LAYOUTS[head] = layout
+    return layout
 
 
 def _plain_dtype(text: bytes) -> np.dtype:
@@ -207,11 +240,11 @@ def check_request(message: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError("a request needs an 'op' string")
     if op not in OPS:
         raise ProtocolError(f"unknown op {op[:40]!r}; the server knows {', '.join(OPS)}")
-    for key, kind in (("gen", int), ("rid", int)):
-        if type(message.get(key, 0)) is not kind:
+    for key in ("gen", "rid"):
+        if type(message.get(key, 0)) is not int:
             raise ProtocolError(f"'{key}' must be an integer")
     for key in ("sid", "token"):
-        if message.get(key) is not None and not isinstance(message[key], str):
+        if type(message.get(key)) not in (str, type(None)):
             raise ProtocolError(f"'{key}' must be a string or nil")
     return message
 
