@@ -35,6 +35,7 @@ from rolltape.server.address import endpoint, is_loopback, read_token, split_hos
 from rolltape.server.frames import FrameDrawer
 
 POLL_MS = 200  # how often the loop looks up from the socket (signals, idle sessions)
+WATCHDOG_TICK = 0.25  # seconds between checks for an env call past --request-timeout
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class Served:
     nq_nv: tuple[int, int] | None
     metadata: dict[str, Any]
     state_size: int | None = None  # of a MuJoCo physics row (None: no MuJoCo physics)
+    # The action space's shape and dtype (None: a space without one takes any dtype).
+    action: tuple[tuple[int, ...], np.dtype | None] = ((), None)
 
     @classmethod
     def probe(cls, name: str, spec: dict[str, Any]) -> Served:
@@ -124,8 +127,11 @@ class Served:
                 model = env.unwrapped.model
                 nq_nv = (int(model.nq), int(model.nv))
                 state_size = int(mujoco.mj_stateSize(model, physics_spec()))
+            space = env.action_space
+            action = (tuple(getattr(space, "shape", None) or ()),
+                      getattr(space, "dtype", None))
             return cls(name, spec, P.descriptor(spec, env), nq_nv,
-                       json_safe(dict(env.metadata)), state_size)
+                       json_safe(dict(env.metadata)), state_size, action)
         finally:
             env.close()
 
@@ -159,9 +165,11 @@ class EnvServer:
         self.sessions: dict[str, Session] = {}
         self.opened = 0
         self.stopping = False
-        self._alarm_installed = self._in_call = False
+        self._ops = {op: getattr(self, f"_op_{op}") for op in P.OPS}
+        self._call_started: float | None = None  # when the env call under way began
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.ROUTER)
+        self._more = zmq.SNDMORE
         self.socket.setsockopt(zmq.LINGER, 0)
         # zmq drops a peer whose message is far past the cap before buffering it all; one a
         # little past it is read, and answered ERROR by the decoder.
@@ -190,8 +198,11 @@ class EnvServer:
         import zmq
 
         previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._alarm)
-        self._alarm_installed = True
+        # A watchdog tick, armed once: each env call only notes when it began, where arming
+        # and disarming a timer per call cost two system calls a step.
+        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._watchdog)
+        tick = min(WATCHDOG_TICK, self.cfg.request_timeout / 4)
+        signal.setitimer(signal.ITIMER_REAL, tick, tick)
         # A blocking receive that gives up every POLL_MS, so that idle sessions, signals and
         # max_seconds get a turn: one call per request, where poll-then-receive was two.
         self.socket.setsockopt(zmq.RCVTIMEO, POLL_MS)
@@ -207,7 +218,7 @@ class EnvServer:
                     self._drop_idle()
                     idle_check = time.monotonic() + POLL_MS / 1000
         finally:
-            self._alarm_installed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
             for s, handler in previous.items():
                 signal.signal(s, handler)
             closed = self.close()
@@ -241,11 +252,13 @@ class EnvServer:
         except (TypeError, ValueError, OverflowError) as exc:  # an env sent something odd
             data = P.encode({"status": P.ERROR, "rid": reply.get("rid"),
                              "error": f"the reply could not be encoded ({exc})"})
-        self.socket.send_multipart([*envelope, data])
+        for frame in envelope:  # send_multipart's checks cost more than these sends
+            self.socket.send(frame, self._more)
+        self.socket.send(data)
 
     def handle(self, payload: bytes) -> dict[str, Any]:
         """The reply to one request's bytes; never raises for anything a client sends."""
-        rid = None
+        rid = message = None
         try:
             message = P.check_request(P.decode(payload, self.cfg.max_payload))
             rid = message.get("rid", 0)
@@ -254,12 +267,13 @@ class EnvServer:
                 return {"status": P.UNAUTHORIZED, "rid": rid,
                         "error": "the server needs its token (set ROLLTAPE_TOKEN_FILE to the "
                                  "file the server was started with)"}
-            reply = getattr(self, f"_op_{message['op']}")(message)
+            reply = self._ops[message["op"]](message)
         except P.ProtocolError as exc:
             reply = {"status": P.ERROR, "error": str(exc)}
         except UsageError as exc:
             reply = {"status": P.ERROR, "error": str(exc)}
-        except _Timeout:
+        except _Timeout:  # the env may be half-way through a call: its session is not reused
+            self.sessions.pop(message.get("sid") if message else None, None)
             reply = {"status": P.ERROR, "error": f"the env took more than "
                      f"{self.cfg.request_timeout:g} s to answer; its session is closed"}
         except Exception as exc:  # the env failed this call: say so, keep serving
@@ -304,26 +318,21 @@ class EnvServer:
                 if session.drawer is not None:
                     session.drawer.close()
 
-    def _alarm(self, signum: int, frame: Any) -> None:
-        if self._in_call:  # a late alarm after the call returned is ignored
+    def _watchdog(self, signum: int, frame: Any) -> None:
+        started = self._call_started
+        if started is not None and time.monotonic() - started > self.cfg.request_timeout:
+            self._call_started = None  # one cut per call
             raise _Timeout
 
-    def _timed(self, sid: str, call: Callable[[], Any]) -> Any:
-        """Run an env call under --request-timeout (a hung env frees its session). The
-        SIGALRM handler is installed once by :meth:`serve_forever`; each call only arms
-        and disarms the timer."""
-        if not self._alarm_installed:  # handle() called directly (tests): no timer
-            return call()
-        self._in_call = True
-        signal.setitimer(signal.ITIMER_REAL, self.cfg.request_timeout)
+    def _timed(self, call: Callable[[], Any]) -> Any:
+        """Run an env call under --request-timeout: the watchdog tick that
+        :meth:`serve_forever` arms cuts a call that runs past it (:meth:`handle` then drops
+        its session)."""
+        self._call_started = time.monotonic()
         try:
             return call()
-        except _Timeout:
-            self.sessions.pop(sid, None)  # its env may be half-way through; not reused
-            raise
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            self._in_call = False
+            self._call_started = None
 
     def _served(self, message: dict[str, Any]) -> Served | dict[str, Any]:
         """The env a describe or open names (``env``; none needed when one is served), or
@@ -396,8 +405,7 @@ class EnvServer:
             raise P.ProtocolError("the reset seed must be nil or an integer from 0 to 2**64-1")
         if options is not None and not isinstance(options, dict):
             raise P.ProtocolError("the reset options must be nil or a map")
-        obs, info = self._timed(message["sid"],
-                                lambda: session.env.reset(seed=seed, options=options))
+        obs, info = self._timed(lambda: session.env.reset(seed=seed, options=options))
         session.gen += 1
         session.reset_done = True
         return {"status": P.OK, "gen": session.gen, "obs": _obs(obs), "info": _info(info),
@@ -409,9 +417,8 @@ class EnvServer:
             return session
         if not session.reset_done:
             raise P.ProtocolError("step before reset: reset the session first")
-        action = _action(message.get("action"), session.env.action_space)
-        obs, reward, term, trunc, info = self._timed(message["sid"],
-                                                     lambda: session.env.step(action))
+        action = _action(message.get("action"), *session.served.action)
+        obs, reward, term, trunc, info = self._timed(lambda: session.env.step(action))
         # None stays None, as the local tape turns it into NaN the same way.
         return {"status": P.OK, "obs": _obs(obs),
                 "reward": None if reward is None else float(reward),
@@ -434,7 +441,7 @@ class EnvServer:
         if session.drawer is None:
             session.drawer = FrameDrawer(session.served.spec)
         drawer = session.drawer
-        frame = self._timed(message["sid"], lambda: drawer.draw(
+        frame = self._timed(lambda: drawer.draw(
             physics, message.get("width"), message.get("height"), message.get("camera")))
         return {"status": P.OK, "frame": frame, "backend": os.environ.get("MUJOCO_GL")}
 
@@ -477,21 +484,20 @@ def _info(info: Any, depth: int = 0) -> Any:
     return str(info)
 
 
-def _action(value: Any, space: Any) -> Any:
-    """The action a step request carries, refused unless its shape and dtype fit the space."""
-    shape = tuple(getattr(space, "shape", None) or ())
+def _action(value: Any, shape: tuple[int, ...], dtype: np.dtype | None) -> Any:
+    """The action a step request carries, refused unless its shape and dtype fit the
+    action space's (``shape``, ``dtype``)."""
+    if type(value) in (int, float):  # a bare number, from a client other than RemoteEnv
+        value = np.asarray(value)
     if not isinstance(value, np.ndarray):
-        if type(value) in (int, float) and shape == ():
-            return value
         raise P.ProtocolError(f"the action must be an array of shape {shape}")
     if value.shape != shape:
         raise P.ProtocolError(f"the action has shape {value.shape}, the action space takes "
                               f"{shape}")
-    expected = np.dtype(getattr(space, "dtype", None) or value.dtype)
-    if value.dtype.kind != expected.kind and not (value.dtype.kind in "iu" and
-                                                  expected.kind in "iu"):
+    if dtype is not None and value.dtype.kind != dtype.kind and not (value.dtype.kind in "iu" and
+                                               dtype.kind in "iu"):
         raise P.ProtocolError(f"the action has dtype {value.dtype}, the action space takes "
-                              f"{expected}")
+                              f"{dtype}")
     return value[()] if value.shape == () else value
 
 
