@@ -20,6 +20,8 @@ Example (not run: it needs a server):
 from __future__ import annotations
 
 import errno
+import math
+import time
 from typing import Any
 
 import numpy as np
@@ -58,6 +60,7 @@ class Connection:
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.connect(address)
+        self._again = zmq.Again
         self.rid = 0
         self._rcvtimeo = -1  # the socket's receive timeout in ms, as last set
 
@@ -69,9 +72,9 @@ class Connection:
         self.socket.send(P.encode(P.request(op, sid=sid, gen=gen, rid=rid, token=self.token,
                                             **args)))
         wait = self.timeout if timeout is None else timeout
-        deadline = _now() + wait
+        deadline = time.monotonic() + wait
         while True:  # bounded by the deadline; replies to timed-out requests are skipped
-            left = deadline - _now()
+            left = deadline - time.monotonic()
             data = self._receive(left) if left > 0 else None
             if data is None:
                 raise ServerGone(f"The env server at {self.address} did not answer {op} within "
@@ -86,17 +89,15 @@ class Connection:
                 return reply
 
     def _receive(self, seconds: float) -> bytes | None:
-        """The next message, or None after ``seconds``. A blocking receive with a timeout:
-        one call per reply (poll-then-receive was two), and Ctrl-C still interrupts it."""
-        import zmq
-
-        ms = int(seconds * 1000) + 1
+        """The next message, or None after ``seconds`` (rounded up to a tenth). A blocking
+        receive with a timeout: one call per reply, and Ctrl-C still interrupts it."""
+        ms = 100 * math.ceil(seconds * 10)  # in tenths of a second: rarely a new value
         if ms != self._rcvtimeo:
-            self.socket.setsockopt(zmq.RCVTIMEO, ms)
+            self.socket.rcvtimeo = ms
             self._rcvtimeo = ms
         try:
             return self.socket.recv()
-        except zmq.Again:
+        except self._again:
             return None
 
     def close(self) -> None:
@@ -266,8 +267,9 @@ class RemoteEnv:
         return reply["obs"], reply.get("info") or {}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        reply = self._ok(self.conn.call("step", sid=self.sid, gen=self.gen,
-                                        action=np.asarray(action)), "step")
+        reply = self.conn.call("step", sid=self.sid, gen=self.gen, action=np.asarray(action))
+        if reply.get("status") != P.OK:
+            self._ok(reply, "step")  # raises what the status calls for
         self.last_physics = reply.get("physics")
         return (reply["obs"], reply["reward"], reply["terminated"], reply["truncated"],
                 reply.get("info") or {})
@@ -290,12 +292,6 @@ class RemoteEnv:
                 pass
             self.sid = None
         self.conn.close()
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def check_served_run(specs: list[dict[str, Any]], config: Any) -> Any:
