@@ -50,10 +50,10 @@ Benchmarks, in the order they run and are reported (module in brackets):
   way" (informational).
 - ``small_job`` [versus]: the same on seed 000's small workload, 30 + 30 episodes of 100
   steps, where fixed costs weigh most (target: <= 0.8x; informational).
-- ``served_step_overhead`` [served]: a step on a loopback ``rolltape serve`` minus a local
-  step, HalfCheetah-v5, same actions, minus a bare pyzmq round trip of the same sizes in the
-  same run: rolltape's own cost (target: median <= 100 us; the local step, the bare round
-  trip and the absolute overhead beside it).
+- ``served_step_overhead`` [served]: a step on a loopback ``rolltape serve`` minus the same
+  step on a minimal pyzmq server of the same env (raw bytes, no protocol), HalfCheetah-v5,
+  same actions, in the same run: rolltape's protocol cost (target: median <= 100 us; the
+  local step and the absolute overhead, served - local, beside it).
 - ``served_eval_pass1`` [served]: pass 1 of :func:`rolltape.evaluate` on
   ``tcp://.../HalfCheetah-v5`` vs locally, PPO MLP (target: <= 1.5x; tapes bitwise equal).
 - ``served_concurrent_clients`` [served]: 4 clients on one server at once vs each alone
