@@ -64,6 +64,15 @@ def random_run(tmp_path_factory: pytest.TempPathFactory):
                     max_episode_steps=SHORT, video=1, out=out)
 
 
+def interruptible() -> None:
+    """``preexec_fn`` for a command a test sends Ctrl-C: a test run started in the background
+    by a shell ignores SIGINT, and children inherit that; the command must get it as a
+    terminal would send it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
     """Run the real `rolltape` command in a subprocess and capture what it prints."""

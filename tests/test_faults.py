@@ -22,6 +22,8 @@ import pytest
 from rolltape import Tape, evaluate
 from rolltape.errors import RunFailed, UsageError
 
+from conftest import interruptible
+
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = "tests.assets.toy_envs:FaultToy-v0"
 
@@ -31,17 +33,11 @@ def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=cwd, timeout=300, env={**os.environ, "COLUMNS": "200"})
 
 
-def _interruptible() -> None:
-    # A test run started in the background by a shell ignores SIGINT, and children inherit
-    # that; the command under test must get Ctrl-C as a terminal would send it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start(*args: str) -> subprocess.Popen[str]:
     """The command in a session of its own, so that a signal can go to its whole group."""
     return subprocess.Popen([sys.executable, "-m", "rolltape.cli", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_interruptible)
+                            start_new_session=True, preexec_fn=interruptible)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> None:

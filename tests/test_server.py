@@ -22,7 +22,7 @@ import pytest
 
 zmq = pytest.importorskip("zmq")
 
-from conftest import run_cli  # noqa: E402
+from conftest import interruptible, run_cli  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection  # noqa: E402
 
@@ -198,7 +198,7 @@ def test_ctrl_c_in_parity_writes_nothing_and_closes_its_session(server, tmp_path
          "--max-episode-steps", str(STEPS), "-n", "500", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **FAST, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal
+        preexec_fn=interruptible)
     try:
         assert proc.stdout.readline().startswith("episode 0 ")  # it is comparing episodes
         proc.send_signal(signal.SIGINT)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import rolltape
-from conftest import run_cli
+from conftest import interruptible, run_cli
 from rolltape import UsageError
 from rolltape.outputs.viewer import (MODEL_SUPPORT, SOURCE_DIR, check_models, export_viewer,
                              model_files, node_modules_dir, serve, viewer_is_current)
@@ -293,11 +293,9 @@ def test_not_a_run_is_a_usage_error(tmp_path: Path) -> None:
 
 @needs_assets
 def test_cli_view_serves_the_run_until_interrupted(cheetah_run: Path) -> None:
-    # SIGINT as a terminal sends it, even when this test run ignores it (a background job).
     proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "view", str(cheetah_run),
                              "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            text=True, preexec_fn=interruptible)
     try:
         line = proc.stdout.readline()
         assert line.startswith("open http://127.0.0.1:"), line + proc.stderr.read()

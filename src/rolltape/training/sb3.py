@@ -142,7 +142,6 @@ class TapeCallback(BaseCallback):
         self.record_options = dict(record_options or {})
         self.recorded: list[dict[str, Any]] = []  # one row per recorded episode (tape)
         self.evaluations: list[dict[str, Any]] = []
-        self._logged_videos: set[str] = set()
         self._video_paths: dict[str, Path] = {}  # tape -> its recording's video, read once
         self._next_eval = eval_every or 0
 
@@ -227,7 +226,7 @@ class TapeCallback(BaseCallback):
 
         newest = None
         for row in self.recorded:
-            if row["tape"] in self._logged_videos:
+            if "video" in row:  # noted already
                 continue
             if row["tape"] not in self._video_paths:
                 # Named after the recording (a tape may be a later part of it).
@@ -235,7 +234,6 @@ class TapeCallback(BaseCallback):
                 self._video_paths[row["tape"]] = Path(row["tape"]).with_name(f"{name}.mp4")
             video = self._video_paths[row["tape"]]
             if video.is_file():
-                self._logged_videos.add(row["tape"])
                 row["video"] = newest = str(video)
         if newest is None or not any(isinstance(f, TensorBoardOutputFormat)
                                      for f in self.logger.output_formats):
