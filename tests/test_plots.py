@@ -91,3 +91,17 @@ def test_both_callers_draw_through_the_shared_chart():
     assert found["worse"].get("fill") == root.find(f"{NS}g/{NS}line").get("stroke") == "#cf222e"
     assert "no finite pair" in found and found["t/2"].get("font-weight") == "bold"
     assert root.find(f"{NS}g/{NS}title").text == "new is worse than old"
+
+
+def test_values_that_differ_by_round_off_draw_on_a_real_axis():
+    """Per-seed differences of two runs that agree but for their last bits (batched
+    inference, PushT) once divided by a zero span."""
+    from rolltape.outputs.plots import Series, Strip, line_chart, nice_ticks, strip_chart
+
+    for lo, hi in ((1e-15, 1.1e-15), (-3e-17, 2e-17), (1000.0, 1000.0 + 2e-13)):
+        ticks = nice_ticks(lo, hi)
+        assert len(set(ticks)) == len(ticks) > 1 and ticks[0] <= lo and ticks[-1] >= hi
+        svg = line_chart([Series("d", [0, 1, 2], [lo, hi, lo], "#000")], title="t")
+        assert "nan" not in svg.lower() and "inf" not in svg.lower()
+        assert "<circle" in strip_chart([Strip("d", [lo, hi], "#000", center=lo,
+                                               interval=(lo, hi))], title="t")

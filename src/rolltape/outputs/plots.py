@@ -51,6 +51,7 @@ class Series:
     hollow: Sequence[bool] | None = None
     end_tip: str | None = None  # a dot at the last point with this tooltip
     band: tuple[Sequence[float], Sequence[float]] | None = None  # (lows, highs): a shaded CI
+    key: str | None = None  # names what is drawn: the values go into data-* attributes
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Strip:
     tips: Sequence[str] | None = None
     center: float | None = None
     interval: tuple[float, float] | None = None
+    key: str | None = None  # names what is drawn: the values go into data-* attributes
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,15 @@ def _nice_step(span: float, count: int, integer: bool) -> float:
 
 
 def _padded(lo: float, hi: float) -> tuple[float, float]:
+    """[lo, hi] widened when it is empty or narrower than round-off (values that differ
+    only in their last bits, e.g. per-seed differences of two runs that agree): ticks
+    rounded to 12 decimals would otherwise collapse onto one and the scale divide by 0."""
     if hi < lo:
         lo, hi = hi, lo
-    if hi == lo:
-        pad = abs(lo) * 0.1 or 1.0
-        return lo - pad, hi + pad
+    if hi - lo <= 1e-9 * max(abs(lo), abs(hi), 1e-3):
+        mid = (lo + hi) / 2
+        pad = abs(mid) * 0.1 if abs(mid) >= 1e-2 else 1.0  # about 0: a unit either side
+        return mid - pad, mid + pad
     return lo, hi
 
 
@@ -152,7 +158,8 @@ class _Axis:
         return self
 
     def __call__(self, value: float) -> float:
-        return self.p0 + (value - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
+        span = (self.hi - self.lo) or 1.0  # never 0 after _padded; kept safe all the same
+        return self.p0 + (value - self.lo) / span * (self.p1 - self.p0)
 
     def label(self, value: float) -> str:
         return _tick_label(value, self.step)
@@ -301,7 +308,8 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
     out += _frame(x, y, left, top, right, bottom, xlabel, ylabel)
     for s in reversed(series):
         sx, sy = [float(v) for v in s.xs], [float(v) for v in s.ys]
-        out.append(f'<g class="series" fill="{s.color}" stroke="{s.color}">')
+        out.append(f'<g class="series" fill="{s.color}" stroke="{s.color}"'
+                   f'{_data(s.key, xs=sx, ys=sy)}>')
         if s.band and len(sx) > 1:
             lows, highs = ([float(v) for v in side] for side in s.band)
             ring = [(a, b) for a, b in zip(sx, highs)] + [(a, b) for a, b in
@@ -333,6 +341,18 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _data(key: str | None, **values: Sequence[float]) -> str:
+    """``data-key`` and the drawn numbers (``data-xs``, ...) as exact JSON, so that a page's
+    charts can be checked against the numbers they claim to draw; nothing without a key."""
+    if key is None:
+        return ""
+    import json
+
+    attrs = "".join(f" data-{name}='{json.dumps([float(v) for v in vs])}'"
+                    for name, vs in values.items())
+    return f' data-key="{escape(key)}"{attrs}'
 
 
 def _jitter(i: int) -> float:
@@ -375,7 +395,8 @@ def strip_chart(strips: Sequence[Strip], *, title: str, desc: str = "", xlabel: 
     for r, s in enumerate(strips):
         cy = top + band * r + band / 2
         out.append(_text(left - 10, cy + 4, s.label, anchor="end", fill=INK))
-        out.append(f'<g class="series" fill="{s.color}" fill-opacity="0.7">')
+        out.append(f'<g class="series" fill="{s.color}" fill-opacity="0.7"'
+                   f'{_data(s.key, values=[float(v) for v in s.values])}>')
         tips = s.tips if s.tips and len(s.values) <= MAX_TIPS else None
         radius = "3.4" if len(s.values) <= MANY else "2"
         spread = min(band * 0.32, 28)
