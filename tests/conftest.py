@@ -6,10 +6,12 @@ real statistics, not a good policy), once per session.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +81,35 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "rolltape.cli", *args], capture_output=True,
                           text=True, env=full_env, cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def python3_kernel(tmp_path_factory: pytest.TempPathFactory):
+    """A ``python3`` kernel spec that runs this interpreter, found first by nbclient.
+
+    ``JUPYTER_PATH`` comes before the user's and the environment's kernel folders, so a
+    ``python3`` registered elsewhere (another Python without rolltape) cannot be picked up.
+    """
+    root = tmp_path_factory.mktemp("jupyter")
+    spec = root / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (rolltape tests)", "language": "python"}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(root))
+        mp.setenv("IPYTHONDIR", str(root / "ipython"))  # leave the user's profile alone
+        mp.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+        yield
+
+
+def execute(path: Path, cwd: Path) -> Any:
+    """Run every cell as Jupyter would (from ``cwd``); return the executed notebook (the
+    ``python3_kernel`` fixture must be in use)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb

@@ -25,7 +25,7 @@ from rolltape import Tape, UsageError
 
 ARRAYS = ("actions", "rewards", "terminated", "truncated", "obs_digest", "qpos", "qvel",
           "physics")
-HEADER_FIELDS = ("schema_version", "env", "seed", "options", "success", "metrics", "policy",
+HEADER_FIELDS = ("schema_version", "env", "seed", "options", "success_at_end", "metrics", "policy",
                  "wall_s", "meta", "length", "return")
 ENV_FIELDS = ("id", "kwargs", "max_episode_steps", "versions")
 
@@ -43,7 +43,7 @@ def _valid_tapes() -> list[Tape]:
         obs_digest=rng.integers(0, 2**63, n + 1, dtype=np.uint64),
         qpos=rng.standard_normal((n + 1, 9)), qvel=rng.standard_normal((n + 1, 9)),
         physics=rng.standard_normal((n + 1, 20)), policy={"kind": "sb3", "source": "ppo.zip"},
-        wall_s=0.5, metrics={"dist": 0.25}, success=True, meta={"role": "policy", "index": 0},
+        wall_s=0.5, metrics={"dist": 0.25}, success_at_end=True, meta={"role": "policy", "index": 0},
     )
     discrete = Tape(
         env={"id": "CartPole-v1", "kwargs": {}, "max_episode_steps": None, "versions": {}},

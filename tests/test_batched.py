@@ -43,7 +43,8 @@ def _assert_identical(a: Tape, b: Tape) -> None:
         assert (x is None) == (y is None), name
         if x is not None:
             assert x.dtype == y.dtype and np.array_equal(x, y), name
-    assert (a.seed, a.success, a.metrics) == (b.seed, b.success, b.metrics)
+    assert (a.seed, a.success_at_end, a.success_once, a.metrics) == \
+        (b.seed, b.success_at_end, b.success_once, b.metrics)
 
 
 @pytest.mark.parametrize("envs", [2, 3])
@@ -54,20 +55,20 @@ def test_row_policies_give_the_per_row_tapes(tmp_path, envs):
     per_row = evaluate("Hopper-v5", "random", out=tmp_path / "row", **kw)
     batched = evaluate("Hopper-v5", "random", out=tmp_path / "batched", workers=envs,
                        batched_inference=True, **kw)
-    lengths = {r["length"] for r in per_row.results["episodes_rows"]}
+    lengths = {r["length"] for r in per_row.results.to_json()["episodes_rows"]}
     assert len(lengths) > 1, "the test needs episodes of different lengths"
     a, b = _tapes(per_row), _tapes(batched)
     assert a.keys() == b.keys() and len(a) == 10
     for name in a:
         _assert_identical(a[name], b[name])
-    assert per_row.results["summary"] == batched.results["summary"]
+    assert per_row.results.to_json()["summary"] == batched.results.to_json()["summary"]
 
 
 def test_success_and_metrics_cross_the_process_boundary(tmp_path):
     run = evaluate(TOY, "random", episodes=5, seed=10, out=tmp_path / "toy", workers=2,
                    batched_inference=True)
-    rows = run.results["episodes_rows"]
-    assert [r["success"] for r in rows] == [True, False, True, False, True]
+    rows = run.results.to_json()["episodes_rows"]
+    assert [r["success_at_end"] for r in rows] == [True, False, True, False, True]
     assert [r["metrics"]["seed"] for r in rows] == [10, 11, 12, 13, 14]
 
 
@@ -77,8 +78,8 @@ def test_sb3_batched_tapes_replay_exactly_and_say_so(ppo_checkpoint, tmp_path):
     per_row = evaluate("HalfCheetah-v5", f"sb3:{model_zip}", out=tmp_path / "row", **kw)
     run = evaluate("HalfCheetah-v5", f"sb3:{model_zip}", out=tmp_path / "batched", workers=2,
                    batched_inference=True, **kw)
-    assert run.results["policy"]["inference"] == "batched (2 envs)"
-    assert any("--batched-inference" in w for w in run.results["warnings"])
+    assert run.results.to_json()["policy"]["inference"] == "batched (2 envs)"
+    assert any("--batched-inference" in w for w in run.results.to_json()["warnings"])
     tapes = _tapes(run)
     assert all(t.policy["inference"] == "batched (2 envs)" for t in tapes.values())
     # Same network, same first observation: the first actions agree to float32 rounding.

@@ -12,7 +12,7 @@ from rolltape.pass2.encode import count_frames, read_frames
 
 @pytest.fixture(scope="module")
 def tape_path(random_run):
-    return random_run.path / random_run.results["episodes_rows"][0]["tape"]
+    return random_run.path / random_run.results.to_json()["episodes_rows"][0]["tape"]
 
 
 def one(tape_path, out, **kw):

@@ -68,9 +68,9 @@ def test_a_glob_of_checkpoints_is_ordered_by_steps_with_their_own_statistics(swe
         # Each is a complete run of its own: tapes, results, metadata.
         assert len(list((run.path / "tapes").glob("policy-*.npz"))) == EPISODES
         assert (run.path / "metadata.json").is_file()
-    seeds = {tuple(r["seed"] for r in run.results["episodes_rows"]) for run in sweep.runs}
+    seeds = {tuple(r["seed"] for r in run.results.to_json()["episodes_rows"]) for run in sweep.runs}
     assert seeds == {tuple(range(5, 5 + EPISODES))}  # the baseline too: the same seeds
-    assert sweep.runs[-1].path.name == "random" and sweep.runs[-1].results["videos"] == []
+    assert sweep.runs[-1].path.name == "random" and sweep.runs[-1].results.to_json()["videos"] == []
 
 
 def test_the_comparison_pairs_every_checkpoint_and_draws_a_learning_curve(sweep):
@@ -80,7 +80,7 @@ def test_the_comparison_pairs_every_checkpoint_and_draws_a_learning_curve(sweep)
     assert pairs == [("steps-128", "steps-64"), ("steps-192", "steps-128"),
                      ("steps-192", "steps-64"), ("steps-64", "random"),
                      ("steps-128", "random"), ("steps-192", "random")]
-    rows = {r.path.name: {x["seed"]: x["return"] for x in r.results["episodes_rows"]}
+    rows = {r.path.name: {x["seed"]: x["return"] for x in r.results.to_json()["episodes_rows"]}
             for r in sweep.runs}
     for p in saved["pairs"]:
         r = p["returns"]
@@ -94,7 +94,7 @@ def test_the_comparison_pairs_every_checkpoint_and_draws_a_learning_curve(sweep)
     curve = saved["learning_curve"]
     assert [p["steps"] for p in curve["points"]] == [64, 128, 192]
     assert curve["baseline_mean"] == pytest.approx(
-        sweep.runs[-1].results["summary"]["policy"]["mean"])
+        sweep.runs[-1].results.to_json()["summary"]["policy"]["mean"])
     html = (sweep.path / "comparison.html").read_text()
     for title in ("Per-seed paired differences", "Return distributions", "Learning curve",
                   "Across checkpoints"):
@@ -109,7 +109,7 @@ def test_one_verified_video_strip_across_checkpoints(sweep):
     assert strip["labels"] == ["64 steps", "128 steps", "192 steps"]
     assert strip["verified"] is True and strip["problems"] == []
     assert [p["verified"] for p in strip["parts"]] == [True, True, True]
-    lengths = [next(x["length"] for x in r.results["episodes_rows"] if x["seed"] == strip["seed"])
+    lengths = [next(x["length"] for x in r.results.to_json()["episodes_rows"] if x["seed"] == strip["seed"])
                for r in sweep.runs[:3]]
     assert count_frames(sweep.path / "strip.mp4") == sum(n + 1 for n in lengths)
     assert not list(sweep.path.glob(".strip-parts-*"))  # the parts are gone

@@ -3,8 +3,8 @@ drew, and no noise from render workers. Real runs, the real `rolltape` command."
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+from dataclasses import replace
 import io
 import os
 import pty
@@ -19,6 +19,7 @@ from conftest import ENV_ID, SHORT, run_cli
 from rolltape import Tape
 from rolltape.cli import summary_table
 from rolltape.outputs.summary import role_cells, summary_rows
+from rolltape.record import Summary
 
 TABLE = re.compile(r"^[┏┃┡│└]")  # the lines rich draws a table with (heavy head, light body)
 
@@ -59,10 +60,10 @@ def test_summary_table_fits_80_columns_on_a_terminal_and_off_one(tmp_path: Path)
 
 
 def test_wide_numbers_drop_columns_rather_than_wrap(random_run) -> None:
-    results = copy.deepcopy(random_run.results)
-    for s in results["summary"].values():  # returns of a long MuJoCo episode
-        s.update(mean=-12345.678, std=2345.6, iqm=-12000.5, iqm_ci=[-13999.25, -10001.75],
-                 min=-19999.99, max=-1000.01)
+    wide = {role: replace(s, mean=-12345.678, std=2345.6, iqm=-12000.5,  # a long MuJoCo episode
+                          iqm_ci=(-13999.25, -10001.75), min=-19999.99, max=-1000.01)
+            for role, s in random_run.results.summary.items()}
+    results = replace(random_run.results, summary=wide)
     table = summary_table(results, 80)
     headers = [c.header for c in table.columns]
     assert "min / max" not in headers and "mean ± std" in headers
@@ -78,19 +79,16 @@ def test_wide_numbers_drop_columns_rather_than_wrap(random_run) -> None:
 def test_summary_cells_without_numbers_and_with_unknown_outcomes(random_run) -> None:
     """A role whose every return was NaN (n = 0) reads n/a; a success rate over the
     episodes whose outcome is known says out of how many."""
-    results = copy.deepcopy(random_run.results)
-    baseline = results["summary"]["baseline"]
-    baseline.update(dict.fromkeys(baseline), n=0)
-    for row, flag in zip(results["episodes_rows"], [True, None, False]):
-        row["success"] = flag
-    results["summary"]["policy"].update(success_count=1, success_rate=0.5,
-                                        success_ci=[0.0945, 0.9055])
-    header, rows = summary_rows(results)
+    flags = [True, None, False]
+    episodes = [replace(e, success_at_end=flag)
+                for e, flag in zip(random_run.results.episodes, flags)]
+    summary = {"policy": Summary.of(episodes), "baseline": Summary(n=0, episodes=3)}
+    header, rows = summary_rows(summary)
     cells = dict(zip(header, rows[1]))
     assert cells["mean ± std"] == "n/a ± n/a" and cells["IQM [95% CI]"] == "n/a n/a"
     assert cells["success [95% CI]"] == "n/a"
     assert dict(zip(header, rows[0]))["success [95% CI]"] == "1/2 [0.09, 0.91]"
-    assert role_cells(results, "baseline")["mean_ci"] == "n/a"
+    assert role_cells(summary["baseline"])["mean_ci"] == "n/a"
 
 
 def test_auto_says_it_fell_back_to_restore_and_why(random_run, tmp_path: Path) -> None:

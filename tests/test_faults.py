@@ -112,21 +112,21 @@ def test_nonfinite_returns_are_recorded_flagged_and_counted(tmp_path, fault, fla
 def test_nonfinite_episode_replays_and_verifies(tmp_path):
     run = evaluate(FAULTY, env_kwargs={"fault": "nan_reward", "at_seed": None}, episodes=1,
                    out=tmp_path / "run", video=1, video_format="gif", report=False)
-    video = run.results["videos"][0]
+    video = run.results.to_json()["videos"][0]
     assert video["verified"] is True and video["replay_return"] is None
 
 
 def test_nan_success_is_not_success(tmp_path):
     run = evaluate(FAULTY, env_kwargs={"fault": "nan_success", "at_seed": None}, episodes=3,
                    out=tmp_path / "run", report=False)
-    assert [r["success"] for r in run.results["episodes_rows"]] == [False, False, False]
+    assert [r["success_at_end"] for r in run.results.to_json()["episodes_rows"]] == [False, False, False]
 
 
 def test_nan_actions_are_flagged(tmp_path):
     policy = tmp_path / "nanpolicy.py"
     policy.write_text("import numpy as np\ndef act(obs):\n    return np.full(1, np.nan, np.float32)\n")
     run = evaluate(FAULTY, f"{policy}:act", episodes=2, out=tmp_path / "run", report=False)
-    assert all("nonfinite_action" in r["flags"] for r in run.results["episodes_rows"])
+    assert all("nonfinite_action" in r["flags"] for r in run.results.to_json()["episodes_rows"])
 
 
 # -- envs that raise, workers that crash or hang ----------------------------------------
@@ -229,7 +229,8 @@ def test_ctrl_c_in_pass_two_keeps_the_numbers(tmp_path):
     args = faulty(out, "slow", "--video", "all", "--format", "gif", "--render-workers", "1",
                   at_seed=None, episodes=30)
     proc = start(*args)
-    wait_for(lambda: (staging(out) / "results.json").is_file())  # pass 1 is done
+    # pass 1 is done (results.json is written once, when the run ends)
+    wait_for(lambda: len(rows_in(staging(out))) == 30)
     time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
@@ -321,8 +322,8 @@ def test_resume_plays_again_a_tape_that_was_cut_short(tmp_path):
     replayed = Tape.load(out / "tapes" / "policy-0001.npz")  # played again: same episode
     assert (replayed.actions == original.actions).all()
     assert (replayed.obs_digest == original.obs_digest).all()
-    assert [r["return"] for r in again.results["episodes_rows"]] == \
-        [r["return"] for r in first.results["episodes_rows"]]
+    assert [r["return"] for r in again.results.to_json()["episodes_rows"]] == \
+        [r["return"] for r in first.results.to_json()["episodes_rows"]]
     assert not [p for p in out.rglob("*") if "partial" in p.name]
 
 

@@ -17,12 +17,13 @@ from typing import Any
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
+from conftest import execute
 from rolltape import UsageError, evaluate
 from rolltape.outputs.notebook import NOTEBOOK_NAME, Table, write_notebook
 
 VIDEO = "videos/policy-0000.mp4"
+pytestmark = pytest.mark.usefixtures("python3_kernel")  # from conftest
 
 
 @pytest.fixture(scope="module")
@@ -31,34 +32,6 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("nb") / "run"
     return evaluate("HalfCheetah-v5", "random", episodes=3, seed=1, baseline="random",
                     max_episode_steps=30, video=1, out=out).path
-
-
-@pytest.fixture(scope="session", autouse=True)
-def python3_kernel(tmp_path_factory: pytest.TempPathFactory):
-    """A ``python3`` kernel spec that runs this interpreter, found first by nbclient.
-
-    ``JUPYTER_PATH`` comes before the user's and the environment's kernel folders, so a
-    ``python3`` registered elsewhere (another Python without rolltape) cannot be picked up.
-    """
-    root = tmp_path_factory.mktemp("jupyter")
-    spec = root / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (rolltape tests)", "language": "python"}))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("JUPYTER_PATH", str(root))
-        mp.setenv("IPYTHONDIR", str(root / "ipython"))  # leave the user's profile alone
-        mp.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-        yield
-
-
-def execute(path: Path, cwd: Path) -> Any:
-    """Run every cell as Jupyter would (from ``cwd``); return the executed notebook."""
-    nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(cwd)}}).execute()
-    return nb
 
 
 def outputs(nb: Any) -> list[dict[str, Any]]:

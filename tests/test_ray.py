@@ -46,7 +46,7 @@ def _python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 def test_ray_tapes_are_bitwise_those_of_the_local_executor(runs):
     local, on_ray = runs
     for role in ("episodes_rows", "baseline_rows"):
-        rows_l, rows_r = local.results[role], on_ray.results[role]
+        rows_l, rows_r = local.results.to_json()[role], on_ray.results.to_json()[role]
         assert len(rows_l) == len(rows_r) == 3
         for a, b in zip(rows_l, rows_r):
             assert {**a, "wall_s": 0} == {**b, "wall_s": 0}  # return, length, seed, tape...
@@ -56,15 +56,15 @@ def test_ray_tapes_are_bitwise_those_of_the_local_executor(runs):
                 x, y = getattr(ta, name), getattr(tb, name)
                 assert x.dtype == y.dtype and np.array_equal(x, y), name
             assert {**ta.header(), "wall_s": 0} == {**tb.header(), "wall_s": 0}
-    assert local.results["summary"] == on_ray.results["summary"]
-    assert local.results["improvement_over_baseline"] == on_ray.results["improvement_over_baseline"]
+    assert local.results.to_json()["summary"] == on_ray.results.to_json()["summary"]
+    assert local.results.to_json()["improvement_over_baseline"] == on_ray.results.to_json()["improvement_over_baseline"]
     assert not list((on_ray.path / "tapes").glob(".*partial*"))
 
 
 def test_ray_video_is_verified_and_complete(runs):
     _, on_ray = runs
-    [video] = on_ray.results["videos"]
-    steps = on_ray.results["episodes_rows"][0]["length"]
+    [video] = on_ray.results.to_json()["videos"]
+    steps = on_ray.results.to_json()["episodes_rows"][0]["length"]
     assert video["verified"] is True and video["backend"] == "egl" and video["failures"] == []
     assert video["frames"] == steps + 1 == count_frames(on_ray.path / video["path"])
     assert video["torch_loaded"] is False
@@ -97,7 +97,7 @@ def test_render_task_sees_the_backend_it_was_given(ray_session):
 def test_crashing_or_hanging_backend_falls_back(runs, tmp_path, monkeypatch, fault, reason,
                                                 timeout):
     _, on_ray = runs
-    tape = on_ray.path / on_ray.results["episodes_rows"][1]["tape"]
+    tape = on_ray.path / on_ray.results.to_json()["episodes_rows"][1]["tape"]
     monkeypatch.setenv("ROLLTAPE_FAULT", f"{fault}:egl")  # forwarded to the task's worker
     out = tmp_path / "a.gif"
     [result] = render([RenderRequest(str(tape), (str(out),), width=64, height=64)],
@@ -110,7 +110,7 @@ def test_crashing_or_hanging_backend_falls_back(runs, tmp_path, monkeypatch, fau
 
 def test_every_backend_failing_names_each_reason(runs, tmp_path, monkeypatch):
     _, on_ray = runs
-    tape = on_ray.path / on_ray.results["episodes_rows"][0]["tape"]
+    tape = on_ray.path / on_ray.results.to_json()["episodes_rows"][0]["tape"]
     monkeypatch.setenv("ROLLTAPE_FAULT", "crash:osmesa")
     with pytest.raises(UsageError) as info:
         render([RenderRequest(str(tape), (str(tmp_path / "x.mp4"),))], backends="osmesa",
@@ -121,7 +121,7 @@ def test_every_backend_failing_names_each_reason(runs, tmp_path, monkeypatch):
 
 def test_verify_only_needs_no_gl(runs):
     _, on_ray = runs
-    tape = on_ray.path / on_ray.results["episodes_rows"][2]["tape"]
+    tape = on_ray.path / on_ray.results.to_json()["episodes_rows"][2]["tape"]
     [result] = render([RenderRequest(str(tape))], backends="glfw", executor="ray")
     assert result.verified is True and result.frames == 0 and result.backend is None
 
@@ -187,7 +187,7 @@ def test_local_executor_never_imports_ray(tmp_path):
         import rolltape.executors.ray  # importing the module alone must not import ray
         run = rolltape.evaluate({ENV_ID!r}, "random", out={str(tmp_path / "run")!r},
                                 episodes=2, max_episode_steps=5, video=1)
-        print(json.dumps({{"ray": "ray" in sys.modules, "video": run.results["videos"][0]["verified"]}}))
+        print(json.dumps({{"ray": "ray" in sys.modules, "video": run.results.videos[0].verified}}))
         """)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.splitlines()[-1]) == {"ray": False, "video": True}
@@ -222,7 +222,7 @@ def test_ray_workers_step_a_served_env(ray_session, tmp_path):
         server.stop()
     local = evaluate(ENV_ID, "random", out=tmp_path / "local", report=False, **run)
     assert served.metadata["env"]["served"]["address"] == server.address
-    for row in local.results["episodes_rows"]:
+    for row in local.results.to_json()["episodes_rows"]:
         a, b = np.load(local.path / row["tape"]), np.load(served.path / row["tape"])
         for name in ("actions", "rewards", "obs_digest", "physics"):
             assert a[name].tobytes() == b[name].tobytes(), name
@@ -234,12 +234,12 @@ def test_a_suite_on_ray_gives_the_local_executors_tapes(ray_session, tmp_path):
     local = evaluate(out=tmp_path / "local", **common)
     on_ray = evaluate(out=tmp_path / "ray", executor="ray", **common)
     strip = lambda rows: [{**r, "wall_s": 0} for r in rows]  # noqa: E731
-    assert strip(on_ray.results["episodes_rows"]) == strip(local.results["episodes_rows"])
-    assert local.results["episodes_rows"][-1]["tape"] == "tapes/classic/mountaincar/policy-0001.npz"
-    for r in local.results["episodes_rows"]:
+    assert strip(on_ray.results.to_json()["episodes_rows"]) == strip(local.results.to_json()["episodes_rows"])
+    assert local.results.to_json()["episodes_rows"][-1]["tape"] == "tapes/classic/mountaincar/policy-0001.npz"
+    for r in local.results.to_json()["episodes_rows"]:
         a, b = Tape.load(local.path / r["tape"]), Tape.load(on_ray.path / r["tape"])
         assert np.array_equal(a.actions, b.actions) and np.array_equal(a.rewards, b.rewards)
-    assert on_ray.results["suite"]["per_task"] == local.results["suite"]["per_task"]
+    assert on_ray.results.to_json()["suite"]["per_task"] == local.results.to_json()["suite"]["per_task"]
 
 
 def test_ray_workers_step_a_served_suite(ray_session, tmp_path):
@@ -258,8 +258,8 @@ def test_ray_workers_step_a_served_suite(ray_session, tmp_path):
     finally:
         server.stop()
     local = evaluate(out=tmp_path / "local", **common)
-    assert len(local.results["episodes_rows"]) == 4
-    for row in local.results["episodes_rows"]:
+    assert len(local.results.to_json()["episodes_rows"]) == 4
+    for row in local.results.to_json()["episodes_rows"]:
         a, b = np.load(local.path / row["tape"]), np.load(served.path / row["tape"])
         for name in ("actions", "rewards", "obs_digest", "terminated", "truncated"):
             assert a[name].tobytes() == b[name].tobytes(), name

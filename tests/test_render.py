@@ -14,7 +14,7 @@ from rolltape.pass2.encode import count_frames, read_frames
 
 @pytest.fixture(scope="module")
 def tape_path(random_run):
-    return random_run.path / random_run.results["episodes_rows"][1]["tape"]
+    return random_run.path / random_run.results.to_json()["episodes_rows"][1]["tape"]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def long_tape(tmp_path_factory):
 
     run = evaluate("HalfCheetah-v5", "random", episodes=1, seed=3, max_episode_steps=120,
                    out=tmp_path_factory.mktemp("long") / "run", report=False)
-    return run.path / run.results["episodes_rows"][0]["tape"]
+    return run.path / run.results.to_json()["episodes_rows"][0]["tape"]
 
 
 @pytest.mark.parametrize("backend", ["egl", "osmesa"])
@@ -40,7 +40,7 @@ def test_replay_earns_exactly_what_pass_one_earned(tape_path, tmp_path, backend)
 
 
 def test_run_video_matches_its_tape(random_run):
-    [video] = random_run.results["videos"]
+    [video] = random_run.results.to_json()["videos"]
     tape = Tape.load(random_run.path / video["tape"])
     assert video["verified"] is True and video["frames"] == tape.length + 1
     assert count_frames(random_run.path / video["path"]) == tape.length + 1
@@ -157,7 +157,7 @@ def test_one_worker_switching_between_envs_draws_each_with_its_own_context(tape_
 
     hopper = evaluate("Hopper-v5", "random", episodes=1, seed=1, max_episode_steps=20,
                       out=tmp_path / "hopper", report=False)
-    hopper_tape = str(hopper.path / hopper.results["episodes_rows"][0]["tape"])
+    hopper_tape = str(hopper.path / hopper.results.to_json()["episodes_rows"][0]["tape"])
     size = dict(width=64, height=48)
     mixed = render([RenderRequest(str(tape_path), (str(tmp_path / "a/"),), **size),
                     RenderRequest(hopper_tape, (str(tmp_path / "b/"),), **size),
@@ -242,7 +242,7 @@ def test_full_quality_is_exactly_gymnasium_env_render(random_run, tape_path, tmp
     import sys
 
     # Another tape first: the worker reuses its env and GL context for the second one.
-    other = random_run.path / random_run.results["episodes_rows"][0]["tape"]
+    other = random_run.path / random_run.results.to_json()["episodes_rows"][0]["tape"]
     render([RenderRequest(str(other), (str(tmp_path / "o/"),), width=64, height=48),
             RenderRequest(str(tape_path), (str(tmp_path / "r/"),), width=64, height=48)],
            backends="osmesa")

@@ -147,7 +147,7 @@ def test_video_src_is_relative_and_exists(run: rolltape.RunResult, report: Path)
     [video] = page.videos
     assert "controls" in video
     src = video["src"]
-    assert src == run.results["videos"][0]["path"] and not src.startswith("/")
+    assert src == run.results.to_json()["videos"][0]["path"] and not src.startswith("/")
     assert (report.parent / src).is_file()
     assert "verified: replay earned exactly what pass 1 earned" in page.all_text
 
@@ -197,10 +197,10 @@ def test_restore_videos_say_so(run: rolltape.RunResult, tmp_path: Path) -> None:
 
 def test_gif_is_an_image_and_text_is_escaped(run: rolltape.RunResult, tmp_path: Path) -> None:
     folder = copy_run(run, tmp_path)
-    shutil.copy(folder / run.results["videos"][0]["path"], folder / "videos" / "clip.gif")
+    shutil.copy(folder / run.results.to_json()["videos"][0]["path"], folder / "videos" / "clip.gif")
 
     def change(results: dict[str, Any]) -> None:
-        results["videos"][0]["path"] = "videos/clip.gif"
+        results["videos"][0].update(path="videos/clip.gif", paths=["videos/clip.gif"])
         results["env_id"] = "<script>alert(1)</script>"
 
     edit_json(folder / "results.json", change)
@@ -223,7 +223,7 @@ def test_viewer_section_only_when_asked(run: rolltape.RunResult, tmp_path: Path)
     elsewhere = build_report(folder, out=tmp_path / "pages" / "r.html",
                              viewer={"href": "viewer/index.html", "note": None})
     video = Page(elsewhere.read_text()).videos[0]["src"]
-    target = folder / run.results["videos"][0]["path"]
+    target = folder / run.results.to_json()["videos"][0]["path"]
     assert (elsewhere.parent / video).resolve() == target.resolve()
     assert 'href="../run/viewer/index.html"' in elsewhere.read_text()
 

@@ -65,7 +65,7 @@ def _same_tapes(a: Tape, b: Tape) -> bool:
             return False
         if x is not None and (x.dtype != y.dtype or not np.array_equal(x, y)):
             return False
-    return a.seed == b.seed and a.env == b.env and a.success == b.success
+    return a.seed == b.seed and a.env == b.env and a.success_at_end == b.success_at_end
 
 
 def _plain_loop(env_id: str, seed: int, actions: np.ndarray, **make_kwargs):
@@ -144,8 +144,8 @@ def test_deterministic_runs_give_identical_tapes(ppo_run, ppo_checkpoint, tmp_pa
         for i in range(3):
             assert _same_tapes(_tape(again.path, role, i), _tape(ppo_run.path, role, i))
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
-    assert strip(again.results["episodes_rows"]) == strip(ppo_run.results["episodes_rows"])
-    assert again.results["summary"] == ppo_run.results["summary"]
+    assert strip(again.results.to_json()["episodes_rows"]) == strip(ppo_run.results.to_json()["episodes_rows"])
+    assert again.results.to_json()["summary"] == ppo_run.results.to_json()["summary"]
 
 
 def test_tapes_do_not_depend_on_the_worker_count(ppo_run, ppo_checkpoint, tmp_path):
@@ -156,7 +156,7 @@ def test_tapes_do_not_depend_on_the_worker_count(ppo_run, ppo_checkpoint, tmp_pa
     for role in ("policy", "baseline"):
         for i in range(3):
             assert _same_tapes(_tape(split.path, role, i), _tape(ppo_run.path, role, i))
-    assert split.results["summary"] == ppo_run.results["summary"]
+    assert split.results.to_json()["summary"] == ppo_run.results.to_json()["summary"]
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +168,7 @@ def stochastic_run(ppo_checkpoint, tmp_path_factory):
 
 
 def test_stochastic_policy_runs_and_samples(stochastic_run, ppo_run):
-    assert stochastic_run.results["policy"]["deterministic"] is False
+    assert stochastic_run.results.to_json()["policy"]["deterministic"] is False
     assert stochastic_run.metadata["policy"]["deterministic"] is False
     for i in range(2):
         sampled, greedy = _tape(stochastic_run.path, "policy", i), _tape(ppo_run.path, "policy", i)
@@ -191,9 +191,9 @@ def test_stochastic_episode_replays_alone(stochastic_run, ppo_checkpoint, tmp_pa
 
 def test_results_json(ppo_run):
     results = _strict_json(ppo_run.path / "results.json")
-    assert results["schema_version"] == 1
+    assert results["schema_version"] == 2
     assert results["env_id"] == ENV_ID and results["episodes"] == 3 and results["seed"] == SEED
-    assert results == ppo_run.results
+    assert results == ppo_run.results.to_json()
     for key, role in (("episodes_rows", "policy"), ("baseline_rows", "baseline")):
         rows = results[key]
         assert [r["index"] for r in rows] == [0, 1, 2]
@@ -202,7 +202,7 @@ def test_results_json(ppo_run):
             assert r["role"] == role
             assert isinstance(r["return"], float) and math.isfinite(r["return"])
             assert r["length"] == STEPS
-            assert r["success"] is None  # HalfCheetah never says
+            assert r["success_at_end"] is None and r["success_once"] is None  # HalfCheetah never says
             assert r["wall_s"] > 0
             assert r["tape"] == f"tapes/{role}-{r['index']:04d}.npz"
             assert (ppo_run.path / r["tape"]).is_file()
@@ -257,7 +257,7 @@ def test_orchestrator_never_imports_torch_or_gl(ppo_checkpoint, tmp_path):
                                 video=1, out={str(tmp_path / "run")!r})
         heavy = ("torch", "OpenGL", "mujoco", "stable_baselines3", "glfw")
         print(json.dumps({{"loaded": sorted(m for m in sys.modules if m.split(".")[0] in heavy),
-                          "videos": run.results["videos"]}}))
+                          "videos": run.results.to_json()["videos"]}}))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)
@@ -306,7 +306,7 @@ def test_discrete_env_end_to_end(tmp_path):
             assert tape.terminated[-1] or tape.truncated[-1]
         # And the tapes re-simulate exactly in a verify worker.
         results = render([RenderRequest(str(run.path / r["tape"]))
-                          for r in run.results["episodes_rows"]])
+                          for r in run.results.to_json()["episodes_rows"]])
         assert all(r.verified for r in results)
 
 
@@ -316,7 +316,7 @@ def test_success_and_metrics_reach_the_results(tmp_path):
     assert results["env_id"] == TOY
     for key in ("episodes_rows", "baseline_rows"):
         rows = results[key]
-        assert [r["success"] for r in rows] == [True, False, True, False, True]  # even seeds
+        assert [r["success_at_end"] for r in rows] == [True, False, True, False, True]  # even seeds
         for r in rows:
             assert r["length"] == 5 and r["terminated"] is True
             m = r["metrics"]
@@ -332,7 +332,7 @@ def test_success_and_metrics_reach_the_results(tmp_path):
         assert s["success_ci"] == pytest.approx([centre - half, centre + half], rel=1e-12)
         assert s["mean_length"] == 5
     tape = _tape(run.path, "policy", 1)
-    assert tape.success is False and tape.metrics["undefined"] is None
+    assert tape.success_at_end is False and tape.metrics["undefined"] is None
 
 
 # --- resume ----------------------------------------------------------------------------------
@@ -369,7 +369,7 @@ def test_resume_a_finished_run_with_more_episodes(reference_run, tmp_path):
     for i, stamp in kept.items():  # finished episodes are not played again
         assert _stamp(out / "tapes" / f"policy-{i:04d}.npz") == stamp
     assert resumed.metadata["resumed"] is True
-    assert resumed.results["episodes"] == 5
+    assert resumed.results.to_json()["episodes"] == 5
     assert _rows(out) == _rows(reference_run.path)
     for i in range(5):
         assert _same_tapes(_tape(out, "policy", i), _tape(reference_run.path, "policy", i))
@@ -401,7 +401,7 @@ def test_resume_an_interrupted_run(reference_run, tmp_path):
         assert _stamp(resumed.path / "tapes" / f"policy-{i:04d}.npz") == stamp
     assert resumed.metadata["resumed"] is True
     assert _rows(resumed.path) == _rows(reference_run.path)
-    assert resumed.results["summary"] == reference_run.results["summary"]
+    assert resumed.results.to_json()["summary"] == reference_run.results.to_json()["summary"]
 
 
 def test_resumed_run_has_a_clean_episodes_jsonl(reference_run, tmp_path):
@@ -430,7 +430,7 @@ def test_resume_with_another_seed_is_refused_or_consistent(reference_run, tmp_pa
         run = _random_run(out, 5, seed=99, resume=True)
     except UsageError:
         return  # refusing is fine
-    assert [r["seed"] for r in run.results["episodes_rows"]] == list(range(99, 104))
+    assert [r["seed"] for r in run.results.to_json()["episodes_rows"]] == list(range(99, 104))
 
 
 def test_failed_resume_of_a_finished_run_leaves_nothing_behind(tmp_path, monkeypatch):
@@ -459,12 +459,12 @@ def test_render_early_starts_pass_two_beside_pass_one_at_low_priority(tmp_path):
     early = evaluate(ENV_ID, "random", video=1, out=tmp_path / "early", **kw)
     timings = early.metadata["timings"]
     assert timings["pass2_started_after_s"] < timings["pass1_s"]
-    [video] = early.results["videos"]
+    [video] = early.results.to_json()["videos"]
     assert video["verified"] is True and video["niceness"] >= 10
     late = evaluate(ENV_ID, "random", video="best", out=tmp_path / "late", **kw)
     assert "pass2_started_after_s" not in late.metadata["timings"]
-    assert any(w.startswith("--render-early needs") for w in late.results["warnings"])
-    assert late.results["videos"][0]["niceness"] == os.nice(0)
+    assert any(w.startswith("--render-early needs") for w in late.results.to_json()["warnings"])
+    assert late.results.to_json()["videos"][0]["niceness"] == os.nice(0)
     plain = evaluate(ENV_ID, "random", video=1, out=tmp_path / "plain",
                      **{**kw, "render_early": False})
     assert "pass2_started_after_s" not in plain.metadata["timings"]

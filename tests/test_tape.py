@@ -20,7 +20,7 @@ def make_tape(steps: int = 5, **overrides) -> Tape:
         truncated=np.r_[np.zeros(steps - 1, bool), True],
         obs_digest=rng.integers(0, 2**63, steps + 1, dtype=np.uint64),
         qpos=rng.standard_normal((steps + 1, 9)), qvel=rng.standard_normal((steps + 1, 9)),
-        policy={"kind": "random"}, wall_s=0.5, metrics={"dist": 0.25}, success=True,
+        policy={"kind": "random"}, wall_s=0.5, metrics={"dist": 0.25}, success_at_end=True,
     )
     fields.update(overrides)
     return Tape(**fields)
@@ -32,7 +32,7 @@ def test_round_trip_is_bit_exact(tmp_path):
     for name in ("actions", "rewards", "terminated", "truncated", "obs_digest", "qpos", "qvel"):
         a, b = getattr(tape, name), getattr(loaded, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
-    assert loaded.seed == 3 and loaded.success is True and loaded.metrics == {"dist": 0.25}
+    assert loaded.seed == 3 and loaded.success_at_end is True and loaded.metrics == {"dist": 0.25}
     assert loaded.total_return == tape.total_return and loaded.length == 5
     assert loaded.has_state
 

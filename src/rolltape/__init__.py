@@ -24,6 +24,7 @@ _API = {
     "DivergenceError": "rolltape.errors", "UsageError": "rolltape.errors",
     "RunFailed": "rolltape.errors", "Interrupted": "rolltape.errors",
     "RunResult": "rolltape.evaluation", "evaluate": "rolltape.evaluation",
+    "Run": "rolltape.record", "Episode": "rolltape.record", "EpisodeKey": "rolltape.record",
     "RenderRequest": "rolltape.pass2.replay", "RenderResult": "rolltape.pass2.replay",
     "render": "rolltape.rendering", "Tape": "rolltape.tape",
     "RecordTape": "rolltape.training.record",

@@ -16,7 +16,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -24,8 +24,12 @@ from rich.table import Table
 
 from rolltape.pass2.backends import DEFAULT_ORDER
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
-from rolltape.outputs.summary import improvement_line, summary_rows, summary_title
+from rolltape.outputs.summary import (improvement_line, success_rule_text, summary_rows,
+                                      summary_title)
 from rolltape.server import commands as _server_commands
+
+if TYPE_CHECKING:
+    from rolltape.record import Results
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -125,6 +129,9 @@ def eval_(
     episodes: int = typer.Option(10, "--episodes", "-n", help="Number of episodes."),
     seed: int = typer.Option(0, help="Episode i is reset with seed + i."),
     baseline: Optional[str] = typer.Option(None, help="'random': run it on the same seeds."),
+    success: str = typer.Option(
+        "at_end", help="Headline success: at_end (the env's success key on the last step, "
+                       "LeRobot's rule) or once (at some step); both are reported."),
     reference: Optional[str] = typer.Option(
         None, help="With several --policy: the one (by folder name) that scores 1 in the "
                    "normalized aggregates; random scores 0."),
@@ -185,7 +192,7 @@ def eval_(
         env, policies if many else policies[0], episodes=episodes, seed=seed,
         suite=suite, tasks=tasks, served=served, **({"reference": reference} if many else {}),
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
-        baseline=baseline, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
+        baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         workers=workers, batched_inference=batched_inference, executor=executor,
         ray_address=ray_address,
@@ -203,7 +210,7 @@ def eval_(
     if run is None:  # several policies: _eval_many printed them
         return
     print_run(run.results, run.path)
-    failed = run.results["failed_episodes"]
+    failed = run.results.failed
     if failed:  # the numbers are written, but they are not all the numbers asked for
         raise RunFailed(f"{len(failed)} episode(s) failed (see the warning above); rerun "
                         "with --resume to play them again.")
@@ -216,7 +223,7 @@ def _eval_many(env: str | None, policies: list[str], **options: Any) -> None:
 
     sweep = evaluate_many(env, policies, **options)
     _print_comparison(sweep.comparison, sweep.path)
-    failed = [r.path for r in sweep.runs if r.results["failed_episodes"]]
+    failed = [r.path for r in sweep.runs if r.results.failed]
     if failed:
         raise RunFailed(f"episodes failed in {', '.join(map(str, failed))}; rerun with "
                         "--resume to play them again.")
@@ -241,11 +248,13 @@ def _print_comparison(result: dict[str, Any], path: Path) -> None:
 TABLE_WIDTH = 80  # off a terminal the table fits what a log viewer or an 80-column tty shows
 
 
-def summary_table(results: dict[str, Any], width: int) -> Table:
+def summary_table(results: Results, width: int) -> Table:
     """The per-role summary as a rich table of at most ``width`` columns (cells and the
     columns that go when it is narrow: :func:`rolltape.outputs.summary.summary_rows`)."""
-    header, rows = summary_rows(results, width)
-    table = Table(title=summary_title(results))
+    header, rows = summary_rows(results.summary, width)
+    table = Table(title=summary_title(results),
+                  caption=f"success: {success_rule_text(results.success_rule)}"
+                  if any(s.success_rate is not None for s in results.summary.values()) else None)
     for name in header:
         table.add_column(name, justify="right")
     for row in rows:
@@ -253,13 +262,13 @@ def summary_table(results: dict[str, Any], width: int) -> Table:
     return table
 
 
-def print_run(results: dict[str, Any], path: Path) -> None:
+def print_run(results: Results, path: Path) -> None:
     """The summary table, the videos and where everything went."""
-    if results.get("suite"):
+    if results.suite is not None:
         from rolltape.outputs.suite_view import task_rows
 
-        header, rows = task_rows(results["suite"])
-        table = Table(title=f"{results['env_id']}: success per task (95% Wilson interval)")
+        header, rows = task_rows(results.suite)
+        table = Table(title=f"{results.env_id}: success per task (95% Wilson interval)")
         for name in header:
             table.add_column(name, justify="right")
         for row in rows:
@@ -269,23 +278,23 @@ def print_run(results: dict[str, Any], path: Path) -> None:
     line = improvement_line(results)
     if line:
         out.print(line)
-    for v in results.get("videos", []):
-        if v.get("path") is None:
-            out.print(f"episode {v['index']}: not rendered")
+    for v in results.videos:
+        if v.path is None:
+            out.print(f"{v.key.label}: not rendered")
             continue
-        status = ("verified: replay earned exactly what pass 1 earned" if v["verified"]
-                  else f"DIVERGED at {v['divergence_text']}" if v["verified"] is False
+        status = ("verified: replay earned exactly what pass 1 earned" if v.verified
+                  else f"DIVERGED at {v.get('divergence_text')}" if v.verified is False
                   else "drawn from recorded states (not re-simulated)")
-        if fell_back(v.get("mode"), v["verified"]):
+        if fell_back(v.get("mode"), v.verified):
             status += f"; {FELL_BACK}"
-        out.print(f"video {path / v['path']} ({v['frames']} frames, {v['backend']}, "
+        out.print(f"video {path / v.path} ({v.get('frames')} frames, {v.get('backend')}, "
                   f"{camera_text(v.get('cameras'))}): {status}")
         if v.get("camera_hint"):
-            err.print(f"hint: episode {v['index']}: {v['camera_hint']}.", highlight=False,
+            err.print(f"hint: {v.key.label}: {v.get('camera_hint')}.", highlight=False,
                       soft_wrap=True)
     # MuJoCo's own warnings (deprecated XML in Gymnasium's models) are kept, not shouted.
-    quiet = [w for w in results.get("warnings", []) if w.startswith("MuJoCo: ")]
-    for w in results.get("warnings", []):
+    quiet = [w for w in results.warnings if w.startswith("MuJoCo: ")]
+    for w in results.warnings:
         if w not in quiet:
             err.print(f"warning: {w}")
     if quiet:

@@ -10,7 +10,7 @@ torch, GL (the policy and MuJoCo live in workers).
 Example (not run: it evaluates a checkpoint):
     >>> run = evaluate("HalfCheetah-v5", "sb3:ppo.zip", vecnormalize="vecnormalize.pkl",
     ...                episodes=30, seed=1000, baseline="random", video=2, out="runs/cheetah")
-    >>> run.results["summary"]["policy"]["mean"]
+    >>> run.results.summary["policy"].mean
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape import stats
-from rolltape.outputs.artifacts import (RESULTS_SCHEMA_VERSION, RunDir, append_jsonl, artifact_paths,
-                        git_commit, provenance, read_jsonl, write_json, write_text)
+from rolltape.outputs.artifacts import (RunDir, append_jsonl, artifact_paths, git_commit,
+                                        provenance, read_jsonl, write_json, write_text)
 from rolltape.outputs.artifacts import check_writable_folder
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
@@ -36,6 +36,8 @@ from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError,
 from rolltape.executors.launch import signals_deferred, sigterm_raises, stop_workers
 from rolltape.progress import Progress
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
+from rolltape.record import (SCHEMA_VERSION, Episode, EpisodeKey, Metadata, Results, Run,
+                             Summary, Video, check_success_rule, episodes_of)
 from rolltape.rendering import render, warm_render_workers
 from rolltape.executors.local import run_shares
 from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, PolicyJob, playing,
@@ -49,17 +51,7 @@ if TYPE_CHECKING:
 ON_DIVERGENCE = ("warn", "fail")
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """A finished run: where it is and what ``results.json`` says."""
-
-    path: Path
-    results: dict[str, Any]
-    metadata: dict[str, Any]
-
-    @property
-    def diverged(self) -> list[dict[str, Any]]:
-        return [v for v in self.results["videos"] if v.get("verified") is False]
+RunResult = Run  # what evaluate() returns: the run's typed record (rolltape.record)
 
 
 def video_picks(selection: int | str | Sequence[int]) -> list[tuple[str, int]]:
@@ -100,7 +92,7 @@ def check_video(selection: int | str | Sequence[int], episodes: int) -> None:
                              f"0..{episodes - 1}.")
 
 
-def select_episodes(selection: int | str | Sequence[int], rows: list[dict[str, Any]]) -> list[int]:
+def select_episodes(selection: int | str | Sequence[int], rows: Sequence[Episode]) -> list[int]:
     """Which episodes get a video: a count (the first N), 'all', 'best', 'worst', 'median'
     (``best:3``: the three best), or explicit indices like '0,7,12'; several words may be
     joined with commas. Among equal returns the lowest index comes first."""
@@ -108,9 +100,9 @@ def select_episodes(selection: int | str | Sequence[int], rows: list[dict[str, A
     check_video(selection, n)
     # Highest return first, lowest index first among equals (and the same for worst); an
     # episode whose return is not a finite number (None) is neither best nor worst.
-    ranked = [i for i in range(n) if rows[i]["return"] is not None]
-    best = sorted(ranked, key=lambda i: (-rows[i]["return"], i))
-    worst = sorted(ranked, key=lambda i: (rows[i]["return"], i))
+    ranked = [i for i in range(n) if rows[i].ret is not None]
+    best = sorted(ranked, key=lambda i: (-rows[i].ret, i))  # type: ignore[operator]
+    worst = sorted(ranked, key=lambda i: (rows[i].ret, i))
     n_ranked = len(ranked)
     picked: list[int] = []
     for kind, k in video_picks(selection):
@@ -180,6 +172,7 @@ class EvalConfig(RenderOptions):
     episodes: int = 10
     seed: int = 0
     baseline: str | None = None
+    success: str = "at_end"  # the headline success: "at_end" (LeRobot's rule) or "once"
     vecnormalize: str | None = None
     algo: str | None = None
     deterministic: bool = True
@@ -234,6 +227,7 @@ class EvalConfig(RenderOptions):
             raise UsageError(f"--baseline '{self.baseline}' is not supported; use 'random' "
                              "or leave it off.")
         check_choice("--on-divergence", self.on_divergence, ON_DIVERGENCE)
+        check_success_rule(self.success)
         check_choice("--mode", self.mode, MODES)
         check_choice("--quality", self.quality, tuple(QUALITY))
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
@@ -400,7 +394,7 @@ def _targets(cfg: EvalConfig) -> list[Target]:
     from rolltape.suites.manifest import select_tasks, with_defaults
 
     manifest = with_defaults(select_tasks(resolve_suite(cfg.suite), cfg.tasks), cfg.episodes,
-                             cfg.max_episode_steps)
+                             cfg.max_episode_steps, cfg.success)
     for task in manifest.tasks:
         check_installed(task)
         check_video(cfg.video, task.episodes)
@@ -415,7 +409,7 @@ def _targets(cfg: EvalConfig) -> list[Target]:
 
 
 def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str],
-         show_progress: bool, command: list[str] | None) -> RunResult:
+         show_progress: bool, command: list[str] | None) -> Run:
     root = run.path
     spec = targets[0].spec
     manifest = targets[0].manifest
@@ -433,90 +427,69 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
         started = time.perf_counter()
         early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
         try:
-            rows, descriptions, failed = _pass1(root, targets, cfg, warnings, bar,
-                                                on_row=early.offer if early else None)
+            played, descriptions, failed = _pass1(root, targets, cfg, warnings, bar,
+                                                  on_row=early.offer if early else None)
         except BaseException:
             if early is not None:
                 early.cancel()
             raise
         timings["pass1_s"] = time.perf_counter() - started
-        results = _results(spec, rows, descriptions, cfg.episodes, cfg.seed, failed)
-        if manifest is not None:
-            _suite_results(results, targets, rows, warnings)
+        # episodes.jsonl is the crash record; results.json is written once, at the end.
+        results = _results(spec, targets, played, descriptions, cfg, failed)
         warnings.extend(_number_warnings(results))
-        write_json(root / "results.json", results)  # the numbers are safe before any rendering
-        videos: list[dict[str, Any]] = []
+        videos: list[Video] = []
         if early is not None:
             videos = early.finish(timings)
         elif cfg.wants_video:
             started = time.perf_counter()
-            played = rows["policy"]  # positions differ from indices only if some failed
-            picked = [k for t in targets for k in _picked(cfg, played, t)]
-            videos = _pass2(root, dict(enumerate(played)), picked, cfg, warnings, bar,
+            policy = list(results.episodes)  # positions differ from indices if some failed
+            picked = [k for t in targets for k in _picked(cfg, policy, t)]
+            videos = _pass2(root, dict(enumerate(policy)), picked, cfg, warnings, bar,
                             tasks={t.where: t for t in targets}, warm=warm)
             timings["pass2_s"] = time.perf_counter() - started
-    results["videos"] = videos
-    results["warnings"] = warnings
-    if manifest is not None:  # LeRobot's eval_s: the whole evaluation, videos included
+    if results.suite is not None:  # LeRobot's eval_s: the whole evaluation, videos included
         from rolltape.suites.results import eval_info
 
         eval_s = timings["pass1_s"] + timings.get("pass2_s", 0.0)
-        n = results["suite"]["overall"]["n_episodes"]
-        results["suite"]["overall"].update(eval_s=eval_s, eval_ep_s=eval_s / n if n else None)
-        write_json(root / "eval_info.json", eval_info(results["suite"], rows["policy"], videos,
-                                                      eval_s))
-    write_json(root / "results.json", results)
-    metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command, run.resumed)
-    if manifest is not None:  # many envs: the manifest says which (each tape has its spec)
-        metadata.update(env=None, suite=manifest.to_dict(), seeds={
-            "base": cfg.seed, "per_task": {t.task.key: [cfg.seed, cfg.seed + t.episodes - 1]
-                                           for t in targets if t.task is not None}})
-    write_json(root / "metadata.json", metadata)
+        n = results.suite["overall"]["n_episodes"]
+        results.suite["overall"].update(eval_s=eval_s, eval_ep_s=eval_s / n if n else None)
+        write_json(root / "eval_info.json", eval_info(results.suite, results.episodes, videos,
+                                                      eval_s, _rules(targets)))
+    results = replace(results, videos=tuple(videos), warnings=tuple(warnings))
+    metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command,
+                         run.resumed, targets)
+    record = Run(root, results, metadata).write()
     if cfg.report:
-        _write_reports(root, rows, videos, cfg.viewer, warnings)
-    final = run.commit()
-    outcome = RunResult(final, results, metadata)
-    if any(v.get("path") is None for v in videos):
-        raise UsageError(f"{warnings[-1]} The numbers were kept in '{final}/results.json'.")
+        _write_reports(record, cfg.viewer, warnings)
+    outcome = replace(record, path=run.commit())
+    if any(v.path is None for v in videos):
+        raise UsageError(f"{warnings[-1]} The numbers were kept in "
+                         f"'{outcome.path}/results.json'.")
     if cfg.on_divergence == "fail" and outcome.diverged:
         raise DivergenceError(f"{len(outcome.diverged)} replay(s) diverged from pass 1: "
                               + " ".join(w for w in warnings if "diverged" in w))
     return outcome
 
 
-def _picked(cfg: EvalConfig, played: list[dict[str, Any]], target: Target) -> list[int]:
+def _rules(targets: list[Target]) -> dict[tuple[Any, Any], str]:
+    """Each suite task's headline success rule (its manifest's, else --success)."""
+    return {t.where: t.task.success or "at_end" for t in targets if t.task is not None}
+
+
+def _picked(cfg: EvalConfig, played: list[Episode], target: Target) -> list[int]:
     """Positions in ``played`` of the target's episodes that ``--video`` picks (per task)."""
-    mine = [p for p, r in enumerate(played) if (r.get("suite"), r.get("task")) == target.where]
+    mine = [p for p, e in enumerate(played) if e.key.task_key == target.where]
     return [mine[k] for k in select_episodes(cfg.video, [played[p] for p in mine])]
 
 
-def _suite_results(results: dict[str, Any], targets: list[Target],
-                   rows: dict[str, list[dict[str, Any]]], warnings: list[str]) -> None:
-    """A suite run's results.json: per task, per suite and overall (``suite``); the top
-    summary pools every task's episodes, as LeRobot's overall numbers do."""
-    from rolltape.suites.results import suite_summary
-
-    manifest = targets[0].manifest
-    assert manifest is not None  # a suite run's targets all carry it
-    names = manifest.suites
-    results["env_id"] = f"suite{'s' if len(names) > 1 else ''} {', '.join(names)}"
-    results["env"] = None
-    results["manifest"] = manifest.to_dict()
-    results["episodes"] = sum(t.episodes for t in targets)
-    results["suite"] = suite_summary(rows, [t.where for t in targets],
-                                     {t.where: getattr(t.task, "success_key", None)
-                                      for t in targets})
-    warnings.extend(results["suite"].pop("warnings"))
-
-
-def _key(row: dict[str, Any]) -> tuple[Any, ...]:
-    """An episode's identity in a run: role, suite and task (None for one env), index."""
-    return (row["role"], row.get("suite"), row.get("task"), row["index"])
+def _key(row: dict[str, Any]) -> EpisodeKey:
+    """An episode's identity in a run, from its row in episodes.jsonl."""
+    return EpisodeKey.from_json(row)
 
 
 def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[str],
            bar: Progress, on_row: Callable[[dict[str, Any]], None] | None = None
-           ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any], list[dict[str, Any]]]:
+           ) -> tuple[dict[str, list[Episode]], dict[str, Any], list[dict[str, Any]]]:
     """Run (or, when resuming, finish) every episode; return the rows per role, what made
     them, and the episodes whose env failed (played again by --resume). ``on_row`` sees
     each episode's row as soon as its tape is saved."""
@@ -533,7 +506,8 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
         mine = role == "policy"
         for target in targets:  # a suite: one job per task, dealt to workers as one sequence
             where, task = target.where, target.task
-            left = [i for i in range(target.episodes) if (role, *where, i) not in done] \
+            left = [i for i in range(target.episodes)
+                    if EpisodeKey(role, *where, i, cfg.seed + i) not in done] \
                 if done else range(target.episodes)  # a range: nothing built for 10**12
             tapes = root / "tapes" if task is None else root / "tapes" / task.suite / task.name
             tapes.mkdir(parents=True, exist_ok=True)
@@ -586,27 +560,30 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     write_json(described, descriptions)
                 elif kind == "done":
                     warnings.extend(f"MuJoCo: {w}" for w in payload if f"MuJoCo: {w}" not in warnings)
-    rows = {role: [done[(role, *t.where, i)] for t in targets for i in range(t.episodes)
-                   if (role, *t.where, i) in done]
-            for role, _ in roles}
-    failed.sort(key=lambda f: (f["role"] != "policy", f["index"]))
-    return rows, descriptions, failed
+    keys = {role: [EpisodeKey(role, *t.where, i, cfg.seed + i) for t in targets
+                   for i in range(t.episodes)] for role, _ in roles}
+    played = {role: episodes_of((done[k] for k in ks if k in done), str(jsonl))
+              for role, ks in keys.items()}
+    failed.sort(key=lambda f: (f["role"] != "policy", f.get("suite") or "", f.get("task") or "",
+                               f["index"]))
+    return played, descriptions, failed
 
 
-def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _finished_rows(root: Path, rows: list[dict[str, Any]]) -> dict[EpisodeKey, dict[str, Any]]:
     """The rows of episodes that are really done: the tape loads and says what the row says
     (a tape cut short by a full disk or a kill is played again)."""
     done = {}
     for row in rows:
         try:
             tape = Tape.load(root / row["tape"])
-        except (UsageError, KeyError, TypeError):
+            key = _key(row)
+        except (UsageError, KeyError, TypeError, ValueError):
             continue
         if (tape.seed, tape.length, tape.meta.get("role"), tape.meta.get("index"),
                 tape.meta.get("suite"), tape.meta.get("task")) == \
                 (row.get("seed"), row.get("length"), row.get("role"), row.get("index"),
                  row.get("suite"), row.get("task")):
-            done[_key(row)] = row
+            done[key] = row
     return done
 
 
@@ -646,10 +623,10 @@ class _EarlyRender:
                  bar: Progress, started: float) -> None:
         self.root, self.cfg, self.picked = root, cfg, picked
         self.warnings, self.bar, self.started = warnings, bar, started
-        self.rows: dict[int, dict[str, Any]] = {}
+        self.rows: dict[int, Episode] = {}
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
-        self.videos: list[dict[str, Any]] = []
+        self.videos: list[Video] = []
         self.error: BaseException | None = None
         self.began = self.ended = 0.0
 
@@ -668,7 +645,7 @@ class _EarlyRender:
         """A finished pass-1 episode: start pass 2 once every chosen tape exists."""
         if row["role"] != "policy" or row["index"] not in self.picked or self.thread:
             return
-        self.rows[row["index"]] = row
+        self.rows[row["index"]] = Episode.from_json(row)
         if len(self.rows) == len(self.picked):
             self.thread = threading.Thread(target=self._render, name="rolltape-pass2",
                                            daemon=True)
@@ -689,7 +666,7 @@ class _EarlyRender:
         if self.thread is not None:
             self.thread.join()
 
-    def finish(self, timings: dict[str, float]) -> list[dict[str, Any]]:
+    def finish(self, timings: dict[str, float]) -> list[Video]:
         if self.thread is None:  # cannot happen after a complete pass 1; kept safe
             self._render()
         else:
@@ -729,28 +706,25 @@ def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[lis
         stop_workers(warm)
 
 
-def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cfg: EvalConfig,
+def _pass2(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg: EvalConfig,
            warnings: list[str], bar: Progress, cancel: threading.Event | None = None,
            tasks: Mapping[tuple[Any, Any], Target] | None = None,
-           warm: Sequence[Any] = ()) -> list[dict[str, Any]]:
+           warm: Sequence[Any] = ()) -> list[Video]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
     CPU priority, so that pass 1 keeps its speed. ``rows`` are keyed by what ``picked``
     names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
     (``tasks``: which the user's manifest named), verified to its ``reward_atol``."""
-    def where(r: dict[str, Any]) -> tuple[Any, Any]:
-        return (r.get("suite"), r.get("task"))
+    def folder(e: Episode) -> Path:
+        return root / "videos" / e.key.suite / e.key.task if e.key.suite else root / "videos"
 
-    def folder(r: dict[str, Any]) -> Path:
-        return root / "videos" / r["suite"] / r["task"] if "suite" in r else root / "videos"
-
-    def task_of(r: dict[str, Any]) -> Task | None:
-        target = (tasks or {}).get(where(r))
+    def task_of(e: Episode) -> Task | None:
+        target = (tasks or {}).get(e.key.task_key)
         return None if target is None else target.task
 
     requests = [RenderRequest(
-        tape=str(root / rows[i]["tape"]),
-        outputs=artifact_paths(folder(rows[i]) / f"policy-{rows[i]['index']:04d}",
+        tape=str(root / rows[i].tape),
+        outputs=artifact_paths(folder(rows[i]) / f"policy-{rows[i].key.index:04d}",
                                cfg.video_format),
         overwrite=True,
         **{**cfg.render_options(),
@@ -760,7 +734,7 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cf
         env_id=cfg.env if task_of(rows[i]) is None else task_of(rows[i]).env,
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
-                                        [rows[i]["length"] + 1 for i in picked])
+                                        [rows[i].length + 1 for i in picked])
     try:
         workers = cfg.render_workers or os.cpu_count() or 1
         rendered = render(requests, backends=cfg.backends, workers=workers,
@@ -773,28 +747,27 @@ def _pass2(root: Path, rows: Mapping[int, dict[str, Any]], picked: list[int], cf
         warnings.append(str(exc))
     videos = []
     for i, result in zip(picked, rendered):
-        entry: dict[str, Any] = {"index": rows[i]["index"], "seed": rows[i]["seed"],
-                                 "tape": rows[i]["tape"]}
-        if "suite" in rows[i]:
-            entry.update(suite=rows[i]["suite"], task=rows[i]["task"])
+        episode = rows[i]
         if result is None:
-            entry.update(path=None, verified=None, error="not rendered")
-        else:
-            entry.update(result.to_dict())
-            entry["tape"] = rows[i]["tape"]
-            entry["paths"] = [str(Path(p).relative_to(root)) for p in entry.pop("outputs")]
-            entry["path"] = entry["paths"][0]
-            warnings.extend(f"MuJoCo: {w}" for w in entry.pop("warnings")
-                            if f"MuJoCo: {w}" not in warnings)
-            if result.divergence is not None:
-                warnings.append(f"Episode {i} diverged on replay at "
-                                f"{result.divergence.describe()}.")
-        videos.append(json_safe(entry))  # a replay of NaN rewards has a NaN return
+            videos.append(Video(episode.key, episode.tape, error="not rendered"))
+            continue
+        detail = result.to_dict()
+        for w in detail.pop("warnings"):
+            if f"MuJoCo: {w}" not in warnings:
+                warnings.append(f"MuJoCo: {w}")
+        if result.divergence is not None:
+            warnings.append(f"{episode.key.label.capitalize()} diverged on replay at "
+                            f"{result.divergence.describe()}.")
+        paths = tuple(str(Path(p).relative_to(root)) for p in detail.pop("outputs"))
+        for name in ("tape", "verified"):
+            detail.pop(name)
+        # a replay of NaN rewards has a NaN return: json_safe makes it null
+        videos.append(Video(episode.key, episode.tape, paths, result.verified,
+                            detail=json_safe(detail)))
     return videos
 
 
-def _write_reports(root: Path, rows: dict[str, list[dict[str, Any]]],
-                   videos: list[dict[str, Any]], with_viewer: bool, warnings: list[str]) -> None:
+def _write_reports(run: Run, with_viewer: bool, warnings: list[str]) -> None:
     """report.html (with the 3-D replay when asked) and report.ipynb; a problem here is a
     warning, never a lost run."""
     from rolltape.outputs.notebook import write_notebook
@@ -804,18 +777,18 @@ def _write_reports(root: Path, rows: dict[str, list[dict[str, Any]]],
     if with_viewer:
         from rolltape.outputs.viewer import export_viewer
 
-        tapes = [root / v["tape"] for v in videos if v.get("path")] or \
-            [root / r["tape"] for r in rows["policy"][:1]]
+        shown = [run.tape_path(v) for v in run.results.videos if v.path] or \
+            [run.tape_path(e) for e in run.results.episodes[:1]]
         try:
-            exported = export_viewer(root, tapes, overwrite=True, trusted=True)  # our env
+            exported = export_viewer(run.path, shown, overwrite=True, trusted=True)  # our env
             viewer = {"href": exported["href"], "note": exported["note"]}
         except UsageError as exc:
             viewer = {"href": None, "note": f"3-D replay unavailable: {exc}"}
         except OSError as exc:
             viewer = {"href": None, "note": f"3-D replay unavailable: {_os_error_text(exc)}"}
     try:
-        build_report(root, viewer=viewer)
-        write_notebook(root)
+        build_report(run, viewer=viewer)
+        write_notebook(run)
     except UsageError as exc:
         warnings.append(f"The report could not be written: {exc}")
     except OSError as exc:  # a full disk: the numbers are written already, keep the run
@@ -824,96 +797,94 @@ def _write_reports(root: Path, rows: dict[str, list[dict[str, Any]]],
 
 
 def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any],
-              videos: list[dict[str, Any]], timings: dict[str, float], warnings: list[str],
-              command: list[str] | None, resumed: bool) -> dict[str, Any]:
-    """metadata.json: provenance of the run."""
+              videos: list[Video], timings: dict[str, float], warnings: list[str],
+              command: list[str] | None, resumed: bool, targets: list[Target]) -> Metadata:
+    """metadata.json: provenance of the run (a suite's envs are its manifest's, each tape
+    has its spec; its seeds are given per task)."""
     policy = descriptions.get("policy") or {}
-    return {
+    manifest = targets[0].manifest
+    if manifest is None:
+        envs: dict[str, Any] = {"env": spec}
+        seeds: dict[str, Any] = {"base": cfg.seed,
+                                 "episodes": [cfg.seed + i for i in range(cfg.episodes)]}
+    else:
+        envs = {"env": None, "suite": manifest.to_dict()}
+        seeds = {"base": cfg.seed, "per_task": {
+            t.task.key: [cfg.seed, cfg.seed + t.episodes - 1]
+            for t in targets if t.task is not None}}
+    return Metadata({
         **provenance(command),
-        "schema_version": RESULTS_SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "config": json_safe(asdict(cfg)),
-        "env": spec,
+        **envs,
         "policy": descriptions.get("policy"),
         "baseline": descriptions.get("baseline"),
         "checkpoint_sha256": policy.get("sha256"),
         "policy_git": git_commit(policy.get("source")),
         "vecnormalize_sha256": policy.get("vecnormalize_sha256"),
-        "seeds": {"base": cfg.seed, "episodes": [cfg.seed + i for i in range(cfg.episodes)]},
+        "seeds": seeds,
         "render": {"backends_tried": list(cfg.backends),
-                   "backend_used": sorted({v["backend"] for v in videos if v.get("backend")})
-                   or None,
+                   "backend_used": sorted({v.get("backend") for v in videos
+                                           if v.get("backend")}) or None,
                    "failures": [f for v in videos for f in v.get("failures", [])]},
         "timings": timings,
         "warnings": warnings,
         "resumed": resumed,
-    }
+    })
 
 
-def _results(spec: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
-             descriptions: dict[str, Any], episodes: int, seed: int,
-             failed: list[dict[str, Any]]) -> dict[str, Any]:
-    """results.json: a summary per role, the improvement over the baseline, every episode.
-    Statistics use the episodes with a finite return; the others are counted, not hidden."""
-    summary = {role: _summary(rs) for role, rs in rows.items()}
+def _results(spec: dict[str, Any], targets: list[Target], played: dict[str, list[Episode]],
+             descriptions: dict[str, Any], cfg: EvalConfig,
+             failed: list[dict[str, Any]]) -> Results:
+    """What the run measured: a summary per role, the improvement over the baseline paired
+    by task and seed, every episode, and for a suite its numbers per task, per suite and
+    overall. Statistics use the episodes with a finite return; the others are counted, not
+    hidden."""
+    manifest = targets[0].manifest
+    rules: str | dict[tuple[Any, Any], str] = cfg.success if manifest is None \
+        else _rules(targets)
+    policy, baseline = played["policy"], played.get("baseline", [])
     improvement = None
-    if "baseline" in rows:
-        # Paired by task too: every task of a suite plays the same seeds.
-        def key(r: dict[str, Any]) -> tuple[Any, Any, int]:
-            return (r.get("suite"), r.get("task"), r["seed"])
-
-        baseline = {key(r): r["return"] for r in rows["baseline"] if r["return"] is not None}
-        pairs = [(r["return"], baseline[key(r)]) for r in rows["policy"]
-                 if r["return"] is not None and key(r) in baseline]
+    if baseline:
+        base = {e.key.pairing: e.ret for e in baseline if e.ret is not None}
+        pairs = [(e.ret, base[e.key.pairing]) for e in policy
+                 if e.ret is not None and e.key.pairing in base]
         if pairs:
             improvement = stats.paired_improvement([p for p, _ in pairs], [b for _, b in pairs])
-    return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "env_id": spec["id"],
-        "env": spec,
-        "policy": descriptions.get("policy"),
-        "episodes": episodes,
-        "seed": seed,
-        "summary": summary,
-        "improvement_over_baseline": improvement,
-        "episodes_rows": rows["policy"],
-        "baseline_rows": rows.get("baseline", []),
-        "failed_episodes": failed,
-        "videos": [],
-        "warnings": [],
-    }
+    summary = {role: Summary.of(eps, rules) for role, eps in played.items()}
+    results = Results(
+        env_id=spec["id"], env=spec, policy=descriptions.get("policy"),
+        n_episodes=cfg.episodes, seed=cfg.seed, summary=summary, episodes=tuple(policy),
+        baseline=tuple(baseline), improvement_over_baseline=improvement,
+        failed=tuple(failed), success_rule=summary["policy"].success_rule)
+    if manifest is None:
+        return results
+    from rolltape.suites.results import suite_summary
+
+    suite = suite_summary(policy, baseline, [t.where for t in targets],
+                          {t.where: getattr(t.task, "success_key", None) for t in targets},
+                          _rules(targets))
+    results = replace(results, env_id=f"suite{'s' if len(manifest.suites) > 1 else ''} "
+                                      f"{', '.join(manifest.suites)}",
+                      env=None, manifest=manifest.to_dict(), suite=suite,
+                      n_episodes=sum(t.episodes for t in targets))
+    return results
 
 
-_SUMMARY_FIELDS = ("n", "mean", "std", "min", "max", "median", "iqm", "iqm_ci", "mean_ci",
-                   "success_count", "success_rate", "success_ci")
-
-
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """One role's summary over its episodes with a finite return (``n``); ``episodes``
-    counts them all and ``nonfinite_returns`` those left out."""
-    finite = [r for r in rows if r["return"] is not None]
-    if finite:
-        summary = stats.summarize([r["return"] for r in finite],
-                                  [r["success"] for r in finite]).to_dict()
-    else:
-        summary = {**dict.fromkeys(_SUMMARY_FIELDS), "n": 0}
-    summary["episodes"] = len(rows)
-    summary["nonfinite_returns"] = len(rows) - len(finite)
-    summary["mean_length"] = sum(r["length"] for r in rows) / len(rows) if rows else None
-    return summary
-
-
-def _number_warnings(results: dict[str, Any]) -> list[str]:
-    """Say what the numbers leave out: episodes with non-finite returns, failed episodes."""
-    notes = []
-    for role, s in results["summary"].items():
-        if s["nonfinite_returns"]:
-            notes.append(f"{s['nonfinite_returns']} of {s['episodes']} {role} episode(s) had a "
+def _number_warnings(results: Results) -> list[str]:
+    """Say what the numbers leave out: episodes with non-finite returns, failed episodes,
+    suite tasks that never reported success."""
+    notes = list((results.suite or {}).pop("warnings", []))
+    for role, s in results.summary.items():
+        if s.nonfinite_returns:
+            notes.append(f"{s.nonfinite_returns} of {s.episodes} {role} episode(s) had a "
                          "return that is not a finite number (NaN or infinite rewards); the "
                          "statistics leave them out and episodes.jsonl flags them.")
-    failed = results["failed_episodes"]
-    if failed:
-        first = failed[0]
-        notes.append(f"{len(failed)} episode(s) failed and are left out of the numbers; the "
-                     f"first: {first['role']} episode {first['index']} (seed {first['seed']}): "
-                     f"{first['error']}. Rerun with --resume to play them again.")
+    if results.failed:
+        first = results.failed[0]
+        where = f"{first['suite']}/{first['task']} " if first.get("suite") else ""
+        notes.append(f"{len(results.failed)} episode(s) failed and are left out of the "
+                     f"numbers; the first: {first['role']} {where}episode {first['index']} "
+                     f"(seed {first['seed']}): {first['error']}. Rerun with --resume to play "
+                     "them again.")
     return notes

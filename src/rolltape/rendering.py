@@ -174,14 +174,22 @@ def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
     if not req.outputs:
         return result  # verification only: nothing was written, nothing to describe
     tape = Tape.load(req.tape)
+    # Paths relative to the outputs' folder: an eval renders into a staging folder that is
+    # renamed when the run commits, and a relative path still names the same files then.
+    here = Path(req.outputs[0].rstrip("/")).parent
+
+    def rel(path: str) -> str:
+        return os.path.relpath(path, here)
+
     record = {
         **provenance(),
-        "tape": {"path": req.tape, "sha256": sha256_of(req.tape), "env": tape.env,
+        "tape": {"path": rel(req.tape), "sha256": sha256_of(req.tape), "env": tape.env,
                  "seed": tape.seed, "policy": tape.policy,
                  # Taken at eval time only: git would run the hooks of a folder the tape names.
                  "policy_git": tape.policy.get("git")},
-        "config": json_safe(asdict(req)),
-        "result": result.to_dict(),
+        "config": json_safe({**asdict(req), "tape": rel(req.tape),
+                             "outputs": [rel(o) for o in req.outputs]}),
+        "result": {**result.to_dict(), "tape": rel(result.tape)},
     }
     data = [o for o in req.outputs if o.endswith(DATA_SUFFIXES)]
     for out in data:
@@ -190,7 +198,7 @@ def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
         else:
             write_tape_copy(out, tape, record)
     outputs = result.outputs + tuple(data)
-    record["result"]["outputs"] = list(outputs)
+    record["result"]["outputs"] = [rel(o) for o in outputs]
     for out in outputs:
         write_sidecar(out, record)
     return replace(result, outputs=outputs)

@@ -73,9 +73,9 @@ class Tape:
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
         physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.physics_spec`), from
             which stepping continues bit for bit; lets one episode render in segments.
-        success: ``info["is_success"]`` (or the run's success key) at the last step, None
-            when the env does not say.
-        success_any: whether that key was true at any step, None when never reported.
+        success_at_end: ``info["is_success"]`` (or the run's success key) on the last step,
+            None when the env does not say (what LeRobot's own rollout counts).
+        success_once: whether that key was true at some step, None when never reported.
         metrics: ``info["metrics"]`` at the last step (JSON-safe), or None.
         policy: what produced the actions: kind, source, sha256, deterministic.
         wall_s: wall-clock seconds the episode took in pass 1.
@@ -99,8 +99,8 @@ class Tape:
     qpos: np.ndarray | None = None
     qvel: np.ndarray | None = None
     physics: np.ndarray | None = None
-    success: bool | None = None
-    success_any: bool | None = None
+    success_at_end: bool | None = None
+    success_once: bool | None = None
     metrics: dict[str, Any] | None = None
     policy: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -146,8 +146,8 @@ class Tape:
             "env": self.env,
             "seed": self.seed,
             "options": self.options,
-            "success": self.success,
-            "success_any": self.success_any,
+            "success_at_end": self.success_at_end,
+            "success_once": self.success_once,
             "metrics": self.metrics,
             "policy": self.policy,
             "wall_s": self.wall_s,
@@ -221,8 +221,9 @@ class Tape:
                 env=header["env"],
                 seed=header["seed"],
                 options=header.get("options"),
-                success=header.get("success"),
-                success_any=header.get("success_any"),
+                # Tapes written before the two names were settled say success/success_any.
+                success_at_end=header.get("success_at_end", header.get("success")),
+                success_once=header.get("success_once", header.get("success_any")),
                 metrics=header.get("metrics"),
                 policy=header.get("policy", {}),
                 wall_s=float(header.get("wall_s", 0.0)),
@@ -342,7 +343,9 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "env": (_is_dict, "an object"),
     "seed": (_optional(lambda v: _is_int(v) and v >= 0), "null or a non-negative integer"),
     "options": (_optional(_is_dict), "null or an object"),
-    "success": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),
+    "success_at_end": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),
+    "success_once": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),
+    "success": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),  # older
     "success_any": (_optional(lambda v: isinstance(v, bool)), "null, true or false"),
     "metrics": (_optional(_is_dict), "null or an object"),
     "policy": (_is_dict, "an object"),

@@ -111,3 +111,40 @@ def pull_mostly(obs) -> int:
     """Lever: the target lever except every third step (a policy between random and best)."""
     target = int(obs[0])
     return 1 - target if int(obs[1]) % 3 == 2 else target
+
+
+class ComesAndGoes(gym.Env):
+    """An env that keeps running after success, whose success comes and goes: ``steps``
+    steps (terminated at the last); ``info[key]`` is True only at step ``at`` for a seed
+    with ``seed % 3 == 0``, from step ``at`` on for ``seed % 3 == 1``, and never for the
+    rest. So on seeds 0..11, 4 episodes succeed on their terminal step (LeRobot's rule) and
+    8 at some step. Rewards are ``scale`` times (seed % 5) at step 2, else 0."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, steps: int = 10, at: int = 5, key: str = "is_success",
+                 scale: float = 1.0, render_mode: str | None = None) -> None:
+        self.steps, self.at, self.key, self.scale = steps, at, key, scale
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0.0, 100.0, shape=(2,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+        self._seed = self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._seed, self._t = seed or 0, 0
+        return np.array([float(self._seed % 7), 0.0]), {}
+
+    def step(self, action):
+        self._t += 1
+        kind = self._seed % 3
+        won = (kind == 0 and self._t == self.at) or (kind == 1 and self._t >= self.at)
+        reward = self.scale * float(self._seed % 5) if self._t == 2 else 0.0
+        done = self._t >= self.steps
+        return np.array([float(self._seed % 7), float(self._t + int(action))]), reward, \
+            done, False, {self.key: won}
+
+    def render(self):
+        frame = np.zeros((16, 16, 3), np.uint8)
+        frame[:, : 1 + self._t] = 255
+        return frame

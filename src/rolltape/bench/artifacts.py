@@ -106,7 +106,7 @@ def bench_report_build(ctx: Context) -> dict[str, Any]:
                  "ratio against a baseline)",
         baseline=f"budget {REPORT_BUDGET_S:.0f} s (absolute)",
         measured=f"build_report {cold:.2f} s",
-        raw={"episodes": cfg.report_episodes, "steps": 50, "videos": len(run.results["videos"]),
+        raw={"episodes": cfg.report_episodes, "steps": 50, "videos": len(run.results.videos),
              "size": [160, 120], **child},
         notes=[f"the run: {cfg.report_episodes} random-policy episodes x 50 steps + "
                f"{cfg.report_episodes} baseline episodes + 3 videos (160x120, quality fast); "

@@ -297,7 +297,7 @@ def _random_tapes(ctx: Context, steps: int, n: int = 1) -> list[Path]:
     if (steps, n) not in ctx.tapes:
         run = evaluate(ENV_ID, "random", episodes=n, seed=SEED, max_episode_steps=steps,
                        out=ctx.dir(f"tape{steps}x{n}"), overwrite=True, report=False)
-        ctx.tapes[(steps, n)] = [run.path / row["tape"] for row in run.results["episodes_rows"]]
+        ctx.tapes[(steps, n)] = [run.tape_path(e) for e in run.results.episodes]
     return ctx.tapes[(steps, n)]
 
 

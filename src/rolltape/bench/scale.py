@@ -42,11 +42,11 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
                                overwrite=True, report=False, **setups[name])
             walls[name].append(time.perf_counter() - started)
             pass1[name].append(run.metadata["timings"]["pass1_s"])
-            rows = run.results["episodes_rows"]
-            loops[name].append(sum(r["wall_s"] for r in rows))
+            rows = run.results.episodes
+            loops[name].append(sum(e.wall_s for e in rows))
             cpu[name].append(sum(w["cpu_s"] or 0.0 for w in spawned
                                  if w["target"] == "policy_worker"))
-            tapes.setdefault(name, [run.path / r["tape"] for r in rows])
+            tapes.setdefault(name, [run.tape_path(e) for e in rows])
     problems = compare_tapes(tapes["1"], tapes["2"])
     identical = not problems
     if not identical:  # a correctness failure, not a slow run: make it an error
@@ -116,11 +116,11 @@ def pass1_executor_child(executor: str, episodes: int, steps: int, seed: int, wo
         import ray
 
         ray.shutdown()
-    rows = run.results["episodes_rows"]
+    rows = run.results.episodes
     return {"import_s": imported - started, "evaluate_s": evaluated - imported,
             "pass1_s": run.metadata["timings"]["pass1_s"],
             "shutdown_s": time.perf_counter() - evaluated,
-            "returns": [r["return"] for r in rows], "lengths": [r["length"] for r in rows]}
+            "returns": [e.ret for e in rows], "lengths": [e.length for e in rows]}
 
 
 def bench_ray_vs_local(ctx: Context) -> dict[str, Any]:

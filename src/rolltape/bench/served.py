@@ -267,8 +267,7 @@ def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
                                out=ctx.dir(f"served-eval-{name}"), overwrite=True,
                                report=False)
                 times[name].append(run.metadata["timings"]["pass1_s"])
-                tapes.setdefault(name, [run.path / r["tape"]
-                                        for r in run.results["episodes_rows"]])
+                tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
     differing = [a.name for a, b in zip(tapes["local"], tapes["served"])
                  if _tape_bytes(a) != _tape_bytes(b)]
     if differing or len(tapes["local"]) != len(tapes["served"]):

@@ -11,6 +11,7 @@ May import: bench.common; rolltape inside functions. Never: bench itself, a sibl
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def bench_suite_workers(ctx: Context) -> dict[str, Any]:
         for workers in ((1, 2) if rep % 2 == 0 else (2, 1)):
             run = _suite_run(ctx, f"suite-workers{workers}", workers)
             pass1[workers].append(run.metadata["timings"]["pass1_s"])
-            tapes.setdefault(workers, [run.path / r["tape"] for r in run.results["episodes_rows"]])
+            tapes.setdefault(workers, [run.tape_path(e) for e in run.results.episodes])
     problems = compare_tapes(tapes[1], tapes[2])
     if problems:  # a correctness failure, not a slow run
         raise AssertionError(f"suite tapes of workers=1 and workers=2 differ: {problems[:5]}")
@@ -65,16 +66,17 @@ def bench_suite_aggregation(ctx: Context) -> dict[str, Any]:
     from rolltape.suites.results import eval_info, suite_summary
 
     run = _suite_run(ctx, "suite-aggregation", 2)
-    rows = {"policy": run.results["episodes_rows"]}
-    tasks = [(t["suite"], t["task"]) for t in run.results["suite"]["per_task"]]
-    keys = {(t["suite"], t["task"]): t["success_key"] for t in run.results["suite"]["per_task"]}
+    results = run.results
+    assert results.suite is not None  # a suite run
+    tasks = [(t["suite"], t["task"]) for t in results.suite["per_task"]]
+    keys = {(t["suite"], t["task"]): t["success_key"] for t in results.suite["per_task"]}
     times = []
     for _ in range(5):
         started = time.perf_counter()
-        summary = suite_summary(rows, tasks, keys)
-        info = eval_info(summary, rows["policy"], run.results["videos"], 1.0)
+        summary = suite_summary(results.episodes, results.baseline, tasks, keys)
+        info = eval_info(summary, results.episodes, results.videos, 1.0)
         write_json(run.path / "eval_info.json", info)
-        write_json(run.path / "results.json", {**run.results, "suite": summary})
+        replace(run, results=replace(results, suite=summary)).write()
         times.append(time.perf_counter() - started)
     spent, pass1 = _median(times), run.metadata["timings"]["pass1_s"]
     return _result(

@@ -38,8 +38,8 @@ def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
                                overwrite=True)
                 evaluate_walls.append(time.perf_counter() - started)
                 times["rolltape"].append(run.metadata["timings"]["pass1_s"])
-                loops["rolltape"].append(sum(r["wall_s"] for r in run.results["episodes_rows"]))
-                rolltape_returns = [r["return"] for r in run.results["episodes_rows"]]
+                loops["rolltape"].append(sum(e.wall_s for e in run.results.episodes))
+                rolltape_returns = [e.ret for e in run.results.episodes]
             else:
                 sb3, wall = run_child(sb3_evaluate_child, {
                     "checkpoint": str(ckpt), "vecnormalize": str(vecnorm),
@@ -238,13 +238,12 @@ def _measure_versus_seed000(ctx: Context, steps: int) -> dict[str, Any]:
     run, wall, workers = rolltape(render_early=False)
     early, early_wall, _ = rolltape(render_early=True)
     pass1_kept = no_video.metadata["timings"]["pass1_s"] / run.metadata["timings"]["pass1_s"]
-    same = [r["return"] for r in run.results["episodes_rows"]] == \
-        [r["return"] for r in early.results["episodes_rows"]]
+    same = [e.ret for e in run.results.episodes] == [e.ret for e in early.results.episodes]
     render_workers = run.metadata["config"]["render_workers"]
     folder = ctx.dir("seed000")
     old = seed000_way(ckpt, vecnorm, cfg.e2e_episodes, steps, SEED, cfg.width,
                       cfg.height, folder / "episode0.mp4", folder, ctx.backend)
-    video = run.results["videos"][0]
+    video = run.results.videos[0]
     render_peak = max((w["peak_rss_kb"] or 0 for w in workers
                        if w["target"] == "render_worker"), default=0) / 1024
     return _result(

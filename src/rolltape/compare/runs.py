@@ -16,6 +16,7 @@ Example (not run: it needs finished runs):
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,46 +24,57 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.errors import UsageError
-from rolltape.outputs.report import load_run
+from rolltape.record import Episode, Run
 
-Key = tuple[Any, Any, int]  # (suite, task, seed); suite and task None for one env
+Key = tuple[Any, Any, int]  # EpisodeKey.pairing: (suite, task, seed); None, None for one env
 # What makes two runs' episodes of a task comparable (reward_atol and description do not).
-_TASK_FIELDS = ("env", "kwargs", "max_episode_steps", "success_key", "episodes")
+_TASK_FIELDS = ("env", "kwargs", "max_episode_steps", "success_key", "success", "episodes")
 
 __all__ = ["Key", "LoadedRun", "check_comparable", "load_runs", "row_key", "sweep_runs"]
 
 
-def row_key(row: dict[str, Any]) -> Key:
+def row_key(episode: Episode) -> Key:
     """The seed an episode was played on, within its suite and task when it has them."""
-    return (row.get("suite"), row.get("task"), int(row["seed"]))
+    return episode.key.pairing
 
 
 @dataclass
 class LoadedRun:
-    """One run of a comparison: its folder, label, ``results.json`` and rows by key."""
+    """One run of a comparison: its record, label, and its episodes by key."""
 
-    path: Path
+    run: Run
     label: str
-    results: dict[str, Any]
     steps: int | None = None  # training steps, for a checkpoint of a sweep
     baseline: bool = False  # the random baseline of a multi-policy run
-    rows: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    baseline_rows: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[Key, Episode] = field(default_factory=dict)
+    baseline_rows: dict[Key, Episode] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
+
+    @classmethod
+    def of(cls, run: Run, label: str | None = None, steps: int | None = None,
+           baseline: bool = False) -> LoadedRun:
+        loaded = cls(run, label or run.path.name, steps, baseline)
+        loaded.rows = {row_key(e): e for e in run.results.episodes}
+        loaded.baseline_rows = {row_key(e): e for e in run.results.baseline}
+        return loaded
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], label: str | None = None,
              steps: int | None = None, baseline: bool = False) -> LoadedRun:
-        root, results, _meta = load_run(path)
-        run = cls(root, label or root.name, results, steps, baseline)
-        run.rows = {row_key(r): r for r in results["episodes_rows"]}
-        run.baseline_rows = {row_key(r): r for r in results.get("baseline_rows") or []}
-        return run
+        """The run in ``path``, its rows checked against its tapes (see :func:`check_tapes`)."""
+        run = Run.load(path)
+        check_tapes(run)
+        return cls.of(run, label, steps, baseline)
 
     @property
     def manifest_tasks(self) -> dict[str, dict[str, Any]] | None:
         """A suite run's tasks by 'suite/task', each with what decides its episodes (env,
-        kwargs, time limit, success key, episode count); None for a single-env run."""
-        manifest = self.results.get("manifest")
+        kwargs, time limit, success key and rule, episode count); None for a single-env
+        run."""
+        manifest = self.run.results.manifest
         if not isinstance(manifest, dict):
             return None
         return {f"{t['suite']}/{t['name']}": {k: t.get(k) for k in _TASK_FIELDS}
@@ -77,9 +89,9 @@ class LoadedRun:
         if tasks is not None:
             return {"suite": ", ".join(dict.fromkeys(k.split("/")[0] for k in tasks)),
                     "tasks": list(tasks)}
-        r = self.results
-        env = r.get("env") or {}
-        return {"env": r.get("env_id"), "env kwargs": env.get("kwargs") or {},
+        r = self.run.results
+        env = r.env or {}
+        return {"env": r.env_id, "env kwargs": env.get("kwargs") or {},
                 "max_episode_steps": env.get("max_episode_steps")}
 
     def tasks(self) -> dict[tuple[Any, Any], list[Key]]:
@@ -93,10 +105,41 @@ class LoadedRun:
         return dict(grouped)
 
     def returns(self, keys: list[Key]) -> list[float | None]:
-        return [self.rows[k]["return"] for k in keys]
+        return [self.rows[k].ret for k in keys]
 
     def successes(self, keys: list[Key]) -> list[bool | None]:
-        return [self.rows[k].get("success") for k in keys]
+        """Each episode's success by the run's headline rule (its task's, for a suite)."""
+        return [self.rows[k].success(self.rule(k)) for k in keys]
+
+    def rule(self, key: Key) -> str:
+        """The headline success rule of the episode at ``key`` (at_end or once)."""
+        results = self.run.results
+        if results.success_rule != "per task":
+            return results.success_rule
+        for t in (results.manifest or {}).get("tasks") or []:
+            if (t.get("suite"), t.get("name")) == key[:2]:
+                return str(t.get("success") or "at_end")
+        return "at_end"
+
+
+def check_tapes(run: Run) -> None:
+    """Refuse a run whose rows and tapes disagree (a hand-edited or damaged results.json):
+    each episode's tape must exist, have its seed, and sum to its return. A cheap read:
+    only the header of each tape is needed."""
+    from rolltape.tape import Tape
+
+    for e in run.results.all_episodes:
+        where = f"'{run.path}': {e.key.role} {e.key.label}"
+        try:
+            tape = Tape.load(run.tape_path(e))
+        except UsageError as exc:
+            raise UsageError(f"{where}: its tape cannot be read ({str(exc)[:160]}); compare "
+                             "runs whose tapes are in place.") from None
+        total = tape.total_return if math.isfinite(tape.total_return) else None
+        if tape.seed != e.key.seed or total != e.ret:
+            raise UsageError(f"{where} says seed {e.key.seed}, return {e.ret} but its tape "
+                             f"has seed {tape.seed}, return {total}: results.json does not "
+                             "match the tapes; rerun the eval, or restore its results.json.")
 
 
 def _sortable(key: Key) -> tuple[str, str, int]:

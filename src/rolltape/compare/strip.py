@@ -34,8 +34,8 @@ def pick_seed(checkpoints: list[LoadedRun]) -> Key:
     """The seed of the last checkpoint's median episode: typical of where training got,
     neither its luckiest nor its worst start."""
     last = checkpoints[-1]
-    played = [k for k in last.rows if last.rows[k]["return"] is not None] or list(last.rows)
-    ranked = sorted(played, key=lambda k: (last.rows[k]["return"] or 0.0, k[2]))
+    played = [k for k in last.rows if last.rows[k].ret is not None] or list(last.rows)
+    ranked = sorted(played, key=lambda k: (last.rows[k].ret or 0.0, k[2]))
     return ranked[(len(ranked) - 1) // 2]
 
 
@@ -74,7 +74,7 @@ def make_strip(out: Path, checkpoints: list[LoadedRun], env: str | None, *,
 def _task_env(run: LoadedRun, key: Key) -> tuple[str | None, float]:
     """The env id and reward tolerance of the task ``key`` belongs to, from the suite
     run's resolved manifest."""
-    for t in (run.results.get("manifest") or {}).get("tasks") or []:
+    for t in (run.run.results.manifest or {}).get("tasks") or []:
         if (t.get("suite"), t.get("name")) == key[:2]:
             return t.get("env"), float(t.get("reward_atol") or 0.0)
     return None, 0.0
@@ -96,7 +96,7 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dic
     for run in checkpoints:
         row = run.rows[key]
         requests.append(RenderRequest(
-            tape=str(run.path / row["tape"]), outputs=(str(parts_dir / f"{run.label}.mp4"),),
+            tape=str(run.run.tape_path(row)), outputs=(str(parts_dir / f"{run.label}.mp4"),),
             mode="resim", width=options.get("width"), height=options.get("height"),
             cameras=tuple(options.get("cameras") or ()), layout=options.get("layout", "single"),
             quality=options.get("quality", "full"), overwrite=True, atol=atol,
@@ -117,7 +117,7 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dic
         fps = float(first.streams.video[0].average_rate or 30)
     with open_writer(out / STRIP, fps, overwrite=True) as writer:
         for run, label, req in zip(checkpoints, labels, requests):
-            text = f"{label}   seed {key[2]}   return {run.rows[key]['return']:.1f}"
+            text = f"{label}   seed {key[2]}   return {run.rows[key].ret:.1f}"
             for frame in read_frames(req.outputs[0]):
                 writer.write(_label(frame, text, label))
     return {"path": STRIP, "seed": key[2], "task": None if key[0] is None else

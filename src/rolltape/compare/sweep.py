@@ -42,7 +42,7 @@ class SweepResult:
 
     path: Path
     entries: list[Entry]
-    runs: list[Any]  # rolltape.RunResult, one per entry (and the baseline last)
+    runs: list[Any]  # rolltape.record.Run, one per entry (and the baseline last)
     comparison: dict[str, Any]
 
 
@@ -108,8 +108,9 @@ def evaluate_many(env: str | None, policies: list[str], *, out: str | os.PathLik
         if created is not None and not runs:
             shutil.rmtree(created, ignore_errors=True)
         raise
-    loaded = [LoadedRun.load(root / e.label, e.label, e.steps) for e in entries]
-    base = LoadedRun.load(root / BASELINE, BASELINE, baseline=True) if baseline else None
+    # The runs just made (or kept by --resume) are their own records: no need to read them.
+    loaded = [LoadedRun.of(run, e.label, e.steps) for e, run in zip(entries, runs)]
+    base = LoadedRun.of(runs[-1], BASELINE, baseline=True) if baseline else None
     strip_info = None
     checkpoints = [r for r in loaded if r.steps is not None]
     if strip is None:
@@ -129,14 +130,13 @@ def _evaluate_all(env: str | None, jobs: list[tuple[str, str, str | None, dict[s
                   on_run: Callable[[str, Any], None] | None) -> None:
     """One evaluate() per job, in order, each finished run appended to ``runs``; with
     ``resume`` a finished run is kept as it is."""
-    from rolltape.evaluation import RunResult, evaluate
-    from rolltape.outputs.report import load_run
+    from rolltape.evaluation import evaluate
+    from rolltape.record import Run
 
     for label, policy, stats, opts in jobs:
         folder = root / label
         if resume and _finished(folder):
-            _, results, metadata = load_run(folder)
-            run = RunResult(folder, results, metadata or {})
+            run = Run.load(folder)
         else:
             run = evaluate(env, policy, out=folder, vecnormalize=stats, baseline=None,
                            overwrite=overwrite, resume=resume, show_progress=show_progress,

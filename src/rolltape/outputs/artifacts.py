@@ -341,7 +341,8 @@ def write_episode_jsonl(path: str | os.PathLike[str], tape: Any, record: dict[st
 
     lines = [{"type": "metadata", **record},
              {"type": "episode", "env_id": tape.env_id, "seed": tape.seed, "steps": tape.length,
-              "return": tape.total_return, "success": tape.success, "metrics": tape.metrics}]
+              "return": tape.total_return, "success_at_end": tape.success_at_end,
+              "success_once": tape.success_once, "metrics": tape.metrics}]
     total = 0.0
     for f in range(tape.length + 1):
         reward = float(tape.rewards[f - 1]) if f else None

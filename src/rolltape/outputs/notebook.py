@@ -1,7 +1,9 @@
 """``report.ipynb``: a Jupyter notebook that explores one run, written into the run folder.
 
-The notebook reads ``results.json``, ``metadata.json``, the tapes and the videos by paths
-relative to itself, so the run folder can be moved or copied whole. It needs only what
+The notebook loads the run's record (:meth:`rolltape.record.Run.load`), the tapes and the
+videos by paths relative to itself, so the run folder can be moved or copied whole. Episodes
+are matched by their full key (a policy episode and its baseline: the same task and seed),
+and a suite's tables and charts are per task. It needs only what
 rolltape needs: the summary's cells come from :mod:`rolltape.outputs.summary` (as the CLI's
 and the report's do), tables are HTML built here (pandas is used when importable) and charts
 are drawn with matplotlib. Provenance (command, versions, checkpoint sha256) is written into
@@ -27,6 +29,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rolltape.errors import UsageError
 from rolltape.files import write_text
+from rolltape.outputs.summary import success_rule_text
+from rolltape.record import SCHEMA_VERSION, Results, Run
 
 NOTEBOOK_NAME = "report.ipynb"
 
@@ -34,46 +38,46 @@ __all__ = ["NOTEBOOK_NAME", "Table", "build_notebook", "write_notebook"]
 
 
 # -- writing the notebook ------------------------------------------------------------------
-def write_notebook(run_dir: str | os.PathLike[str], *, overwrite: bool = True) -> Path:
+def write_notebook(run: Run | str | os.PathLike[str], *, overwrite: bool = True) -> Path:
     """Write ``RUN/report.ipynb`` (atomically) and return its path.
 
-    ``run_dir`` is a finished run folder (``results.json`` and ``metadata.json``), or its
-    staging folder ``.NAME.partial``. Anything else is a :class:`UsageError`, as is an
-    existing notebook when ``overwrite`` is false.
+    ``run`` is a :class:`rolltape.record.Run`, or a finished run folder (``results.json``
+    and ``metadata.json``) or its staging folder ``.NAME.partial``. Anything else is a
+    :class:`UsageError`, as is an existing notebook when ``overwrite`` is false.
     """
     import nbformat
 
-    from rolltape.outputs.report import load_run
-
-    run, results, metadata = load_run(run_dir)
-    if metadata is None:
-        raise UsageError(f"'{run}' is not a finished rolltape run (it has no readable "
+    if not isinstance(run, Run):
+        run = Run.load(run)
+    if run.metadata is None:
+        raise UsageError(f"'{run.path}' is not a finished rolltape run (it has no readable "
                          "metadata.json); give the folder that `rolltape eval --out` wrote.")
-    target = run / NOTEBOOK_NAME
+    target = run.path / NOTEBOOK_NAME
     if target.exists() and not overwrite:
         raise UsageError(f"'{target}' already exists; pass overwrite=True to replace it.")
-    nb = build_notebook(results, metadata, run)
+    nb = build_notebook(run)
     nbformat.validate(nb)
     text = nbformat.writes(nb, version=4)
     return write_text(target, text if text.endswith("\n") else text + "\n")
 
 
-def build_notebook(results: Mapping[str, Any], metadata: Mapping[str, Any],
-                   run_dir: str | os.PathLike[str]) -> Any:
-    """The notebook (an ``nbformat`` v4 node, not executed) for one run's files."""
+def build_notebook(run: Run) -> Any:
+    """The notebook (an ``nbformat`` v4 node, not executed) for one run."""
     from nbformat import v4
 
+    results, metadata = run.results, run.metadata.facts if run.metadata else {}
     cells = [
         v4.new_markdown_cell(_title_markdown(results, metadata), id="title"),
-        v4.new_code_cell(_SETUP.replace("__FALLBACK__", repr(str(_final_path(run_dir)))),
+        v4.new_code_cell(_SETUP.replace("__FALLBACK__", repr(str(_final_path(run.path)))),
                          id="setup"),
         v4.new_markdown_cell("## Summary\n\nEvery number comes from pass 1 (rendering off). "
                              "IQM is the interquartile mean; intervals are 95%.", id="summary-md"),
         v4.new_code_cell(_SUMMARY, id="summary"),
         v4.new_code_cell(_EPISODES, id="episodes"),
         v4.new_markdown_cell("## Returns\n\nThe return of each episode, policy and baseline "
-                             "on the same seeds, and how the returns are spread.",
-                             id="returns-md"),
+                             "on the same seeds, and how the returns are spread"
+                             + (" (one chart per task: tasks have their own reward scales)."
+                                if results.is_suite else "."), id="returns-md"),
         v4.new_code_cell(_RETURNS, id="returns"),
         v4.new_code_cell(_DISTRIBUTION, id="distribution"),
         v4.new_markdown_cell("## Rendered episodes\n\nCumulative reward of each rendered "
@@ -88,8 +92,7 @@ def build_notebook(results: Mapping[str, Any], metadata: Mapping[str, Any],
     nb.metadata.update({
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
-        "rolltape": {"schema_version": results.get("schema_version"),
-                     "env_id": results.get("env_id")},
+        "rolltape": {"schema_version": SCHEMA_VERSION, "env_id": results.env_id},
     })
     return nb
 
@@ -138,24 +141,36 @@ def _policy_text(policy: Mapping[str, Any] | None) -> str:
     return f"{' '.join(words)} policy {_code(policy.get('source', '?'))} ({mode})"
 
 
-def _title_markdown(results: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:
-    env = results.get("env") or {}
-    env_id = results.get("env_id") or env.get("id", "?")
-    seeds = (metadata.get("seeds") or {}).get("episodes") or [
-        r.get("seed") for r in results.get("episodes_rows", [])]
-    episodes = results.get("episodes", len(results.get("episodes_rows", [])))
-    baseline = "a random baseline on the same seeds" if results.get("baseline_rows") else "none"
+def _seeds_line(results: Results, metadata: Mapping[str, Any]) -> str:
+    """'reset with seeds 0..9', or per task for a suite."""
+    per_task = (metadata.get("seeds") or {}).get("per_task")
+    if isinstance(per_task, dict) and per_task:
+        return "reset with seeds " + "; ".join(
+            f"{_cell(task)} {_seeds_text(list(range(lo, hi + 1)))}"
+            for task, (lo, hi) in per_task.items())
+    seeds = (metadata.get("seeds") or {}).get("episodes") or [e.key.seed for e in results.episodes]
+    return f"reset with seeds {_seeds_text(seeds)}"
+
+
+def _title_markdown(results: Results, metadata: Mapping[str, Any]) -> str:
+    env = results.env or {}
+    env_id = results.env_id or env.get("id", "?")
+    baseline = "a random baseline on the same seeds" if results.baseline else "none"
+    tasks = [f"{s}/{t}" for s, t in results.tasks if s is not None]
     lines = [
-        f"# {_cell(env_id)}: {_policy_text(results.get('policy'))}",
+        f"# {_cell(env_id)}: {_policy_text(results.policy)}",
         "",
         f"- **Environment:** {_code(env_id)}"
         + (f", kwargs {_code(json.dumps(env.get('kwargs')))}" if env.get("kwargs") else "")
         + (f", at most {env['max_episode_steps']} steps per episode"
            if env.get("max_episode_steps") else ""),
-        f"- **Policy:** {_policy_text(results.get('policy'))}",
-        f"- **Episodes:** {episodes}, reset with seeds {_seeds_text(seeds)}",
+        *([f"- **Tasks:** {', '.join(_cell(t) for t in tasks)}"] if tasks else []),
+        f"- **Policy:** {_policy_text(results.policy)}",
+        f"- **Episodes:** {results.n_episodes}, {_seeds_line(results, metadata)}",
+        f"- **Success:** {success_rule_text(results.success_rule)} (both rules are in the "
+        "episode table)",
         f"- **Baseline:** {baseline}",
-        f"- **Videos:** {len(results.get('videos') or [])}",
+        f"- **Videos:** {len(results.videos)}",
         "",
         "Run the cells from this folder (Jupyter does): every path is relative to this "
         "notebook, so the run folder can be moved or copied whole. The cells need only "
@@ -164,10 +179,10 @@ def _title_markdown(results: Mapping[str, Any], metadata: Mapping[str, Any]) -> 
     return "\n".join(lines)
 
 
-def _provenance_markdown(results: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:
+def _provenance_markdown(results: Results, metadata: Mapping[str, Any]) -> str:
     command = metadata.get("command")
     command_text = shlex.join(str(c) for c in command) if isinstance(command, list) else command
-    policy = metadata.get("policy") or results.get("policy") or {}
+    policy = metadata.get("policy") or results.policy or {}
     lines = ["## Provenance", "", "Written from `metadata.json` when this notebook was made.", ""]
     if command_text:
         fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", command_text)),
@@ -199,7 +214,7 @@ def _provenance_markdown(results: Mapping[str, Any], metadata: Mapping[str, Any]
         lines += ["", "Versions:", "", "| package | version |", "|---|---|"]
         lines += [f"| {_cell(k)} | {_cell(v) if v else 'not installed'} |"
                   for k, v in versions.items()]
-    warnings = metadata.get("warnings") or results.get("warnings") or []
+    warnings = metadata.get("warnings") or list(results.warnings)
     if warnings:
         lines += ["", "Warnings:", ""] + [f"- {_cell(w)}" for w in warnings]
     return "\n".join(lines)
@@ -207,7 +222,6 @@ def _provenance_markdown(results: Mapping[str, Any], metadata: Mapping[str, Any]
 
 # -- the code cells (run in the notebook, from the run folder) -----------------------------
 _SETUP = '''\
-import json
 from io import BytesIO
 from pathlib import Path
 
@@ -219,21 +233,32 @@ from matplotlib.ticker import MaxNLocator
 from rolltape import Tape
 from rolltape.outputs.notebook import Table
 from rolltape.outputs.summary import improvement_line, num, summary_rows, summary_title
+from rolltape.record import Run
 
 # Paths are relative to this notebook, so the run folder can be moved or copied.
 RUN = Path(".")
 if not (RUN / "results.json").is_file():
     RUN = Path(__FALLBACK__)  # where the run was when this notebook was written
-results = json.loads((RUN / "results.json").read_text())
-metadata = json.loads((RUN / "metadata.json").read_text())
+run = Run.load(RUN)
+results = run.results
+episode_of = results.by_key  # every episode by its key: role, suite, task, index, seed
 
 try:  # optional: a nicer table of the episodes when installed
     import pandas as pd
 except ImportError:
     pd = None
 
-ROLES = [role for role in ("policy", "baseline") if role in results["summary"]]
-ROWS = {"policy": results["episodes_rows"], "baseline": results.get("baseline_rows") or []}
+ROLES = results.roles
+TASKS = results.tasks  # [(None, None)] for one env, (suite, task) per task of a suite
+
+
+def task_name(task):
+    return "/".join(task) if task[0] is not None else results.env_id
+
+
+def of_task(role, task):
+    """The episodes of one role and task whose return is a finite number."""
+    return [e for e in results.of_role(role) if e.key.task_key == task and e.ret is not None]
 
 
 def show(fig):
@@ -243,11 +268,18 @@ def show(fig):
     display(Image(data=buf.getvalue(), format="png"))
 
 
-print(f"{results['env_id']}: {results['episodes']} episodes, run folder {RUN.resolve()}")
+def panels(count, height=3.2):
+    """A figure with one row of axes per task (one env: one axes)."""
+    fig = Figure(figsize=(7.5, height * count))
+    axes = fig.subplots(count, 1, squeeze=False)[:, 0]
+    return fig, axes
+
+
+print(f"{results.env_id}: {results.n_episodes} episodes, run folder {RUN.resolve()}")
 '''
 
 _SUMMARY = '''\
-header, rows = summary_rows(results)
+header, rows = summary_rows(results.summary)
 display(Table(header, rows, title=summary_title(results)))
 line = improvement_line(results)
 if line:
@@ -255,14 +287,21 @@ if line:
 '''
 
 _EPISODES = '''\
-baseline_by_seed = {r["seed"]: r["return"] for r in ROWS["baseline"]}
-episodes = [{"episode": r["index"], "seed": r["seed"], "return": r["return"],
-             **({"baseline return": baseline_by_seed.get(r["seed"])} if ROWS["baseline"] else {}),
-             "length": r["length"], "success": r.get("success"),
-             "terminated": r.get("terminated"), "truncated": r.get("truncated"),
-             "tape": r["tape"]} for r in ROWS["policy"]]
+rule = results.success_rule
+episodes = []
+for e in results.episodes:
+    base = episode_of.get(e.key.counterpart("baseline"))  # same task, same seed
+    row = {"suite": e.key.suite, "task": e.key.task} if e.key.suite is not None else {}
+    row.update({"episode": e.key.index, "seed": e.key.seed, "return": e.ret})
+    if results.baseline:
+        row["baseline return"] = base.ret if base is not None else None
+    row.update({"length": e.length, "success at end": e.success_at_end,
+                "success once": e.success_once, "terminated": e.terminated,
+                "truncated": e.truncated, "tape": e.tape})
+    episodes.append(row)
 if pd is not None:
-    episodes_df = pd.DataFrame(episodes).set_index("episode")
+    index = ["suite", "task", "episode"] if results.is_suite else ["episode"]
+    episodes_df = pd.DataFrame(episodes).set_index(index)
     display(episodes_df)
 else:
     columns = list(episodes[0])
@@ -272,75 +311,83 @@ else:
 
 _RETURNS = '''\
 # An episode whose return is not a finite number (null in results.json) is not plotted.
-series = {role: ([r["index"] for r in ROWS[role] if r["return"] is not None],
-                 [r["return"] for r in ROWS[role] if r["return"] is not None]) for role in ROLES}
-fig = Figure(figsize=(7.5, 3.2))
-ax = fig.subplots()
-for role, (xs, ys) in series.items():
-    ax.plot(xs, ys, marker="o", linestyle="-" if role == "policy" else "--", label=role)
-ax.set(xlabel="episode (seed = base seed + episode)", ylabel="return",
-       title="Return per episode")
-ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-ax.grid(alpha=0.3)
-ax.legend()
+fig, axes = panels(len(TASKS))
+for ax, task in zip(axes, TASKS):
+    for role in ROLES:
+        mine = of_task(role, task)
+        ax.plot([e.key.index for e in mine], [e.ret for e in mine], marker="o",
+                linestyle="-" if role == "policy" else "--", label=role)
+    ax.set(xlabel="episode (seed = base seed + episode)", ylabel="return",
+           title=f"{task_name(task)}: return per episode")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend()
+fig.tight_layout()
 show(fig)
 '''
 
 _DISTRIBUTION = '''\
-samples = {role: [r["return"] for r in ROWS[role] if r["return"] is not None] for role in ROLES}
-everything = np.concatenate([np.asarray(v, dtype=float) for v in samples.values()])
-edges = np.histogram_bin_edges(everything, bins=int(min(30, max(5, len(everything) // 2))))
-fig = Figure(figsize=(7.5, 3.2))
-ax = fig.subplots()
-for k, (role, values) in enumerate(samples.items()):
-    ax.hist(values, bins=edges, alpha=0.55, color=f"C{k}", label=role)
-    if values:  # a role whose every return was NaN has no mean
-        ax.axvline(np.mean(values), color=f"C{k}", linestyle="--", linewidth=1)
-ax.set(xlabel="return", ylabel="episodes", title="Distribution of returns (dashed: mean)")
-ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-ax.legend()
+fig, axes = panels(len(TASKS))
+for ax, task in zip(axes, TASKS):
+    samples = {role: [e.ret for e in of_task(role, task)] for role in ROLES}
+    everything = np.concatenate([np.asarray(v, dtype=float) for v in samples.values()])
+    if everything.size == 0:
+        ax.set_title(f"{task_name(task)}: no finite return")
+        continue
+    edges = np.histogram_bin_edges(everything, bins=int(min(30, max(5, len(everything) // 2))))
+    for k, (role, values) in enumerate(samples.items()):
+        ax.hist(values, bins=edges, alpha=0.55, color=f"C{k}", label=role)
+        if values:  # a role whose every return was NaN has no mean
+            ax.axvline(np.mean(values), color=f"C{k}", linestyle="--", linewidth=1)
+    ax.set(xlabel="return", ylabel="episodes",
+           title=f"{task_name(task)}: distribution of returns (dashed: mean)")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend()
+fig.tight_layout()
 show(fig)
 '''
 
 _CUMULATIVE = '''\
-videos = results.get("videos") or []
-baseline_tapes = {r["seed"]: r["tape"] for r in ROWS["baseline"]}
-curves = []
-for v in videos:
-    tape = Tape.load(RUN / v["tape"])
-    curves.append((f"episode {v['index']} (seed {v['seed']})", np.cumsum(tape.rewards), False))
-    other = baseline_tapes.get(v["seed"])
-    if other and (RUN / other).is_file():
-        curves.append((f"baseline, seed {v['seed']}",
-                       np.cumsum(Tape.load(RUN / other).rewards), True))
-if not curves:
+videos = [v for v in results.videos if v.path]
+if not videos:
     print("No episode was rendered (eval --video 0).")
 else:
-    fig = Figure(figsize=(7.5, 3.2))
-    ax = fig.subplots()
-    for k, (label, ys, dashed) in enumerate(curves):
-        color = f"C{(k - 1 if dashed else k) % 10}"
-        ax.plot(np.arange(1, len(ys) + 1), ys, color=color, label=label,
-                linestyle="--" if dashed else "-", alpha=0.6 if dashed else 1.0)
-    ax.set(xlabel="step", ylabel="cumulative reward",
-           title="Cumulative reward of rendered episodes")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    drawn = [t for t in TASKS if any(v.key.task_key == t for v in videos)]
+    fig, axes = panels(len(drawn))
+    for ax, task in zip(axes, drawn):
+        k = 0
+        for v in videos:
+            if v.key.task_key != task:
+                continue
+            ys = np.cumsum(Tape.load(run.tape_path(v)).rewards)
+            ax.plot(np.arange(1, len(ys) + 1), ys, color=f"C{k % 10}",
+                    label=f"episode {v.key.index} (seed {v.key.seed})")
+            base = episode_of.get(v.key.counterpart("baseline"))  # same task, same seed
+            if base is not None and run.tape_path(base).is_file():
+                ys = np.cumsum(Tape.load(run.tape_path(base)).rewards)
+                ax.plot(np.arange(1, len(ys) + 1), ys, color=f"C{k % 10}", linestyle="--",
+                        alpha=0.6, label=f"baseline, seed {v.key.seed}")
+            k += 1
+        ax.set(xlabel="step", ylabel="cumulative reward",
+               title=f"{task_name(task)}: cumulative reward of rendered episodes")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
     show(fig)
 '''
 
 _VIDEOS = '''\
-for v in videos:
-    if v.get("verified") is True:
+for v in results.videos:
+    if v.verified is True:
         check = "verified: the replay earned exactly what pass 1 earned"
-    elif v.get("verified") is False:
+    elif v.verified is False:
         check = "DIVERGED from pass 1: " + (v.get("divergence_text") or "see results.json")
     else:
         check = "not verified"
-    print(f"episode {v['index']} (seed {v['seed']}), {v.get('frames', '?')} frames, {check}")
-    path = RUN / v["path"] if v.get("path") else None
+    print(f"{v.key.label}, {v.get('frames', '?')} frames, {check}")
+    path = RUN / v.path if v.path else None
     if path is None or not path.exists():
-        print(f"  no video: {v.get('error') or 'the file is missing'}")
+        print(f"  no video: {v.error or 'the file is missing'}")
     elif path.suffix.lower() == ".gif":
         display(Image(url=str(path)))
     elif path.is_dir():  # a folder of PNG frames: show the first

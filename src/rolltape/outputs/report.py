@@ -1,8 +1,9 @@
 """``rolltape report RUN``: one self-contained HTML page for a finished run.
 
-The page is read straight from the run folder: ``results.json`` for every number (all of
-them from pass 1), ``metadata.json`` for provenance, the tapes of the rendered episodes for
-their cumulative reward, and ``videos/`` for the players. The summary's cells come from
+The page is drawn from the run's record (:class:`rolltape.record.Run`: every number from
+pass 1, provenance, the videos), the tapes of the drawn episodes for their cumulative
+reward, and ``videos/`` for the players. Episodes are matched by their full key (role,
+suite, task, index, seed), and a suite's charts are drawn per task, each on its own axes. The summary's cells come from
 :mod:`rolltape.outputs.summary` (as the CLI's and the notebook's do), the charts are inline
 SVG drawn by :mod:`rolltape.outputs.plots`, styles are inline; nothing is fetched from the
 network and nothing needs JavaScript.
@@ -22,66 +23,21 @@ import shlex
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import quote, urlsplit
 
 from rolltape.errors import UsageError
 from rolltape.files import write_text
 from rolltape.outputs import plots
-from rolltape.outputs.artifacts import RESULTS_SCHEMA_VERSION
-from rolltape.outputs.summary import interval, num, role_cells
+from rolltape.outputs.summary import interval, num, role_cells, success_rule_text
+from rolltape.record import Episode, EpisodeKey, Metadata, Results, Run, Video
 
-__all__ = ["build_report", "load_run"]
+__all__ = ["build_report"]
 
 MAX_CURVES = 6  # rendered episodes drawn in the cumulative-reward chart
 LINE_MAX = 40  # up to this many episodes, the per-episode points are joined by lines
 
 IMAGE_TYPES = {".gif"}
-
-
-# ------------------------------------------------------------------------------- loading
-
-
-def load_run(run_dir: str | os.PathLike[str]) -> tuple[Path, dict[str, Any], dict[str, Any] | None]:
-    """(folder, results, metadata) of a run; a folder that is not a run is a UsageError.
-
-    ``metadata`` is None when metadata.json is missing or unreadable (the numbers still
-    stand on their own).
-    """
-    root = Path(run_dir)
-    if root.is_file() and root.name == "results.json":
-        root = root.parent
-    hint = "give the folder that `rolltape eval` wrote."
-    if not root.is_dir():
-        raise UsageError(f"'{root}' is not a rolltape run (no such folder); {hint}")
-    path = root / "results.json"
-    if not path.is_file():
-        raise UsageError(f"'{root}' is not a rolltape run (no results.json); {hint}")
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "it is not valid JSON"
-        raise UsageError(f"'{root}' is not a rolltape run (results.json cannot be read: "
-                         f"{why}); {hint}") from None
-    if not isinstance(results, dict) or "schema_version" not in results:
-        raise UsageError(f"'{root}' is not a rolltape run (results.json has no schema_version); "
-                         f"{hint}")
-    if results["schema_version"] != RESULTS_SCHEMA_VERSION:
-        raise UsageError(f"'{root}' is not a rolltape run this version can read (results.json "
-                         f"schema {results['schema_version']!r}, this rolltape reads schema "
-                         f"{RESULTS_SCHEMA_VERSION}); report it with the rolltape that wrote it.")
-    missing = [k for k in ("env_id", "summary", "episodes_rows") if k not in results]
-    if missing or not results["episodes_rows"] or "policy" not in results["summary"]:
-        what = ", ".join(missing) or "episodes"
-        raise UsageError(f"'{root}' is not a complete rolltape run (results.json lacks {what}); "
-                         f"{hint}")
-    metadata = None
-    try:
-        loaded = json.loads((root / "metadata.json").read_text())
-        metadata = loaded if isinstance(loaded, dict) else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        pass
-    return root, results, metadata
 
 
 # ------------------------------------------------------------------------------- formatting
@@ -135,18 +91,18 @@ def _href(target: Path, report: Path) -> str:
 # ------------------------------------------------------------------------------- sections
 
 
-def _summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+def _summary_rows(results: Results) -> list[dict[str, Any]]:
     """One row per role: its name on the page and its cells
     (:func:`rolltape.outputs.summary.role_cells`)."""
-    names = {"policy": describe_policy(results.get("policy"), "policy"),
+    names = {"policy": describe_policy(results.policy, "policy"),
              "baseline": "random baseline"}
     return [{"role": role, "name": names.get(role, role),
-             "success_known": s.get("success_rate") is not None, **role_cells(results, role)}
-            for role, s in results["summary"].items()]
+             "success_known": s.success_rate is not None, **role_cells(s)}
+            for role, s in results.summary.items()]
 
 
-def _improvement(results: dict[str, Any]) -> dict[str, Any] | None:
-    imp = results.get("improvement_over_baseline")
+def _improvement(results: Results) -> dict[str, Any] | None:
+    imp = results.improvement_over_baseline
     if not imp or imp.get("mean_diff") is None:
         return None
     lo, hi = imp.get("diff_ci") or (None, None)
@@ -173,11 +129,11 @@ def _improvement(results: dict[str, Any]) -> dict[str, Any] | None:
             "ratio": f"{ratio:.2f}×" if ratio is not None else None}
 
 
-def _video_status(v: dict[str, Any], tolerance: str | None) -> tuple[str, str, str | None]:
+def _video_status(v: Video, tolerance: str | None) -> tuple[str, str, str | None]:
     """(css class, headline, detail) for one rendered episode."""
-    if v.get("path") is None:
-        return "bad", "not rendered", v.get("error")
-    verified = v.get("verified")
+    if v.path is None:
+        return "bad", "not rendered", v.error
+    verified = v.verified
     if verified is True:
         if tolerance:
             return "ok", f"verified: replay matched what pass 1 earned within {tolerance}", None
@@ -202,20 +158,10 @@ def _camera_text(cameras: list[str] | None, layout: str | None) -> str:
     return f"cameras {' + '.join(names)}" + (f" ({layout})" if layout else "")
 
 
-def _episode_key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """An episode in a run: (suite, task, index); suite and task are None for one env."""
-    return (r.get("suite"), r.get("task"), r.get("index"))
-
-
-def _anchor(r: dict[str, Any]) -> str:
-    """'3' for one env's episode 3, 'mazes-umaze-3' for a suite's (a page id)."""
-    return "-".join(str(k) for k in _episode_key(r) if k is not None)
-
-
-def _suite_section(results: dict[str, Any]) -> dict[str, Any] | None:
+def _suite_section(results: Results) -> dict[str, Any] | None:
     """A suite run's per-task table, forest plot and unweighted-mean lines (else None)."""
-    suite = results.get("suite")
-    if not suite:
+    suite = results.suite
+    if suite is None:
         return None
     from rolltape.outputs.suite_view import forest_plot, mean_rate_text, task_rows
 
@@ -228,30 +174,30 @@ def _suite_section(results: dict[str, Any]) -> dict[str, Any] | None:
             "unknown": unknown}
 
 
-def _videos(root: Path, report: Path, results: dict[str, Any],
-            config: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = {_episode_key(r): r for r in results.get("episodes_rows") or []}
+def _videos(run: Run, report: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    episodes = run.results.by_key
     rtol, atol = config.get("rtol") or 0, config.get("atol") or 0
     tolerance = f"rtol={rtol:g}, atol={atol:g}" if (rtol or atol) else None
-    videos = results.get("videos") or []
+    videos = run.results.videos
     out = []
     for v in videos:
         cls, headline, detail = _video_status(v, tolerance)
-        row = rows.get(_episode_key(v), {})
-        entry = {"index": v.get("index"), "seed": v.get("seed"), "status": cls,
-                 "anchor": _anchor(v),
-                 "task": f"{v['suite']}/{v['task']} · " if v.get("suite") else "",
-                 "headline": headline, "detail": detail, "return": num(row.get("return")),
-                 "length": row.get("length"), "frames": v.get("frames"),
+        episode = episodes.get(v.key)
+        entry = {"index": v.key.index, "seed": v.key.seed, "status": cls,
+                 "anchor": v.key.anchor, "key": v.key,
+                 "task": f"{v.key.task_name} · " if v.key.task_name else "",
+                 "headline": headline, "detail": detail,
+                 "return": num(episode.ret if episode else None),
+                 "length": episode.length if episode else None, "frames": v.get("frames"),
                  "backend": v.get("backend"), "mode": v.get("mode"), "src": None, "kind": None,
                  "camera": _camera_text(v.get("cameras") or config.get("cameras"),
                                         config.get("layout")),
                  "hint": v.get("camera_hint"),
                  "missing": False, "preload": "metadata" if len(videos) <= 12 else "none"}
-        if v.get("path"):
-            target = root / v["path"]
+        if v.path:
+            target = run.path / v.path
             entry["src"] = _href(target, report)
-            entry["name"] = Path(v["path"]).name
+            entry["name"] = Path(v.path).name
             suffix = target.suffix.lower()
             entry["kind"] = "img" if suffix in IMAGE_TYPES else "video"
             entry["missing"] = not target.is_file()
@@ -259,163 +205,215 @@ def _videos(root: Path, report: Path, results: dict[str, Any],
     return out
 
 
-def _cumulative_curves(root: Path, results: dict[str, Any]) -> tuple[list[plots.Series], str]:
-    """Cumulative reward of the rendered episodes (and the baseline on the same seeds)."""
+def _drawn(results: Results, task: tuple[Any, Any]) -> tuple[list[EpisodeKey], str]:
+    """The policy episodes of ``task`` whose cumulative reward is drawn, and in words which:
+    the rendered ones, else the best, median and worst."""
+    rendered = [v.key for v in results.videos if v.path and v.key.task_key == task]
+    if rendered:
+        what = "each rendered episode"
+        if len(rendered) > MAX_CURVES:
+            what = f"the first {MAX_CURVES} of the {len(rendered)} rendered episodes"
+        return rendered[:MAX_CURVES], what
+    finite = [e for e in results.episodes if e.key.task_key == task and e.ret is not None]
+    order = sorted(finite, key=lambda e: (e.ret, e.key.index))
+    picked = {order[-1].key, order[(len(order) - 1) // 2].key, order[0].key} if order else set()
+    return sorted(picked, key=lambda k: k.index), \
+        "the best, median and worst policy episodes (none was rendered)"
+
+
+def _cumulative_curves(run: Run, task: tuple[Any, Any]) -> tuple[list[plots.Series], str]:
+    """Cumulative reward of the drawn episodes of ``task`` (and the baseline on the same
+    seeds), each episode found by its full key."""
     import numpy as np
 
     from rolltape.tape import Tape
 
-    policy_rows = [r for r in results.get("episodes_rows") or [] if r["return"] is not None]
-    baseline_rows = {r.get("index"): r for r in results.get("baseline_rows") or []}
-    rendered = [v.get("index") for v in results.get("videos") or [] if v.get("path")]
-    if rendered:
-        picked = rendered[:MAX_CURVES]
-        what = "each rendered episode"
-        if len(rendered) > MAX_CURVES:
-            what = f"the first {MAX_CURVES} of the {len(rendered)} rendered episodes"
-    else:  # no videos: show the best, median and worst episodes instead
-        order = sorted(range(len(policy_rows)), key=lambda i: (policy_rows[i]["return"], i))
-        picked = sorted({order[-1], order[(len(order) - 1) // 2], order[0]}) if order else []
-        what = "the best, median and worst policy episodes (none was rendered)"
-    by_index = {r.get("index"): r for r in policy_rows}
+    episodes = run.results.by_key
+    keys, what = _drawn(run.results, task)
     series: list[plots.Series] = []
     skipped = []
-    for k, index in enumerate(picked):
+    for k, key in enumerate(keys):
         color = plots.PALETTE[k % len(plots.PALETTE)]
-        for role, row, dash in (("policy", by_index.get(index), False),
-                                ("baseline", baseline_rows.get(index), True)):
-            if row is None:
+        for episode, dash in ((episodes.get(key), False),
+                              (episodes.get(key.counterpart("baseline")), True)):
+            if episode is None:
                 continue
+            who = f"{episode.key.role} {episode.key.label}"
             try:
-                tape = Tape.load(root / row["tape"])
+                tape = Tape.load(run.tape_path(episode))
             except (UsageError, OSError, KeyError, ValueError):
-                skipped.append(f"{role} episode {index}")
+                skipped.append(who)
                 continue
             ys = np.concatenate([[0.0], np.cumsum(tape.rewards, dtype=float)])
             if not np.isfinite(ys).all():
-                skipped.append(f"{role} episode {index} (rewards not finite)")
+                skipped.append(f"{who} (rewards not finite)")
                 continue
-            xs = np.arange(ys.size)
-            label = (f"episode {index} · seed {row.get('seed')}" if role == "policy"
-                     else f"random, seed {row.get('seed')}")
+            label = (f"episode {key.index} · seed {key.seed}" if not dash
+                     else f"random, seed {key.seed}")
             series.append(plots.Series(
-                label, xs.tolist(), ys.tolist(), color, dash=dash, markers=False,
-                end_tip=f"{role} episode {index} (seed {row.get('seed')}): return "
-                        f"{num(float(ys[-1]))} after {tape.length} steps"))
+                label, np.arange(ys.size).tolist(), ys.tolist(), color, dash=dash,
+                markers=False, key=episode.key.anchor + ("-baseline" if dash else ""),
+                end_tip=f"{who}: return {num(float(ys[-1]))} after {tape.length} steps"))
     if skipped:
         what += f"; tapes missing or unreadable: {', '.join(skipped)}"
     return series, what
 
 
-def _charts(root: Path, results: dict[str, Any]) -> list[dict[str, str]]:
-    # An episode whose return is not a finite number (null in results.json) is not plotted.
-    policy = [r for r in results.get("episodes_rows") or [] if r["return"] is not None]
-    baseline = [r for r in results.get("baseline_rows") or [] if r["return"] is not None]
-    summary = results["summary"]
-    roles = [("policy", policy)] + ([("baseline", baseline)] if baseline else [])
-    env = results.get("env_id", "")
+def _charts(run: Run) -> list[dict[str, str]]:
+    """Return per episode, distribution of returns, episode length and cumulative reward:
+    once for one env; for a suite, once per task, each task on its own axes (tasks have
+    their own reward scales and lengths)."""
+    results = run.results
+    charts = []
+    for task in results.tasks:
+        charts += _task_charts(run, task)
+    return charts
 
-    def tips(rows: list[dict[str, Any]], role: str) -> list[str]:
-        return [f"{role} episode {r['index']} (seed {r['seed']}): return {num(r['return'])}"
-                for r in rows]
+
+def _task_charts(run: Run, task: tuple[Any, Any]) -> list[dict[str, str]]:
+    results = run.results
+    name = f"{task[0]}/{task[1]}" if task[0] is not None else None
+    uid = "" if name is None else "-" + "-".join(str(t) for t in task)
+    title = name or results.env_id
+
+    # An episode whose return is not a finite number (null in results.json) is not plotted.
+    def mine(episodes: tuple[Episode, ...]) -> list[Episode]:
+        return [e for e in episodes if e.key.task_key == task and e.ret is not None]
+
+    policy, baseline = mine(results.episodes), mine(results.baseline)
+    roles = [("policy", policy)] + ([("baseline", baseline)] if baseline else [])
+
+    def tips(episodes: list[Episode], role: str) -> list[str]:
+        return [f"{role} {e.key.label}: return {num(e.ret)}" for e in episodes]
 
     charts = []
     # Lines between episodes guide the eye across a few; across many they are only noise.
-    series = [plots.Series(role, [r["index"] for r in rows], [r["return"] for r in rows],
-                           plots.ROLE_COLORS[role], tips=tips(rows, role),
-                           line=len(rows) <= LINE_MAX)
-              for role, rows in roles]
+    series = [plots.Series(role, [e.key.index for e in eps], [e.ret for e in eps],  # type: ignore[misc]
+                           plots.ROLE_COLORS[role], tips=tips(eps, role),
+                           line=len(eps) <= LINE_MAX, key=f"{role}{uid}")
+              for role, eps in roles]
     charts.append({
-        "id": "returns", "title": "Return per episode",
+        "id": f"returns{uid}", "title": f"{name}: return per episode" if name
+        else "Return per episode",
         "caption": "Return of every episode" + (
             "; episode i of both roles was reset with the same seed, so points above each "
             "other started alike." if baseline else "."),
         "svg": plots.line_chart(series,
-                                title=f"{env}: return per episode",
+                                title=f"{title}: return per episode",
                                 desc=f"Episode return for {', '.join(r for r, _ in roles)}, "
                                      f"one point per episode ({len(policy)} episodes).",
-                                xlabel=f"episode (seed {results.get('seed', 0)} + episode)",
-                                ylabel="return", integer_x=True, uid="returns")})
-    strips = [plots.Strip(role, [r["return"] for r in rows], plots.ROLE_COLORS[role],
-                          tips=tips(rows, role), center=summary[role].get("iqm"),
-                          interval=tuple(summary[role]["iqm_ci"])
-                          if summary[role].get("iqm_ci") else None)
-              for role, rows in roles if role in summary]
+                                xlabel=f"episode (seed {results.seed} + episode)",
+                                ylabel="return", integer_x=True, uid=f"returns{uid}")})
+    strips = []
+    for role, eps in roles:
+        s = results.summary.get(role)
+        if s is None:
+            continue
+        if name is not None:  # the run's summary pools tasks: this task's own IQM here
+            from rolltape.record import Summary
+
+            s = Summary.of(eps)
+        strips.append(plots.Strip(role, [e.ret for e in eps], plots.ROLE_COLORS[role],  # type: ignore[misc]
+                                  tips=tips(eps, role), center=s.iqm,
+                                  interval=s.iqm_ci, key=f"{role}{uid}"))
     charts.append({
-        "id": "distribution", "title": "Distribution of returns",
+        "id": f"distribution{uid}", "title": f"{name}: distribution of returns" if name
+        else "Distribution of returns",
         "caption": "Every episode's return as a dot; the diamond is the interquartile mean "
                    "and the bar its bootstrap 95% confidence interval.",
-        "svg": plots.strip_chart(strips, title=f"{env}: distribution of returns",
+        "svg": plots.strip_chart(strips, title=f"{title}: distribution of returns",
                                  desc="Strip plot of episode returns per role with the IQM "
                                       "and its 95% bootstrap interval.",
-                                 xlabel="return", uid="distribution")})
-    ends = [plots.Series(role, [r["index"] for r in rows], [r["length"] for r in rows],
+                                 xlabel="return", uid=f"distribution{uid}")})
+    ends = [plots.Series(role, [e.key.index for e in eps], [e.length for e in eps],
                          plots.ROLE_COLORS[role], tips=[
-                             f"{role} episode {r['index']} (seed {r['seed']}): {r['length']} "
-                             f"steps, {'terminated' if r.get('terminated') else 'truncated'}"
-                             for r in rows],
-                         hollow=[not r.get("terminated") for r in rows],
-                         line=len(rows) <= LINE_MAX)
-            for role, rows in roles]
+                             f"{role} {e.key.label}: {e.length} steps, "
+                             f"{'terminated' if e.terminated else 'truncated'}" for e in eps],
+                         hollow=[not e.terminated for e in eps],
+                         line=len(eps) <= LINE_MAX, key=f"{role}{uid}")
+            for role, eps in roles]
     charts.append({
-        "id": "lengths", "title": "Episode length",
+        "id": f"lengths{uid}", "title": f"{name}: episode length" if name else "Episode length",
         "caption": "Steps per episode. A filled dot ended by termination (the env said the "
                    "episode is over); a ring was truncated (time limit).",
-        "svg": plots.line_chart(ends, title=f"{env}: episode length",
+        "svg": plots.line_chart(ends, title=f"{title}: episode length",
                                 desc="Number of steps in each episode, per role; filled "
                                      "dots terminated, rings were truncated.",
                                 xlabel="episode", ylabel="steps", integer_x=True,
-                                integer_y=True,
-                                uid="lengths",
+                                integer_y=True, uid=f"lengths{uid}",
                                 extra_legend=[("terminated", plots.MUTED, False, "dot"),
                                               ("truncated", plots.MUTED, False, "ring")])})
-    curves, what = _cumulative_curves(root, results)
+    curves, what = _cumulative_curves(run, task)
     charts.append({
-        "id": "cumulative", "title": "Cumulative reward",
+        "id": f"cumulative{uid}", "title": f"{name}: cumulative reward" if name
+        else "Cumulative reward",
         "caption": f"Reward summed over the steps of {what}, read from the tapes"
                    + ("; dashed: the random baseline on the same seed." if baseline else "."),
-        "svg": plots.line_chart(curves, title=f"{env}: cumulative reward per step",
+        "svg": plots.line_chart(curves, title=f"{title}: cumulative reward per step",
                                 desc=f"Cumulative reward over steps for {what}.",
                                 xlabel="step", ylabel="cumulative reward", integer_x=True,
-                                uid="cumulative")})
+                                uid=f"cumulative{uid}")})
     return charts
 
 
-def _episode_table(results: dict[str, Any], videos: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    baseline = {_episode_key(r): r for r in results.get("baseline_rows") or []}
-    shown = {(v["task"], v["index"]): v for v in videos if v.get("src")}
+def _episode_table(results: Results, videos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    episodes = results.by_key
+    shown = {v["key"]: v for v in videos if v.get("src")}
     rows = []
-    for r in results.get("episodes_rows") or []:
-        b = baseline.get(_episode_key(r))
-        task = f"{r['suite']}/{r['task']} · " if r.get("suite") else ""
+    for e in results.episodes:
+        b = episodes.get(e.key.counterpart("baseline"))
+        success = e.success(results.success_rule) if results.success_rule in ("at_end", "once") \
+            else e.success(_task_rule(results, e))
         rows.append({
-            "index": r.get("index"), "seed": r.get("seed"), "return": num(r.get("return")),
-            "task": task, "anchor": _anchor(r),
-            "baseline": num(b.get("return")) if b else None,
-            "diff": num(r["return"] - b["return"], sign=True)
-            if b and r["return"] is not None and b["return"] is not None else None,
-            "length": r.get("length"),
-            "end": "terminated" if r.get("terminated") else "truncated",
-            "success": "n/a" if r.get("success") is None else ("yes" if r["success"] else "no"),
-            "video": shown.get((task, r.get("index")), {}).get("src"),
+            "index": e.key.index, "seed": e.key.seed, "return": num(e.ret),
+            "task": f"{e.key.task_name} · " if e.key.task_name else "", "anchor": e.key.anchor,
+            "baseline": num(b.ret) if b else None,
+            "diff": num(e.ret - b.ret, sign=True)
+            if b and e.ret is not None and b.ret is not None else None,
+            "length": e.length, "end": "terminated" if e.terminated else "truncated",
+            "success": "n/a" if success is None else ("yes" if success else "no"),
+            "success_once": "n/a" if e.success_once is None
+            else ("yes" if e.success_once else "no"),
+            "video": shown.get(e.key, {}).get("src"),
         })
     return rows
 
 
-def _provenance(meta: dict[str, Any] | None, results: dict[str, Any],
+def _task_rule(results: Results, episode: Episode) -> str:
+    """The headline rule of a suite episode's task (as the suite's per-task numbers say)."""
+    for t in (results.suite or {}).get("per_task", []):
+        if (t["suite"], t["task"]) == episode.key.task_key:
+            return str(t.get("success_rule", "at_end"))
+    return "at_end"
+
+
+def _seeds(meta: Mapping[str, Any], results: Results) -> list[tuple[str, str]]:
+    """The seeds of the run as provenance lines: one line for one env, one per task."""
+    seeds = meta.get("seeds") or {}
+    per_task = seeds.get("per_task")
+    if isinstance(per_task, dict) and per_task:
+        return [(f"{task}: {seed_text(list(range(lo, hi + 1)))}", "")
+                for task, (lo, hi) in per_task.items()]
+    listed = seeds.get("episodes") or [e.key.seed for e in results.episodes]
+    return [(seed_text(listed), "")]
+
+
+def _provenance(metadata: Metadata | None, results: Results,
                 run_finished: str | None) -> dict[str, Any] | None:
-    if meta is None:
+    if metadata is None:
         return None
+    meta = metadata.facts
     policy = meta.get("policy") or {}
     command = meta.get("command")
     render = meta.get("render") or {}
-    seeds = (meta.get("seeds") or {}).get("episodes") or []
-    env = meta.get("env") or results.get("env") or {}
+    env = meta.get("env") or results.env or {}
     sha = meta.get("checkpoint_sha256") or policy.get("sha256")
     vn_sha = meta.get("vecnormalize_sha256") or policy.get("vecnormalize_sha256")
+    # A random policy samples its actions: "deterministic" says nothing about it.
+    hidden = ("kind", "source", "sha256", "vecnormalize", "vecnormalize_sha256", "algo") + \
+        (("deterministic",) if policy.get("kind") == "random" else ())
     details = ", ".join(f"{k} {plain(v)}" for k, v in policy.items()
-                        if k not in ("kind", "source", "sha256", "vecnormalize",
-                                     "vecnormalize_sha256", "algo") and v is not None)
+                        if k not in hidden and v is not None)
     checkpoint: list[tuple[str, str]] = (
         [(str(policy.get("source")), "code"), (f"sha256 {sha}", "code")] if sha
         else [(f"none ({describe_policy(policy)} has no checkpoint file)", "")])
@@ -431,10 +429,12 @@ def _provenance(meta: dict[str, Any] | None, results: dict[str, Any],
         ("Checkpoint", checkpoint),
         ("VecNormalize statistics", stats_file),
         ("Baseline", [(describe_policy(meta.get("baseline"), "none"), "")]),
-        ("Environment", [(str(env.get("id", results.get("env_id"))), "")]
+        ("Environment", [(str(env.get("id", results.env_id)), "")]
          + [(f"{k} {plain(env[k])}", "code") for k in ("kwargs", "max_episode_steps")
-            if env.get(k)]),
-        ("Seeds", [(seed_text(seeds), "")]),
+            if env.get(k)]
+         + ([(f"suite manifest {(meta.get('suite') or {}).get('source')}", "")]
+            if meta.get("suite") else [])),
+        ("Seeds", _seeds(meta, results)),
         ("GL backend used", [(", ".join(render.get("backend_used") or []) or "none (no video)",
                               "")]),
         ("GL backends tried", [(", ".join(render.get("backends_tried") or []) or "—", "")]),
@@ -456,7 +456,10 @@ def _provenance(meta: dict[str, Any] | None, results: dict[str, Any],
     timings = [(k.removesuffix("_s").replace("pass", "pass "), seconds(v))
                for k, v in (meta.get("timings") or {}).items()]
     versions = [(k, v or "not installed") for k, v in (meta.get("versions") or {}).items()]
-    config = [(k, plain(v)) for k, v in (meta.get("config") or {}).items()]
+    config = [(k, plain(v) + (" (not used: a random policy samples its actions)"
+                               if k == "deterministic" and policy.get("kind") == "random"
+                               else ""))
+              for k, v in metadata.config.items()]
     return {"facts": facts, "timings": timings, "versions": versions, "config": config}
 
 
@@ -507,51 +510,60 @@ def _viewer(viewer: dict[str, Any] | None, root: Path, report: Path) -> dict[str
     return {"href": href, "note": note, "command": command}
 
 
-def build_report(run_dir: str | os.PathLike[str], *, out: str | os.PathLike[str] | None = None,
+def build_report(run: Run | str | os.PathLike[str], *,
+                 out: str | os.PathLike[str] | None = None,
                  viewer: dict[str, Any] | None = None) -> Path:
     """Write the run's HTML report (``RUN/report.html`` unless ``out``) and return its path.
 
+    ``run`` is a :class:`rolltape.record.Run` (what ``evaluate`` returns) or its folder.
     ``viewer`` links an interactive 3-D replay: ``{"href": "viewer/index.html", "note": None}``
     (``href`` relative to the run folder), or ``{"href": None, "note": "why not"}`` to say
     why there is none. Without it, the replay in ``RUN/viewer/`` is linked when there is one
     (so rebuilding the report keeps what eval wrote); otherwise there is no viewer section.
 
     Raises:
-        UsageError: ``run_dir`` is not a run (no results.json, not JSON, unknown schema), or
+        UsageError: ``run`` is not a run (no results.json, not JSON, unknown schema), or
             the report cannot be written; nothing is written then.
     """
-    root, results, meta = load_run(run_dir)
+    if not isinstance(run, Run):
+        run = Run.load(run)
+    root, results, meta = run.path, run.results, run.metadata
     report = Path(out) if out is not None else root / "report.html"
     if report.is_dir():
         report = report / "report.html"
-    config = (meta or {}).get("config") or {}
+    config = meta.config if meta is not None else {}
     summary_rows = _summary_rows(results)
-    videos = _videos(root, report, results, config)
-    policy_name = describe_policy(results.get("policy"), str(config.get("policy") or "policy"))
-    seeds = [r.get("seed") for r in results.get("episodes_rows") or []]
+    videos = _videos(run, report, config)
+    policy_name = describe_policy(results.policy, str(config.get("policy") or "policy"))
+    seeds = sorted({e.key.seed for e in results.episodes})
     finished = None
     if (root / "metadata.json").is_file():
         finished = time.strftime("%Y-%m-%d %H:%M:%S %Z",
                                  time.localtime((root / "metadata.json").stat().st_mtime))
-    verified = sum(1 for v in results.get("videos") or [] if v.get("verified") is True)
-    diverged = sum(1 for v in results.get("videos") or [] if v.get("verified") is False)
-    policy_desc = results.get("policy") or {}
+    verified = sum(1 for v in results.videos if v.verified is True)
+    diverged = len(results.diverged)
+    policy_desc = results.policy or {}
+    random_policy = policy_desc.get("kind") == "random"
     context = {
-        "env_id": results.get("env_id"),
+        "env_id": results.env_id,
         "policy_name": policy_name,
-        "deterministic": policy_desc.get("deterministic", config.get("deterministic")),
-        "episodes": results.get("episodes", len(seeds)),
-        "seeds": f"{seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else str(seeds[0]),
-        "has_baseline": bool(results.get("baseline_rows")),
+        "deterministic": None if random_policy
+        else policy_desc.get("deterministic", config.get("deterministic")),
+        "random_policy": random_policy,
+        "episodes": results.n_episodes,
+        "seeds": f"{seeds[0]}–{seeds[-1]}" + (" per task" if results.is_suite else "")
+        if len(seeds) > 1 else str(seeds[0]),
+        "has_baseline": bool(results.baseline),
         "summary": summary_rows,
         "any_success": any(r["success_known"] for r in summary_rows),
+        "success_rule": success_rule_text(results.success_rule),
         "improvement": _improvement(results),
-        "charts": _charts(root, results),
+        "charts": _charts(run),
         "suite": _suite_section(results),
         "videos": videos,
         "verified": verified, "diverged": diverged,
         "episode_rows": _episode_table(results, videos),
-        "warnings": (meta or {}).get("warnings") or results.get("warnings") or [],
+        "warnings": list(results.warnings) or (meta.get("warnings") if meta else None) or [],
         "provenance": _provenance(meta, results, finished),
         "viewer": _viewer(viewer if viewer is not None else _viewer_on_disk(root), root, report),
         "rolltape_version": _version(),

@@ -1,14 +1,16 @@
 """A suite run's numbers as text and as a picture: the per-task table (CLI, report) and a
 forest plot of each task's success rate with its 95% Wilson interval, grouped by suite.
 
-Pure functions of ``results["suite"]`` (see :mod:`rolltape.suites.results`).
+Pure functions of a suite run's ``Results.suite`` (see :mod:`rolltape.suites.results`):
+the headline success by each task's rule, and both rules named beside it.
 
 May import: outputs (plots, summary), stdlib. Never: policies, pass 1, executors.
 
 Example:
     >>> suite = {"per_task": [{"suite": "s", "task": "a", "n_episodes": 10, "n_success": 9,
     ...          "n_unknown": 0, "pc_success": 90.0, "pc_success_ci95": [59.58, 98.21],
-    ...          "success_at_end": {"pc_success": 80.0}, "avg_sum_reward": 1.0,
+    ...          "success_rule": "at_end", "success_at_end": {"pc_success": 90.0},
+    ...          "success_once": {"pc_success": 100.0}, "avg_sum_reward": 1.0,
     ...          "avg_max_reward": 0.5, "mean_length": 20.0}], "per_suite": {}, "overall": {}}
     >>> header, rows = task_rows(suite)
     >>> dict(zip(header, rows[0]))["success [95% CI]"]
@@ -22,8 +24,8 @@ from typing import Any, Mapping
 from rolltape.outputs.plots import CHAR_W, NOTE_GAP, PALETTE, ForestRow, forest_chart
 from rolltape.outputs.summary import num
 
-HEADER = ["suite", "task", "episodes", "success [95% CI]", "at end", "sum reward",
-          "max reward", "length"]
+HEADER = ["suite", "task", "episodes", "success [95% CI]", "rule", "at end", "once",
+          "sum reward", "max reward", "length"]
 
 
 def success_text(entry: Mapping[str, Any]) -> str:
@@ -36,11 +38,17 @@ def success_text(entry: Mapping[str, Any]) -> str:
     return text + (f" ({entry['n_unknown']} unknown)" if entry.get("n_unknown") else "")
 
 
+def _percent(block: Any) -> str:
+    value = (block or {}).get("pc_success")
+    return "n/a" if value is None else f"{value:.1f}%"
+
+
 def _row(suite: str, task: str, entry: Mapping[str, Any]) -> list[str]:
-    end = (entry.get("success_at_end") or {}).get("pc_success")
-    return [suite, task, str(entry.get("n_episodes")), success_text(entry),
-            "n/a" if end is None else f"{end:.1f}%", num(entry.get("avg_sum_reward")),
-            num(entry.get("avg_max_reward")), num(entry.get("mean_length"), 0)]
+    rule = str(entry.get("success_rule") or "at_end").replace("_", " ")
+    return [suite, task, str(entry.get("n_episodes")), success_text(entry), rule,
+            _percent(entry.get("success_at_end")), _percent(entry.get("success_once")),
+            num(entry.get("avg_sum_reward")), num(entry.get("avg_max_reward")),
+            num(entry.get("mean_length"), 0)]
 
 
 def task_rows(suite: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:

@@ -2,13 +2,14 @@
 
 May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
 
-Pure functions of ``results.json`` (as a dict): a statistic a role does not have (``n`` is 0
-when every return was NaN) reads ``n/a``.
+Pure functions of a run's :class:`rolltape.record.Results`: a statistic a role does not
+have (``n`` is 0 when every return was NaN) reads ``n/a``.
 
 Example:
-    >>> header, rows = summary_rows({"summary": {"policy": {
-    ...     "n": 2, "mean": -28.75, "std": 1.25, "iqm": -28.75, "iqm_ci": [-30.0, -27.5],
-    ...     "min": -30.0, "max": -27.5, "success_rate": None, "mean_length": 1000.0}}})
+    >>> from rolltape.record import Summary
+    >>> s = Summary(n=2, episodes=2, mean=-28.75, std=1.25, iqm=-28.75, iqm_ci=(-30.0, -27.5),
+    ...             min=-30.0, max=-27.5, mean_length=1000.0)
+    >>> header, rows = summary_rows({"policy": s})
     >>> dict(zip(header, rows[0]))["mean ± std"]
     '-28.75 ± 1.25'
 """
@@ -16,10 +17,13 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-__all__ = ["improvement_line", "interval", "num", "role_cells", "summary_rows",
-           "summary_title"]
+if TYPE_CHECKING:
+    from rolltape.record import Results, Summary
+
+__all__ = ["improvement_line", "interval", "num", "role_cells", "success_rule_text",
+           "summary_rows", "summary_title"]
 
 
 def num(x: Any, digits: int = 2, sign: bool = False) -> str:
@@ -36,25 +40,21 @@ def interval(pair: Any, digits: int = 2, sign: bool = False) -> str:
     return f"[{num(pair[0], digits, sign)}, {num(pair[1], digits, sign)}]"
 
 
-def role_cells(results: Mapping[str, Any], role: str) -> dict[str, str]:
+def role_cells(s: Summary) -> dict[str, str]:
     """One role's summary as text, by the names results.json gives its fields.
 
-    ``success`` is ``count/known`` (or ``n/a`` when the env reports no success) and
-    ``success_ci`` its Wilson interval (empty then); ``length`` is the mean episode length.
+    ``success`` is ``count/known`` by the run's headline rule (or ``n/a`` when the env
+    reports no success) and ``success_ci`` its Wilson interval (empty then); ``length`` is
+    the mean episode length.
     """
-    s = results["summary"][role]
-    cells = {key: num(s.get(key)) for key in ("mean", "std", "median", "min", "max", "iqm")}
-    cells.update(n=str(s.get("n")), mean_ci=interval(s.get("mean_ci")),
-                 iqm_ci=interval(s.get("iqm_ci")), length=num(s.get("mean_length"), 0))
-    if s.get("success_rate") is None:
+    cells = {key: num(getattr(s, key)) for key in ("mean", "std", "median", "min", "max", "iqm")}
+    cells.update(n=str(s.n), mean_ci=interval(s.mean_ci), iqm_ci=interval(s.iqm_ci),
+                 length=num(s.mean_length, 0))
+    if s.success_rate is None:
         cells.update(success="n/a", success_ci="")
-    else:
-        # The rate counts the episodes with a finite return whose outcome the env reported.
-        rows = results.get("episodes_rows" if role == "policy" else "baseline_rows") or []
-        known = sum(1 for r in rows if r.get("return") is not None
-                    and r.get("success") is not None)
-        cells.update(success=f"{s['success_count']}/{known or s['n']}",
-                     success_ci=interval(s.get("success_ci")))
+    else:  # the rate counts the episodes with a finite return whose outcome the env said
+        cells.update(success=f"{s.success_count}/{s.success_known}",
+                     success_ci=interval(s.success_ci))
     return cells
 
 
@@ -77,7 +77,7 @@ SHORTER: list[tuple[str, tuple[str, Cell] | None]] = [
 ]
 
 
-def summary_rows(results: Mapping[str, Any],
+def summary_rows(summary: Mapping[str, Summary],
                  width: int | None = None) -> tuple[list[str], list[list[str]]]:
     """(header, one row per role): the role, then mean ± std, IQM [95% CI], min / max,
     success [95% CI] and the mean length.
@@ -86,7 +86,7 @@ def summary_rows(results: Mapping[str, Any],
     CLI draws it, fits that many characters: cells wrapped into stubs would be unreadable.
     Every number is still in results.json and the report.
     """
-    cells = {role: role_cells(results, role) for role in results["summary"]}
+    cells = {role: role_cells(s) for role, s in summary.items()}
     columns, shorter = list(COLUMNS), list(SHORTER)
     while True:
         header = ["", *(h for h, _ in columns)]
@@ -108,19 +108,26 @@ def _boxed_width(header: list[str], rows: list[list[str]]) -> int:
     return sum(w + 3 for w in widths) + 1
 
 
-def summary_title(results: Mapping[str, Any]) -> str:
+def success_rule_text(rule: str) -> str:
+    """What a headline success rate counts, in words."""
+    return {"at_end": "success on the terminal step (LeRobot's rule)",
+            "once": "success at some step of the episode"}.get(rule, "each task's own rule")
+
+
+def summary_title(results: Results) -> str:
     """'HalfCheetah-v5: 4 episodes, seeds 0..3'."""
-    first, count = results["seed"], results["episodes"]
-    if results.get("suite"):  # every task has its own seeds seed + i: say so
-        longest = max(t["n_episodes"] for t in results["suite"]["per_task"])
-        return (f"{results['env_id']}: {count} episodes of {len(results['suite']['per_task'])} "
-                f"task(s) pooled, seeds {first}..{first + longest - 1} per task")
-    return f"{results['env_id']}: {count} episodes, seeds {first}..{first + count - 1}"
+    first, count = results.seed, results.n_episodes
+    if results.suite is not None:  # every task has its own seeds seed + i: say so
+        per_task = results.suite["per_task"]
+        longest = max(t["n_episodes"] for t in per_task)
+        return (f"{results.env_id}: {count} episodes of {len(per_task)} task(s) pooled, seeds "
+                f"{first}..{first + longest - 1} per task")
+    return f"{results.env_id}: {count} episodes, seeds {first}..{first + count - 1}"
 
 
-def improvement_line(results: Mapping[str, Any]) -> str | None:
+def improvement_line(results: Results) -> str | None:
     """The paired improvement over the baseline in one line, or None without a baseline."""
-    imp = results.get("improvement_over_baseline")
+    imp = results.improvement_over_baseline
     if not imp:
         return None
     lo, hi = imp.get("diff_ci") or (None, None)

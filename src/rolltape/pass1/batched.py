@@ -35,7 +35,7 @@ from rolltape.envs import make_env, mujoco_data, physics_spec, split_physics
 from rolltape.errors import UsageError
 from rolltape.policies import Policy, SB3Policy, load_policy
 from rolltape.pass1.rollout import (EpisodeJob, PolicyJob, kept_obs, refuse_if_it_cannot_draw, save_episode,
-                      tape_fields)
+                      success_flag, tape_fields)
 
 _INFO_KEY = "rolltape"  # what each sub-env adds to its info: (state, is_success, metrics)
 
@@ -88,6 +88,7 @@ class _Playing:
     states: list[Any] = field(default_factory=list)  # MuJoCo state rows (None otherwise)
     steps: list[tuple[Any, ...]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    once: bool | None = None  # the success key was true at some step (None: never reported)
 
 
 def run_batched_job(jobs: list[PolicyJob], num_envs: int, send: Callable[[Any], None]) -> None:
@@ -150,13 +151,17 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                                       kept_obs(rows[s])))
                 facts = infos[_INFO_KEY][s]
                 episode.states.append(facts[0])
+                if facts[1] is not None:  # success at some step, as record_episode keeps it
+                    episode.once = bool(episode.once or success_flag(facts[1]))
                 if done[s]:
                     state, success, metrics = facts
                     physics = ((None, None, None) if state is None else
                                split_physics(np.stack(episode.states), nq, nv))
-                    save_episode(job, episode.job, description, tape_fields(
+                    fields = tape_fields(
                         episode.job.seed, job.reset_options, episode.first_obs, episode.steps,
-                        physics, success, metrics, episode.started), send)
+                        physics, success, metrics, episode.started)
+                    fields["success_once"] = episode.once
+                    save_episode(job, episode.job, description, fields, send)
             if done.any():
                 obs, rows = reset(done)
     finally:

@@ -25,6 +25,7 @@ from rolltape.envs import (PhysicsLog, json_safe, make_env, obs_digest,
                    obs_digests)
 from rolltape.errors import UsageError
 from rolltape.policies import Policy, load_policy
+from rolltape.record import Episode, EpisodeKey
 from rolltape.tape import Tape, finite_or_none
 
 EPISODE_TIMEOUT = 600.0  # seconds a pass-1 worker may go without finishing an episode
@@ -89,8 +90,9 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
                    success_key: str | None = "is_success") -> dict[str, Any]:
     """Play one episode and return the fields of its tape (all but env/policy/meta).
 
-    ``success`` is ``info[success_key]`` at the last step and ``success_any`` whether it
-    was true at any step (LeRobot's convention); both None when the env never reported it.
+    ``success_at_end`` is ``info[success_key]`` on the last step (what LeRobot's own rollout
+    counts) and ``success_once`` whether it was true at some step (ManiSkill's name); both
+    None when the env never reported it.
     """
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options=options)
@@ -118,7 +120,7 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     fields = tape_fields(seed, options, first, steps,
                          physics.arrays() if physics is not None else (None, None, None),
                          info.get(key), info.get("metrics"), start)
-    fields["success_any"] = hit if reported else None
+    fields["success_once"] = hit if reported else None
     return fields
 
 
@@ -144,7 +146,7 @@ def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any
         "qpos": qpos,
         "qvel": qvel,
         "physics": state,
-        "success": success_flag(success),
+        "success_at_end": success_flag(success),
         "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
         "wall_s": wall,
     }
@@ -180,35 +182,18 @@ def digest_all(observations: list[Any]) -> np.ndarray:
 
 
 def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
-    """The per-episode line of results.json / episodes.jsonl. A return that is not a finite
-    number is None, with ``flags`` saying why (JSON has no NaN). A suite's episode also
-    says its ``suite`` and ``task``, ``success`` at any step, ``success_at_end`` and
-    ``max_reward`` (over its own steps only)."""
-    if "suite" in tape.meta:
-        return {
-            "suite": tape.meta["suite"], "task": tape.meta["task"],
-            **_plain_row(tape, job),
-            "success": tape.success_any, "success_at_end": tape.success,
-            "max_reward": finite_or_none(float(np.max(tape.rewards))),
-        }
-    return _plain_row(tape, job)
-
-
-def _plain_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
-    return {
-        "role": job.role,
-        "index": job.index,
-        "seed": job.seed,
-        "return": finite_or_none(tape.total_return),
-        "flags": episode_flags(tape),
-        "length": tape.length,
-        "success": tape.success,
-        "terminated": bool(tape.terminated[-1]),
-        "truncated": bool(tape.truncated[-1]),
-        "metrics": tape.metrics,
-        "wall_s": tape.wall_s,
-        "tape": job.tape_path,
-    }
+    """The per-episode line of ``episodes.jsonl`` (an :class:`rolltape.record.Episode`). A
+    return that is not a finite number is None, with ``flags`` saying why (JSON has no
+    NaN); a suite's episode is keyed by its ``suite`` and ``task`` too."""
+    key = EpisodeKey(job.role, tape.meta.get("suite"), tape.meta.get("task"), job.index,
+                     job.seed)
+    return Episode(
+        key, ret=finite_or_none(tape.total_return), length=tape.length,
+        success_at_end=tape.success_at_end, success_once=tape.success_once,
+        terminated=bool(tape.terminated[-1]), truncated=bool(tape.truncated[-1]),
+        max_reward=finite_or_none(float(np.max(tape.rewards))) if tape.length else None,
+        flags=tuple(episode_flags(tape)), metrics=tape.metrics, wall_s=tape.wall_s,
+        tape=job.tape_path).to_json()
 
 
 def episode_flags(tape: Tape) -> list[str]:
@@ -268,8 +253,9 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
             except (UsageError, OSError, MemoryError):
                 raise  # bad input or a broken machine: not this episode's fault
             except Exception as exc:  # the env (or policy) failed this episode alone
-                send(("episode_failed", {"role": ep.role, "index": ep.index, "seed": ep.seed,
-                                         "error": last_line(exc)}))
+                # A suite's indices repeat across tasks: the task says which episode.
+                send(("episode_failed", {**job.extra_meta, "role": ep.role, "index": ep.index,
+                                         "seed": ep.seed, "error": last_line(exc)}))
                 env.close()
                 env = open_env(job.env)  # the failed env may be half-way through a step
                 continue

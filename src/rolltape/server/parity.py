@@ -74,9 +74,10 @@ def compare_episode(local: dict[str, Any], served: dict[str, Any]) -> dict[str, 
     if len(local["rewards"]) != len(served["rewards"]):
         return {"step": steps, "field": "length", "local": len(local["rewards"]),
                 "served": len(served["rewards"])}
-    if local["success"] != served["success"]:
-        return {"step": steps, "field": "success", "local": local["success"],
-                "served": served["success"]}
+    for name in ("success_at_end", "success_once"):
+        if local[name] != served[name]:
+            return {"step": steps, "field": name, "local": local[name],
+                    "served": served[name]}
     return None
 
 
@@ -115,7 +116,8 @@ def run_parity(spec: dict[str, Any], policy_source: str, episodes: int, seed: in
                    "length": len(mine["rewards"]),
                    "served_length": len(theirs["rewards"]),
                    "return": float(np.sum(mine["rewards"])),
-                   "success": mine["success"], "agree": diff is None}
+                   "success_at_end": mine["success_at_end"],
+                   "success_once": mine["success_once"], "agree": diff is None}
             if diff is not None:
                 row["first_difference"] = diff
                 if first is None:

@@ -4,6 +4,7 @@
 mazes:                       # a suite
   episodes: 20               # optional: the default of its tasks (else --episodes)
   success_key: success       # optional: the info key that says success (is_success)
+  success: at_end            # optional: the headline rule, at_end (LeRobot's) or once
   tasks:
     umaze:                   # a task: an env and how to run it
       env: gymnasium_robotics:PointMaze_UMaze-v3   # a Gymnasium id, MODULE:EnvId,
@@ -38,10 +39,10 @@ from typing import Any, Sequence
 
 from rolltape.errors import UsageError
 
-SUITE_KEYS = ("tasks", "episodes", "success_key", "max_episode_steps", "reward_atol",
-              "description")
-TASK_KEYS = ("env", "kwargs", "episodes", "success_key", "max_episode_steps", "reward_atol",
-             "description")
+SUITE_KEYS = ("tasks", "episodes", "success_key", "success", "max_episode_steps",
+              "reward_atol", "description")
+TASK_KEYS = ("env", "kwargs", "episodes", "success_key", "success", "max_episode_steps",
+             "reward_atol", "description")
 DEFAULT_SUCCESS_KEY = "is_success"  # LeRobot's; Gymnasium-Robotics reports "success"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -56,6 +57,9 @@ class Task:
     kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
     success_key: str | None = DEFAULT_SUCCESS_KEY  # None: the env reports no success
+    # The headline rule: "at_end" (the key on the terminal step, LeRobot's) or "once" (at
+    # some step); None: the run's --success. Both are always reported.
+    success: str | None = None
     episodes: int | None = None  # None: the run's --episodes
     reward_atol: float = 0.0  # replays verify rewards to this (an env not exact to the bit)
     description: str | None = None
@@ -140,7 +144,7 @@ def parse_manifest(data: Any, source: str, base: Path | None = None) -> Manifest
         if not isinstance(body.get("tasks"), dict) or not body["tasks"]:
             raise UsageError(f"{where} needs 'tasks': a mapping of task names to envs.")
         _no_duplicates(body["tasks"], f"{where} has the task", "; task names must be unique")
-        defaults = {k: _value(k, body[k], where) for k in SUITE_KEYS[1:5] if k in body}
+        defaults = {k: _value(k, body[k], where) for k in SUITE_KEYS[1:6] if k in body}
         for name, spec in body["tasks"].items():
             tasks.append(_task(str(suite), name, spec, defaults, f"{where}, task '{name}'", base))
     return Manifest(source, tuple(tasks))
@@ -190,6 +194,10 @@ def _value(key: str, value: Any, where: str) -> Any:
             raise UsageError(f"{where}: success_key must be the name of an info key (or null "
                              f"for an env that reports no success), got {value!r}.")
         return value
+    if key == "success":
+        from rolltape.record import check_success_rule
+
+        return check_success_rule(value, f"{where}: success")
     if key == "reward_atol":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 not (0 <= value < math.inf):
@@ -256,11 +264,12 @@ def select_tasks(manifest: Manifest, wanted: str | Sequence[str] | None,
     return replace(manifest, tasks=chosen)
 
 
-def with_defaults(manifest: Manifest, episodes: int,
-                  max_episode_steps: int | None = None) -> Manifest:
-    """Every task with its episode count (the manifest's, else ``episodes``) and, when given,
-    ``max_episode_steps`` overriding the manifest's (a quick look at a long suite)."""
+def with_defaults(manifest: Manifest, episodes: int, max_episode_steps: int | None = None,
+                  success: str = "at_end") -> Manifest:
+    """Every task with its episode count (the manifest's, else ``episodes``), its headline
+    success rule (the manifest's, else ``success``) and, when given, ``max_episode_steps``
+    overriding the manifest's (a quick look at a long suite)."""
     return replace(manifest, tasks=tuple(
-        replace(t, episodes=t.episodes or episodes,
+        replace(t, episodes=t.episodes or episodes, success=t.success or success,
                 max_episode_steps=max_episode_steps or t.max_episode_steps)
         for t in manifest.tasks))

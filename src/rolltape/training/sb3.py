@@ -281,10 +281,10 @@ class TapeCallback(BaseCallback):
                        seed=self.eval_seed, env_kwargs=env_kwargs, max_episode_steps=max_steps,
                        deterministic=self.deterministic, video=self.eval_video,
                        out=self.out / "evals" / f"step-{step}", overwrite=True, report=False)
-        rows = [r for r in run.results["episodes_rows"] if r["role"] == "policy"]
-        returns = [r["return"] for r in rows]
-        lengths = [r["length"] for r in rows]
-        successes = [r["success"] for r in rows]
+        rows = run.results.episodes
+        returns = [e.ret for e in rows]
+        lengths = [e.length for e in rows]
+        successes = [e.success_at_end for e in rows]  # what SB3's EvalCallback counts
         finite = [x for x in returns if x is not None]
         entry: dict[str, Any] = {
             "step": step, "returns": returns, "lengths": lengths, "successes": successes,
