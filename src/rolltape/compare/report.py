@@ -17,6 +17,7 @@ Example (not run: it needs finished runs):
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -29,7 +30,7 @@ import numpy as np
 from rolltape import stats
 from rolltape.compare.runs import Key, LoadedRun, check_comparable
 from rolltape.errors import UsageError
-from rolltape.files import write_json, write_text
+from rolltape.files import write_text
 from rolltape.outputs import plots
 from rolltape.outputs.report import describe_policy
 from rolltape.outputs.summary import interval, num
@@ -46,7 +47,7 @@ def baseline_entry(runs: list[LoadedRun]) -> LoadedRun | None:
     first = runs[0]
     if not first.baseline_rows or set(first.baseline_rows) != set(first.rows):
         return None
-    entry = LoadedRun(first.path, "random", first.results)
+    entry = LoadedRun(first.run, "random")
     entry.rows = dict(first.baseline_rows)
     return entry
 
@@ -57,7 +58,7 @@ def _task_name(group: tuple[Any, Any]) -> str | None:
 
 
 def _finite_pairs(a: LoadedRun, b: LoadedRun, keys: list[Key]) -> list[Key]:
-    return [k for k in keys if a.rows[k]["return"] is not None and b.rows[k]["return"] is not None]
+    return [k for k in keys if a.rows[k].ret is not None and b.rows[k].ret is not None]
 
 
 def _pair(a: LoadedRun, b: LoadedRun, seed: int) -> list[dict[str, Any]]:
@@ -71,8 +72,8 @@ def _pair(a: LoadedRun, b: LoadedRun, seed: int) -> list[dict[str, Any]]:
                                          b.successes(keys), a_name=a.label, b_name=b.label,
                                          seed=seed)
         result["task"] = _task_name(group)
-        result["per_seed"] = [{"seed": k[2], "a": a.rows[k]["return"], "b": b.rows[k]["return"],
-                               "diff": a.rows[k]["return"] - b.rows[k]["return"]} for k in keys]
+        result["per_seed"] = [{"seed": k[2], "a": a.rows[k].ret, "b": b.rows[k].ret,
+                               "diff": a.rows[k].ret - b.rows[k].ret} for k in keys]
         out.append(result)
     return out
 
@@ -103,10 +104,10 @@ def _pairs_to_compare(entries: list[LoadedRun], baseline: LoadedRun | None
 
 def _summary(run: LoadedRun) -> dict[str, Any]:
     """The entry's summary over all its episodes (one env), from its rows."""
-    rows = [r for r in run.rows.values() if r["return"] is not None]
-    if not rows:
+    keys = [k for k, e in run.rows.items() if e.ret is not None]
+    if not keys:
         return {"n": 0}
-    return stats.summarize([r["return"] for r in rows], [r.get("success") for r in rows]).to_dict()
+    return stats.summarize(run.returns(keys), run.successes(keys)).to_dict()
 
 
 def _normalized(entries: list[LoadedRun], baseline: LoadedRun, reference: LoadedRun,
@@ -118,13 +119,13 @@ def _normalized(entries: list[LoadedRun], baseline: LoadedRun, reference: Loaded
     flat = []
     for group, keys in reference.tasks().items():
         name = _task_name(group) or "env"
-        rand = [baseline.rows[k]["return"] for k in keys if baseline.rows[k]["return"] is not None]
-        ref = [reference.rows[k]["return"] for k in keys if reference.rows[k]["return"] is not None]
+        rand = [baseline.rows[k].ret for k in keys if baseline.rows[k].ret is not None]
+        ref = [reference.rows[k].ret for k in keys if reference.rows[k].ret is not None]
         if not rand or not ref or np.mean(ref) == np.mean(rand):
             flat.append(name)
             continue
         for e in entries:
-            values = [e.rows[k]["return"] for k in keys if e.rows[k]["return"] is not None]
+            values = [e.rows[k].ret for k in keys if e.rows[k].ret is not None]
             if values:
                 scores[e.label][name] = stats.normalize_scores(values, float(np.mean(rand)),
                                                                float(np.mean(ref)))
@@ -164,11 +165,11 @@ def comparison(runs: list[LoadedRun], *, baseline: LoadedRun | None = None,
         "seeds": sorted({k[2] for k in first.rows}),
         "entries": [{"label": e.label, "folder": str(e.path), "steps": e.steps,
                      "baseline": e is baseline,
-                     "policy": describe_policy(e.results.get("policy")) if e is not baseline
+                     "policy": describe_policy(e.run.results.policy) if e is not baseline
                      else "random policy",
                      "summary": _summary(e),
-                     "returns": [e.rows[k]["return"] for g in e.tasks().values() for k in g
-                                 if e.rows[k]["return"] is not None]} for e in everyone],
+                     "returns": [e.rows[k].ret for g in e.tasks().values() for k in g
+                                 if e.rows[k].ret is not None]} for e in everyone],
         "pairs": pairs,
         "suite_pairs": None, "learning_curve": None, "aggregates": None, "profiles": None,
         "reference": reference, "warnings": warnings,
@@ -497,14 +498,27 @@ def write_comparison(runs: list[LoadedRun], out: str | os.PathLike[str], *,
     (the folder is made when missing). Returns what comparison.json holds."""
     result = comparison(runs, baseline=baseline, reference=reference)
     root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"--out '{root}' is a file; give a folder for comparison.json and "
+                         "comparison.html.")
     for e in result["entries"]:  # folders relative to the comparison: the pair moves together
-        e["folder"] = Path(os.path.relpath(Path(e["folder"]), root)).as_posix()
+        e["folder"] = Path(os.path.relpath(Path(e["folder"]), root.absolute())).as_posix()
     result["strip"] = strip
     html_result = {**result, "entries": [{**e, "folder": str(root / e["folder"])}
                                          for e in result["entries"]]}
-    write_json(root / "comparison.json", _json_safe(result))
-    write_text(root / "comparison.html", _html(html_result, root))
+    # Both made before either is written, and neither left alone: the pair is one result.
+    files = {"comparison.json": json.dumps(_json_safe(result), indent=2, allow_nan=False) + "\n",
+             "comparison.html": _html(html_result, root)}
+    written: list[Path] = []
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            written.append(write_text(root / name, text))
+    except OSError as exc:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise UsageError(f"Cannot write the comparison to '{root}' ({exc.strerror}); free "
+                         "some space or choose a writable --out.") from None
     return result
 
 
