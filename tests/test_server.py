@@ -210,6 +210,32 @@ def test_ctrl_c_in_parity_writes_nothing_and_closes_its_session(server, tmp_path
     assert sessions(server.address) == 0  # the stopped worker closed its session
 
 
+@pytest.mark.parametrize("trial", range(3))
+def test_ctrl_c_in_a_served_eval_closes_every_session(server, tmp_path, trial):
+    """Its stopped pass-1 workers close their sessions at once (before, in 4 of 8 trials a
+    session stayed until the idle timeout and a small --max-sessions answered BUSY)."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolltape.cli", "eval", f"{server.address}/{ENV_ID}",
+         "--max-episode-steps", str(STEPS), "-n", "400", "--workers", "2", "--out", str(out),
+         "-q", "--no-report"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **FAST}, preexec_fn=interruptible)
+    try:
+        log = out.with_name(f".{out.name}.partial") / "episodes.jsonl"
+        deadline = time.monotonic() + 60
+        while not (log.is_file() and log.read_text().count("\n") >= 2 + trial):
+            assert time.monotonic() < deadline and proc.poll() is None, "no episode finished"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "--resume" in stderr
+    assert sessions(server.address) == 0  # none left for the idle timeout to free
+
+
 def test_compare_episode_names_the_first_divergent_step_and_field():
     from rolltape.envs import env_spec, make_env
     from rolltape.pass1.rollout import record_episode

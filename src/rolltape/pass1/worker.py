@@ -7,6 +7,8 @@ May import: pass 1, envs, errors. Never: an executor, the render side, outputs.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import traceback
 from typing import Any
 
@@ -22,6 +24,10 @@ def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
     # Pass 1 never renders: a GL backend in the environment could only add risk.
     for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
         os.environ.pop(var, None)
+    # Stopped by the parent (Ctrl-C, another worker's failure): unwind, so that each job's
+    # env is closed; a served env's session is then closed on its server at once, instead
+    # of holding a --max-sessions slot until the server's idle timeout.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         if batch_envs:
             run_batched_job(jobs, batch_envs, conn.send)
@@ -34,6 +40,8 @@ def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
     except OSError as exc:  # a full disk, most likely: say where
         where = f" while writing '{exc.filename}'" if exc.filename else ""
         conn.send(("error", (f"{exc.strerror or last_line(exc)}{where}", traceback.format_exc())))
+    except SystemExit:
+        raise  # stopped: the parent is not listening any more
     except BaseException as exc:  # report, then let the parent decide
         conn.send(("error", (last_line(exc), traceback.format_exc())))
     finally:
