@@ -407,3 +407,31 @@ def test_compare_refuses_rows_that_disagree_with_their_tapes(runs: dict[str, Run
     assert done.returncode == 2 and "does not match the tapes" in done.stderr
     assert "levers/small episode 0 (seed 0)" in done.stderr and done.stderr.count("\n") == 1
     assert not (tmp_path / "c").exists()
+
+
+def test_messages_name_what_is_wrong(tmp_path: Path) -> None:
+    """--resume after a manifest change names the task and the field; --resume onto a
+    file says it is a file; a compare of a run with a failed episode says so."""
+    path = manifest(tmp_path)
+    out = tmp_path / "run"
+    evaluate(suite=str(path), episodes=2, report=False, out=out)
+    path.write_text(MANIFEST.replace("scale: 100.0", "scale: 50.0"))
+    done = run_cli("eval", "--suite", str(path), "-n", "2", "--resume", "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert "task levers/big: kwargs.scale was 100.0, now 50.0" in done.stderr
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    done = run_cli("eval", f"{ENVS}:Lever", "--resume", "--out", str(afile))
+    assert done.returncode == 2 and "is a file, not a run to resume" in done.stderr
+    assert afile.read_text() == "x"
+
+    toy = "tests.assets.toy_envs:FaultToy-v0"
+    broken = evaluate(toy, env_kwargs={"fault": "raise_step", "at_seed": 1}, episodes=3,
+                      report=False, out=tmp_path / "broken")
+    whole = evaluate(toy, env_kwargs={"fault": "raise_step", "at_seed": 1}, episodes=3,
+                     report=False, out=tmp_path / "whole", seed=10)
+    assert broken.results.failed and not whole.results.failed
+    done = run_cli("compare", str(whole.path), str(broken.path), "--out", str(tmp_path / "c"))
+    assert done.returncode == 2 and "1 failed episode(s)" in done.stderr
+    assert "policy episode 1, seed 1" in done.stderr and "--resume" in done.stderr

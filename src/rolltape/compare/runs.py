@@ -194,6 +194,15 @@ def check_comparable(runs: list[LoadedRun]) -> None:
             raise UsageError(f"'{run.path}' is given twice; a run compared with itself shows "
                              "no difference, so give two different runs.")
         seen[where] = run
+    for run in runs:  # an episode that failed is missing from its run: say so, not 'seeds'
+        failed = run.run.results.failed
+        if failed:
+            f = failed[0]
+            where = f"{f['suite']}/{f['task']} " if f.get("suite") else ""
+            raise UsageError(f"'{run.path}' has {len(failed)} failed episode(s) (the first: "
+                             f"{f.get('role')} {where}episode {f.get('index')}, seed "
+                             f"{f.get('seed')}); play them again with that eval's command and "
+                             "--resume, then compare.")
     for run in runs[1:]:
         _check_same_envs(first, run)
         if len(run.rows) != len(first.rows):

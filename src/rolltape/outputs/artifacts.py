@@ -74,6 +74,9 @@ class RunDir:
         if overwrite and resume:
             raise UsageError("--overwrite and --resume contradict each other: --resume "
                              "continues the run in --out, --overwrite starts it again; pass one.")
+        if resume and self.final.exists() and not self.final.is_dir():
+            raise UsageError(f"--out '{self.final}' is a file, not a run to resume; give the "
+                             "run's folder.")
         if not resume:
             refuse_existing(self.final, overwrite)
         parent = self.final.parent
@@ -197,8 +200,7 @@ class RunDir:
             before = json.loads(path.read_text())
             changed = sorted(k for k in set(before) | set(config) if before.get(k) != config.get(k))
             if changed:
-                what = "; ".join(f"{k} was {_short(before.get(k))}, now {_short(config.get(k))}"
-                                 for k in changed)
+                what = "; ".join(_difference(k, before.get(k), config.get(k)) for k in changed)
                 raise UsageError(f"Cannot resume '{self.final}': {what}. Pass what it was "
                                  "started with, or --overwrite to start over.")
         write_json(path, config)
@@ -211,6 +213,26 @@ def _clear(folder: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def _difference(name: str, before: Any, now: Any) -> str:
+    """'suite task mazes/umaze: kwargs.continuing_task was true, now false': the first place
+    two recorded values differ, named (a suite's task by its suite/name), not two blobs."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        for key in sorted(set(before) | set(now), key=str):
+            if before.get(key) != now.get(key):
+                return _difference(f"{name}.{key}", before.get(key), now.get(key))
+    if isinstance(before, list) and isinstance(now, list):
+        for i, (a, b) in enumerate(zip(before, now)):
+            if a != b:
+                if isinstance(a, dict) and isinstance(b, dict) and "name" in a and \
+                        (a.get("suite"), a.get("name")) == (b.get("suite"), b.get("name")):
+                    return _difference(f"task {a.get('suite')}/{a.get('name')}:", a, b) \
+                        .replace(":.", ": ", 1)
+                return _difference(f"{name}[{i}]", a, b)
+        if len(before) != len(now):
+            return f"{name} had {len(before)} entries, now {len(now)}"
+    return f"{name} was {_short(before)}, now {_short(now)}"
 
 
 def _short(value: Any) -> str:

@@ -574,8 +574,12 @@ def build_report(run: Run | str | os.PathLike[str], *,
         report.parent.mkdir(parents=True, exist_ok=True)
         return write_text(report, html)
     except OSError as exc:
-        raise UsageError(f"Cannot write the report to '{report}' ({exc.strerror}); choose a "
-                         "writable --out.") from None
+        import errno
+
+        fix = ("free some space and run `rolltape report` again" if exc.errno == errno.ENOSPC
+               else "choose a writable --out")
+        raise UsageError(f"Cannot write the report to '{report}' ({exc.strerror}); "
+                         f"{fix}.") from None
 
 
 def _version() -> str:
