@@ -330,12 +330,15 @@ def test_token_idle_timeout_and_graceful_stop(tmp_path):
                       "--episodes", "1", "--out", str(tmp_path / "run"),
                       env={**FAST, "ROLLTAPE_TOKEN_FILE": str(bad)})
         assert run.returncode == 2 and "token" in run.stderr and "Traceback" not in run.stderr
+        assert "is not this server's" in run.stderr  # wrong, not missing: says which
+        assert "needs its token" in call(s.address, "describe")["error"]
         assert good.call("open", expect=desc)["status"] == P.OK
         good.close()
     finally:
         out = s.stop(signal.SIGTERM)
     assert s.proc.returncode == 0
     assert "closed 1 session(s)" in out  # SIGTERM closed the open env
+    assert "refused 1 request(s) with a missing token so far" in out  # refusals are logged
 
 
 def test_a_hung_env_call_is_cut_by_the_request_timeout():
@@ -383,6 +386,14 @@ def test_bind_faults_are_one_sentence(server, tmp_path):
     assert weak.returncode == 2 and "at least 16" in weak.stderr
     for result in (busy, open_bind, weak):
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    loop = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "serve", ENV_ID, "--bind",
+                             "127.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # 127.1 is loopback: no token needed
+    try:
+        assert loop.stdout.readline().startswith("serving"), "127.1 was refused"
+    finally:
+        loop.terminate()
+        loop.communicate(timeout=30)
 
 
 def test_a_server_of_another_protocol_version_is_refused_before_any_work(server,
@@ -563,3 +574,10 @@ def test_parity_compares_one_task_of_a_suite_server(suite_server, tmp_path):
         assert refused.returncode == 2 and sentence in refused.stderr, (args, refused.stderr)
         assert refused.stderr.count("\n") == 1 and not (tmp_path / "no.json").exists()
     assert sessions(server.address) == 0
+
+
+def test_a_one_env_url_naming_a_suite_task_says_how_to_evaluate_it(tmp_path):
+    done = run_cli("eval", "tcp://127.0.0.1:7450/mazes/umaze", "-n", "1", "--out",
+                   str(tmp_path / "run"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "--suite MANIFEST --tasks umaze --served tcp://127.0.0.1:7450" in done.stderr

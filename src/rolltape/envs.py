@@ -48,7 +48,16 @@ def env_spec(
         from rolltape.server.address import parse_served, served_fields
 
         address, local_id = parse_served(env_id)
-        return {**env_spec(local_id, kwargs, max_episode_steps), "served": served_fields(address)}
+        try:
+            local = env_spec(local_id, kwargs, max_episode_steps)
+        except UsageError:
+            if "/" not in local_id:
+                raise
+            suite, _, task = local_id.partition("/")  # not an id here: a suite server's task?
+            raise UsageError(f"'{local_id}' is not an env id here; a task of `rolltape serve "
+                             f"--suite` is evaluated with --suite MANIFEST --tasks {task} "
+                             f"--served {address} (the manifest of suite '{suite}').") from None
+        return {**local, "served": served_fields(address)}
     source = None
     file = user_env_file(env_id)
     if file is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 
 from rolltape.errors import UsageError
 
@@ -66,6 +67,10 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        pass
+    try:  # the short IPv4 forms the resolver accepts too: 127.1 is 127.0.0.1
+        return ipaddress.ip_address(socket.inet_aton(host)).is_loopback
+    except OSError:
         return False  # a name, or '*': may reach beyond this machine
 
 

@@ -162,6 +162,7 @@ class EnvServer:
         # A one-env server's env, as callers of the one-env server read it.
         self.spec, self.descriptor = first.spec, first.descriptor
         self.boot = secrets.token_hex(4)  # a restarted server knows none of the old sessions
+        self.refused, self._refused_logged = 0, -1.0  # requests without the right token
         self.sessions: dict[str, Session] = {}
         self.opened = 0
         self.stopping = False
@@ -264,9 +265,7 @@ class EnvServer:
             rid = message.get("rid", 0)
             if self.token is not None and not hmac.compare_digest(
                     (message.get("token") or "").encode(), self.token.encode()):
-                return {"status": P.UNAUTHORIZED, "rid": rid,
-                        "error": "the server needs its token (set ROLLTAPE_TOKEN_FILE to the "
-                                 "file the server was started with)"}
+                return self._refuse(rid, bool(message.get("token")))
             reply = self._ops[message["op"]](message)
         except P.ProtocolError as exc:
             reply = {"status": P.ERROR, "error": str(exc)}
@@ -280,6 +279,22 @@ class EnvServer:
             reply = {"status": P.ERROR, "error": f"the env raised {type(exc).__name__}: {exc}"}
         reply.setdefault("rid", rid)
         return reply
+
+    def _refuse(self, rid: Any, sent: bool) -> dict[str, Any]:
+        """UNAUTHORIZED, saying whether the token was missing or wrong; the server's log
+        says so too, at most once a second (with how many since), so that a client
+        knocking with a bad token is seen but cannot flood the log."""
+        self.refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged >= 1.0:
+            self.log(f"refused {self.refused} request(s) with a {'wrong' if sent else 'missing'} "
+                     "token so far")
+            self._refused_logged = now
+        why = ("the token sent is not this server's (ROLLTAPE_TOKEN_FILE names another file "
+               "than the server's --token-file)" if sent else
+               "the server needs its token (set ROLLTAPE_TOKEN_FILE to the file the server "
+               "was started with)")
+        return {"status": P.UNAUTHORIZED, "rid": rid, "error": why}
 
     # -- sessions ----------------------------------------------------------------------
 
