@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rolltape.pass2 import formats
 from rolltape.pass2.backends import DEFAULT_ORDER
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.outputs.summary import (improvement_line, success_rule_text, summary_rows,
@@ -155,7 +156,7 @@ def eval_(
     video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median "
                                         "(best:3: several), or 0,3,7."),
     video_format: str = typer.Option("mp4", "--format",
-                                     help="Comma-separated: mp4, webm, gif, png, npz, jsonl."),
+                                     help=f"Comma-separated: {formats.names()}."),
     width: Optional[int] = typer.Option(None, help="Frame width (env default when omitted)."),
     height: Optional[int] = typer.Option(None, help="Frame height."),
     camera: Optional[List[str]] = typer.Option(None, "--camera", help=CAMERA_HELP),
@@ -338,7 +339,7 @@ def render(
                                          help="Output file (one tape) or folder (several, or "
                                               "PNG frames: end it with /)."),
     video_format: Optional[str] = typer.Option(
-        None, "--format", help="Comma-separated: mp4, webm, gif, png (frames), npz, jsonl."),
+        None, "--format", help=f"Comma-separated: {formats.names()} (png: a folder of frames)."),
     mode: str = typer.Option("resim", help="resim, restore or auto."),
     quality: str = typer.Option("full", help=QUALITY_HELP),
     width: Optional[int] = typer.Option(None), height: Optional[int] = typer.Option(None),

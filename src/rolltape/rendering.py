@@ -31,7 +31,8 @@ from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.encode import format_from_path, open_writer
-from rolltape.pass2.replay import (DATA_SUFFIXES, HEADLESS_SDL, MODES, QUALITY, RenderRequest,
+from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
+from rolltape.pass2.replay import (HEADLESS_SDL, MODES, QUALITY, RenderRequest,
                                    RenderResult, render_worker)
 from rolltape.tape import sum_rewards
 
@@ -129,7 +130,7 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
 
 
 def _joined_by_packets(path: str) -> bool:
-    return format_from_path(path) in ("mp4", "webm")
+    return TABLE[format_from_path(path)].join == "packets"
 
 
 def _remove(paths: Sequence[str]) -> None:
@@ -155,7 +156,7 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
         if req.env_id is None:  # a tape's own env module: only an installed one is imported
             check_tape_env_module(Tape.load(req.tape).env_id, req.tape)
         for out in req.outputs:
-            if not str(out).endswith(DATA_SUFFIXES):
+            if not str(out).endswith(data_suffixes()):
                 format_from_path(out)
             if not req.overwrite:
                 refuse_existing(out, False)
@@ -167,8 +168,7 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
 def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
     """Write the pixel-free outputs and a ``.metadata.json`` sidecar beside every output."""
     from rolltape.envs import json_safe
-    from rolltape.outputs.artifacts import (provenance, write_episode_jsonl, write_sidecar,
-                                            write_tape_copy)
+    from rolltape.outputs.artifacts import provenance, write_sidecar
     from rolltape.tape import Tape
 
     if not req.outputs:
@@ -191,12 +191,11 @@ def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
                              "outputs": [rel(o) for o in req.outputs]}),
         "result": {**result.to_dict(), "tape": rel(result.tape)},
     }
-    data = [o for o in req.outputs if o.endswith(DATA_SUFFIXES)]
+    data = [o for o in req.outputs if o.endswith(data_suffixes())]
     for out in data:
-        if out.endswith(".jsonl"):
-            write_episode_jsonl(out, tape, record)
-        else:
-            write_tape_copy(out, tape, record)
+        found = by_suffix(out)
+        assert found is not None  # a row without pixels: data_suffixes() are its suffixes
+        found.write_from_tape(out, tape, record)
     outputs = result.outputs + tuple(data)
     record["result"]["outputs"] = [rel(o) for o in outputs]
     for out in outputs:
@@ -234,7 +233,7 @@ def render(
     """
     order = check_requests(requests, backends, workers)
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
-    drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(DATA_SUFFIXES)))
+    drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(data_suffixes())))
              for r in requests]
     on_ray = executor == "ray"
     # Ray draws each episode in one task (its outputs come back as bytes); locally, long

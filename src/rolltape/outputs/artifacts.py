@@ -4,7 +4,8 @@ A run is built in a hidden staging folder beside its final place (``.NAME.partia
 moved into place when it is complete, so a reader never sees half a run, an existing run
 is never replaced without ``overwrite``, and an interrupted run can be resumed.
 
-May import: tape, envs, stats, files, errors, outputs. Never: policies, pass 1, executors.
+May import: tape, envs, stats, files, errors, outputs, pass2.formats (the table of formats).
+Never: policies, pass 1, executors.
 
 Example (not run: it makes a run folder):
     >>> run = RunDir("runs/cheetah", overwrite=False, resume=False)
@@ -26,8 +27,8 @@ from typing import Any
 
 from rolltape.errors import UsageError
 from rolltape.files import write_json, write_text  # noqa: F401  (re-exported)
+from rolltape.pass2.formats import TABLE, file_suffixes, names
 
-RESULTS_SCHEMA_VERSION = 1
 def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
     """Append one row and flush, so a reader (or a resume) sees each episode as it ends."""
     with open(path, "a") as f:
@@ -293,14 +294,18 @@ def write_sidecar(artifact: str | os.PathLike[str], record: dict[str, Any]) -> P
     return write_json(path.with_name(path.name + ".metadata.json"), record)
 
 
-ARTIFACT_FORMATS = ("mp4", "webm", "gif", "png", "npz", "jsonl")
+
+
+def _path_for(stem: Path, fmt: str) -> str:
+    suffix = TABLE[fmt].suffix
+    return f"{stem}{suffix}" if suffix else f"{stem}/"  # no suffix: a folder (PNG frames)
 
 
 def artifact_paths(base: str | os.PathLike[str], formats: str | None) -> tuple[str, ...]:
     """Output paths for ``--out base`` and ``--format a,b``: the suffix of ``base`` when no
     format is given (mp4 when it has none), else one path per format (png: a folder)."""
     text = str(base)
-    known = {f".{f}" for f in ARTIFACT_FORMATS if f != "png"}
+    known = file_suffixes()
     if formats is None:
         if text.endswith("/") or Path(text).suffix in known:
             return (text,)
@@ -309,20 +314,20 @@ def artifact_paths(base: str | os.PathLike[str], formats: str | None) -> tuple[s
     stem = path.with_suffix("") if path.suffix in known else path
     paths = []
     for fmt in filter(None, (f.strip().lower() for f in formats.split(","))):
-        if fmt not in ARTIFACT_FORMATS:
+        if fmt not in TABLE:
             raise UsageError(f"Unknown format '{fmt}' (--format); use one or more of "
-                             f"{', '.join(ARTIFACT_FORMATS)}, comma-separated.")
-        paths.append(f"{stem}/" if fmt == "png" else f"{stem}.{fmt}")
+                             f"{names()}, comma-separated.")
+        paths.append(_path_for(stem, fmt))
     if not paths:
         raise UsageError(f"--format '{formats}' names no format; give one or more of "
-                         f"{', '.join(ARTIFACT_FORMATS)}, comma-separated.")
+                         f"{names()}, comma-separated.")
     return tuple(paths)
 
 
 def check_output_name(out: str, several: bool) -> None:
     """Refuse a user's ``--out`` that would be silently renamed or misread: a suffix rolltape
     does not write (``x.avi`` would become ``x.avi.mp4``), or one file for several tapes."""
-    known = [f".{f}" for f in ARTIFACT_FORMATS if f != "png"]
+    known = file_suffixes()
     suffix = Path(out.rstrip("/")).suffix
     if not out.strip() or out.rstrip("/") in (".", ""):
         raise UsageError(f"--out '{out}' names no file or folder; give a path such as "

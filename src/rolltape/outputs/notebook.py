@@ -233,6 +233,7 @@ from matplotlib.ticker import MaxNLocator
 from rolltape import Tape
 from rolltape.outputs.notebook import Table
 from rolltape.outputs.summary import improvement_line, num, summary_rows, summary_title
+from rolltape.pass2.formats import by_suffix
 from rolltape.record import Run
 
 # Paths are relative to this notebook, so the run folder can be moved or copied.
@@ -388,7 +389,7 @@ for v in results.videos:
     path = RUN / v.path if v.path else None
     if path is None or not path.exists():
         print(f"  no video: {v.error or 'the file is missing'}")
-    elif path.suffix.lower() == ".gif":
+    elif getattr(by_suffix(path), "shown_as", None) == "img":  # a GIF
         display(Image(url=str(path)))
     elif path.is_dir():  # a folder of PNG frames: show the first
         frames = sorted(path.glob("frame_*.png"))

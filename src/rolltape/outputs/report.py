@@ -30,6 +30,7 @@ from rolltape.errors import UsageError
 from rolltape.files import write_text
 from rolltape.outputs import plots
 from rolltape.outputs.summary import interval, num, role_cells, success_rule_text
+from rolltape.pass2.formats import by_suffix
 from rolltape.record import Episode, EpisodeKey, Metadata, Results, Run, Video
 
 __all__ = ["build_report"]
@@ -37,7 +38,6 @@ __all__ = ["build_report"]
 MAX_CURVES = 6  # rendered episodes drawn in the cumulative-reward chart
 LINE_MAX = 40  # up to this many episodes, the per-episode points are joined by lines
 
-IMAGE_TYPES = {".gif"}
 
 
 # ------------------------------------------------------------------------------- formatting
@@ -198,8 +198,8 @@ def _videos(run: Run, report: Path, config: Mapping[str, Any]) -> list[dict[str,
             target = run.path / v.path
             entry["src"] = _href(target, report)
             entry["name"] = Path(v.path).name
-            suffix = target.suffix.lower()
-            entry["kind"] = "img" if suffix in IMAGE_TYPES else "video"
+            shown = by_suffix(target)
+            entry["kind"] = "img" if shown is not None and shown.shown_as == "img" else "video"
             entry["missing"] = not target.is_file()
         out.append(entry)
     return out

@@ -58,6 +58,7 @@ import numpy as np
 from PIL import GifImagePlugin, Image
 
 from rolltape.errors import UsageError
+from rolltape.pass2.formats import TABLE, by_suffix, pixel_formats, suffix_list
 
 __all__ = [
     "FORMATS",
@@ -70,10 +71,10 @@ __all__ = [
     "read_frames",
 ]
 
-#: Output formats, in the order the CLI lists them.
-FORMATS: tuple[str, ...] = ("mp4", "webm", "gif", "png")
+#: The formats drawn from pixels, by a writer in the render worker (the table's rows with
+#: a writer), in the order the CLI lists them.
+FORMATS: tuple[str, ...] = pixel_formats()
 
-_SUFFIXES = {".mp4": "mp4", ".webm": "webm", ".gif": "gif"}
 _FRAME_NAME = "frame_{:06d}.png"
 _FRAME_RE = re.compile(r"frame_(\d{6,})\.png")
 _X264_PRESETS = (
@@ -112,20 +113,21 @@ def format_from_path(path: str | os.PathLike[str]) -> str:
     if text.endswith(("/", os.sep)):
         return "png"
     suffix = p.suffix.lower()
-    if suffix in _SUFFIXES:
-        return _SUFFIXES[suffix]
+    found = by_suffix(text)
+    if found is not None and found.pixels:
+        return found.name
     # Checked after the video suffixes so that a folder named "x.mp4" is an error, not PNGs.
     if not suffix or p.is_dir():
         return "png"
+    files = suffix_list()
     if suffix == ".png":
         raise UsageError(
             f"{text} names a single PNG, but PNG output is a folder of frames; "
-            f"give a path without a suffix (e.g. {p.with_suffix('')}) or use "
-            ".mp4, .webm or .gif."
+            f"give a path without a suffix (e.g. {p.with_suffix('')}) or use {files}."
         )
     raise UsageError(
         f"Cannot tell the video format of {text} from its suffix {p.suffix!r}; "
-        "use .mp4, .webm or .gif, or a path without a suffix for a folder of PNG frames."
+        f"use {files}, or a path without a suffix for a folder of PNG frames."
     )
 
 
@@ -671,6 +673,12 @@ def open_writer(
         fmt = format_from_path(path)
     elif fmt not in FORMATS:
         raise UsageError(f"Unknown video format {fmt!r}; use one of {', '.join(FORMATS)}.")
+    if fmt not in ("mp4", "webm"):  # formats without codec options: their row's writer
+        if crf is not None or preset is not None:
+            raise UsageError(f"{'crf' if crf is not None else 'preset'} only applies to "
+                             f"{'mp4 and webm' if crf is not None else 'mp4'}, not {fmt}; "
+                             "leave it unset.")
+        return TABLE[fmt].open_writer(path, fps, overwrite=overwrite)
     if crf is not None and fmt not in ("mp4", "webm"):
         raise UsageError(f"crf only applies to mp4 and webm, not {fmt}; leave it unset.")
     if preset is not None and fmt != "mp4":
@@ -698,9 +706,7 @@ def open_writer(
             "lag-in-frames": "0",
         }
         return _WebmWriter(path, fps, overwrite=overwrite, options=options)
-    if fmt == "gif":
-        return _GifWriter(path, fps, overwrite=overwrite)
-    return _PngWriter(path, fps, overwrite=overwrite)
+    raise AssertionError(f"no writer for {fmt}")  # mp4 and webm returned above
 
 
 def join_videos(
@@ -834,3 +840,11 @@ def count_frames(path: str | os.PathLike[str]) -> int:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         return sum(1 for _ in container.decode(stream))
+
+
+def _open_gif(path: str | os.PathLike[str], fps: float, *, overwrite: bool = False) -> FrameWriter:
+    return _GifWriter(path, fps, overwrite=overwrite)
+
+
+def _open_png(path: str | os.PathLike[str], fps: float, *, overwrite: bool = False) -> FrameWriter:
+    return _PngWriter(path, fps, overwrite=overwrite)

@@ -48,7 +48,6 @@ MODES = ("resim", "restore", "auto")
 #: print "error: XDG_RUNTIME_DIR is invalid or not set" where there is none. SDL's dummy
 #: drivers ask for nothing; a value the user set is kept.
 HEADLESS_SDL = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
-DATA_SUFFIXES = (".npz", ".jsonl")  # outputs without pixels, written by the parent
 
 
 @dataclass(frozen=True, kw_only=True)
