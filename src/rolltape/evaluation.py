@@ -40,7 +40,8 @@ from rolltape.record import (SCHEMA_VERSION, Episode, EpisodeKey, Metadata, Resu
                              Summary, Video, check_success_rule, episodes_of)
 from rolltape.rendering import render, warm_render_workers
 from rolltape.executors.local import run_shares
-from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, PolicyJob, playing,
+from rolltape.interpreter import NO_GL
+from rolltape.pass1.rollout import (EPISODE_TIMEOUT, UNITS, Episodes, PolicyJob, playing,
                                     split_jobs)
 from rolltape.pass1.worker import policy_worker
 from rolltape.tape import Tape
@@ -151,7 +152,7 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
     from rolltape.executors.launch import spawn_worker, stop_worker
 
     worker = spawn_worker(check_drawing_worker, spec, cfg.width, cfg.height, cameras,
-                          env={"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None})
+                          env=NO_GL)
     try:
         problem = worker.conn.recv()
     except EOFError:

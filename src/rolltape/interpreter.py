@@ -20,6 +20,11 @@ from __future__ import annotations
 
 import sys
 
+#: The variables that decide a process's OpenGL backend: MuJoCo reads MUJOCO_GL once, at
+#: import, and PyOpenGL PYOPENGL_PLATFORM once, at first use. Pass 1 runs without them.
+GL_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM")
+NO_GL: dict[str, str | None] = dict.fromkeys(GL_VARIABLES)  # unset in a child's environment
+
 _DROP_CWD = "import sys\nif sys.path[:1] == ['']: del sys.path[0]\n"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from rolltape.interpreter import python_command
+from rolltape.interpreter import GL_VARIABLES
 
 ENV_ID = "HalfCheetah-v5"
 SEED = 1000
@@ -137,7 +138,7 @@ def child_env(gl: str | None = None) -> dict[str, str]:
     """The environment of a bench child: this process's, without a GL backend unless ``gl``
     names one, and with PYTHONPATH made absolute: a child runs in a scratch folder and must
     import the same rolltape as this process (``PYTHONPATH=src`` included)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    env = {k: v for k, v in os.environ.items() if k not in GL_VARIABLES}
     if gl is not None:
         from rolltape.pass2.backends import gl_environment
 

@@ -28,6 +28,7 @@ from typing import Any
 from rolltape.errors import UsageError
 from rolltape.files import write_json, write_text  # noqa: F401  (re-exported)
 from rolltape.pass2.formats import TABLE, file_suffixes, names
+from rolltape.interpreter import GL_VARIABLES
 
 def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
     """Append one row and flush, so a reader (or a resume) sees each episode as it ends."""
@@ -408,5 +409,5 @@ def provenance(command: list[str] | None = None) -> dict[str, Any]:
             "processor": platform.processor() or None,
             "cpu_count": os.cpu_count(),
         },
-        "environment": {k: os.environ.get(k) for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM")},
+        "environment": {k: os.environ.get(k) for k in GL_VARIABLES},
     }

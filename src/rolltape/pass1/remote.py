@@ -31,6 +31,7 @@ from rolltape.envs import forget_mujoco_warnings, mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.files import unmap_paths
 from rolltape.pass1.rollout import PolicyJob, run_policy_job
+from rolltape.interpreter import GL_VARIABLES
 
 EPISODES_PER_TASK = 4  # at most; small tasks give progress, each task reloads the policy
 
@@ -55,7 +56,7 @@ def play_shipped(jobs: list[PolicyJob]) -> dict[str, Any]:
     MuJoCo warnings)), or {"usage_error": text} for bad input found here."""
     # Pass 1 never renders: a GL backend in the environment could only add risk.
     if "mujoco" not in sys.modules:  # (a reused process has already chosen)
-        for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
+        for var in GL_VARIABLES:
             os.environ.pop(var, None)
     forget_mujoco_warnings()  # a reused process: report this task's warnings only
     tmp = Path(tempfile.mkdtemp(prefix="rolltape-pass1-"))

@@ -29,7 +29,6 @@ from rolltape.record import Episode, EpisodeKey
 from rolltape.tape import Tape, finite_or_none
 
 EPISODE_TIMEOUT = 600.0  # seconds a pass-1 worker may go without finishing an episode
-NO_GL = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}  # pass 1 never renders
 UNITS = ("episode", "episode_failed")  # the messages that say one episode is over
 
 

@@ -16,13 +16,14 @@ from rolltape.envs import mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.pass1.batched import run_batched_job
 from rolltape.pass1.rollout import PolicyJob, last_line, run_policy_job
+from rolltape.interpreter import GL_VARIABLES
 
 
 def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
     """Entry point of a spawned pass-1 process: run the jobs in order, report over ``conn``.
     With ``batch_envs`` N > 0 they run batched on N env processes (:mod:`rolltape.pass1.batched`)."""
     # Pass 1 never renders: a GL backend in the environment could only add risk.
-    for var in ("MUJOCO_GL", "PYOPENGL_PLATFORM"):
+    for var in GL_VARIABLES:
         os.environ.pop(var, None)
     # Stopped by the parent (Ctrl-C, another worker's failure): unwind, so that each job's
     # env is closed; a served env's session is then closed on its server at once, instead

@@ -32,8 +32,8 @@ from rolltape.pass2.backends import (_mujoco_gl_already_read, gl_environment,
                                      select_backend_in_this_process)
 from rolltape.pass2.encode import format_from_path
 from rolltape.pass2.replay import BackendFailure, RenderRequest, _inject_fault, _Replayer
+from rolltape.interpreter import GL_VARIABLES
 
-_GL_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM")
 _REPLAYERS: dict[str | None, _Replayer] = {}
 
 
@@ -88,7 +88,7 @@ def _select(backend: str | None) -> str | None:
     cannot, or None. A process that draws nothing gets no GL variable at all."""
     if backend is None:
         if "mujoco" not in sys.modules:  # only meaningful before mujoco is imported
-            for var in _GL_VARIABLES:
+            for var in GL_VARIABLES:
                 os.environ.pop(var, None)
         return None
     wanted = gl_environment(backend)["MUJOCO_GL"]
