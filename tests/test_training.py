@@ -288,6 +288,18 @@ def test_bad_reset_rng_in_a_tape_is_refused(tmp_path: Path) -> None:
              reset_rng={"bit_generator": "os.system", "state": "rm"})
 
 
+def test_a_tape_window_is_saved_and_a_bad_one_refused(tmp_path: Path) -> None:
+    fields = dict(env={"id": "CartPole-v1"}, seed=0, actions=np.zeros(4, np.int64),
+                  rewards=np.ones(4), terminated=np.zeros(4, bool), truncated=np.zeros(4, bool))
+    tape = Tape(**fields, window=(2, 4))
+    loaded = Tape.load(tape.save(tmp_path / "w.npz"))
+    assert loaded.window == (2, 4) and loaded.frame_range == (2, 5)
+    assert Tape(**fields).frame_range == (0, 5)
+    for bad in ((3, 2), (0, 5), (-1, 1)):
+        with pytest.raises(UsageError, match="window must be two frame indices"):
+            Tape(**fields, window=bad)
+
+
 def test_import_rolltape_stays_light() -> None:
     code = ("import sys, rolltape; rolltape.RecordTape; "
             "print('torch' in sys.modules, 'stable_baselines3' in sys.modules)")
