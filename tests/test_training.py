@@ -26,6 +26,8 @@ from rolltape.errors import UsageError
 from rolltape.training.background import RecordingWarning
 from rolltape.training.record import RecordTape, capped_cubic_video_schedule, record_sub_envs
 
+from test_faults import fill, small_disk  # noqa: F401  (a real small tmpfs, a fixture)
+
 ENV = "InvertedPendulum-v5"  # MuJoCo, tiny, random actions end episodes within ~5-20 steps
 SMALL = {"width": 64, "height": 48}
 
@@ -419,3 +421,94 @@ def test_a_rendered_training_video_reaches_tensorboard(dummy_run) -> None:
 def npz_mean(out: Path) -> float:
     with np.load(out / "evaluations.npz") as npz:
         return float(npz["results"][0].mean())
+
+
+# -- the callback never stops training ------------------------------------------------------
+
+def _ppo(venv: object, steps: int, callback: object) -> object:
+    """A tiny real PPO run of ``steps`` steps (64 a rollout) with ``callback``."""
+    import torch
+    from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)
+    model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0,
+                device="cpu", policy_kwargs={"net_arch": [8]})
+    model.learn(steps, callback=callback)
+    return model
+
+
+def _said(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, RecordingWarning)]
+
+
+def test_an_eval_env_registered_only_in_the_script_is_said_at_the_start(tmp_path: Path) -> None:
+    """A worker process does not run the training script: the env it registered cannot be
+    made there. Said once, before the first rollout, with the fix; training goes on."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    gym.register("OnlyInThisScript-v0", max_episode_steps=20,
+                 entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+    callback = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                         out=tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("OnlyInThisScript-v0", n_envs=1, seed=0), 192, callback)
+    [said] = _said(caught)
+    assert "'OnlyInThisScript-v0' cannot be made in the evaluation's worker" in said
+    assert "eval_env='module:OnlyInThisScript-v0'" in said and "training goes on" in said
+    assert model.num_timesteps >= 192 and callback.evaluations == []
+    assert callback.failures == {"evaluation": 1}  # checked once, no eval attempted after
+
+
+def test_a_failing_eval_is_said_once_and_skipped(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The eval env's module disappears after the first evaluation: the later ones cannot
+    make the env in their worker, training completes, evaluations.npz keeps the first."""
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from stable_baselines3.common.env_util import make_vec_env
+
+    monkeypatch.chdir(tmp_path)
+    module = tmp_path / "evalmod_once.py"
+    module.write_text("import gymnasium as gym\ngym.register('EvalOnce-v0', max_episode_steps=20,"
+                      " entry_point='gymnasium.envs.classic_control.cartpole:CartPoleEnv')\n")
+    tape = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                     out=tmp_path / "run", eval_env="evalmod_once:EvalOnce-v0")
+
+    class RemoveModule(BaseCallback):
+        def _on_step(self) -> bool:
+            if tape.evaluations:
+                module.unlink(missing_ok=True)
+            return True
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("CartPole-v1", n_envs=1, seed=0), 256,
+                     CallbackList([tape, RemoveModule()]))
+    [said] = _said(caught)
+    assert "could not evaluate at step 128" in said and "evalmod_once" in said
+    assert model.num_timesteps >= 256 and tape.failures == {"evaluation": 3}
+    with np.load(tmp_path / "run" / "evaluations.npz") as npz:
+        assert npz["timesteps"].tolist() == [64] and npz["results"].shape == (1, 2)
+
+
+def test_a_full_disk_skips_checkpoints_and_evals_not_training(small_disk: Path) -> None:
+    """A real full tmpfs under ``out``: each checkpoint fails (nothing half-written stays),
+    its eval is skipped, said once; training completes."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    out = small_disk / "run"
+    out.mkdir()
+    ballast = fill(small_disk, 0)
+    callback = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                         out=out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("CartPole-v1", n_envs=1, seed=0), 192, callback)
+    [said] = _said(caught)
+    assert "could not save the checkpoint of step 64" in said and "No space left" in said
+    assert model.num_timesteps >= 192 and callback.evaluations == []
+    assert callback.failures["save"] >= 3 and "evaluation" not in callback.failures
+    assert [p.name for p in out.rglob("*") if p.is_file()] == []  # no half-written zip
+    ballast.unlink()
+    callback.write_summary()  # with room again, the record is written
+    assert json.loads((out / "training.json").read_text())["evaluations"] == []

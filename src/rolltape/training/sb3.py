@@ -144,12 +144,18 @@ class TapeCallback(BaseCallback):
         self.evaluations: list[dict[str, Any]] = []
         self._video_paths: dict[str, Path] = {}  # tape -> its recording's video, read once
         self._next_eval = eval_every or 0
+        # The callback never stops training itself: what fails is skipped, the first failure
+        # of each kind ("evaluation", "save") said once, every one counted here.
+        self.failures: dict[str, int] = {}
+        self._eval_spec: tuple[str, dict[str, Any], int | None] | None = None
 
     # -- SB3 hooks -----------------------------------------------------------------------
     def _on_training_start(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         if self.record_every is not None:
             self._install_recorders()
+        if self.eval_every is not None:  # a mistake shows now, before the first rollout
+            self._eval_spec = self._check_eval_env()
 
     def _on_step(self) -> bool:
         infos = self.locals.get("infos") or ()
@@ -181,7 +187,19 @@ class TapeCallback(BaseCallback):
             # SB3 dumps its logger after each rollout; a video that finished after the last
             # one would otherwise never reach TensorBoard.
             self.logger.dump(self.num_timesteps)
-        self.write_summary()
+        self._write_summary()
+
+    # -- failures ------------------------------------------------------------------------
+    def _failed(self, kind: str, what: str, exc: BaseException) -> None:
+        """Count a failure of ``kind``; the first of each kind is said, with its cause."""
+        from rolltape.training.background import warn
+
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+        if self.failures[kind] == 1:
+            cause = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+            warn(f"TapeCallback could not {what} ({cause.strip().splitlines()[-1]}); "
+                 f"training goes on without it, and later failures of this kind are counted "
+                 f"in failures[{kind!r}], not said again.")
 
     # -- recording -----------------------------------------------------------------------
     def _base_env(self) -> Any:
@@ -260,21 +278,75 @@ class TapeCallback(BaseCallback):
                 else dict(self.eval_env_kwargs),
                 self.eval_max_episode_steps or spec.max_episode_steps)
 
+    def _check_eval_env(self) -> tuple[str, dict[str, Any], int | None] | None:
+        """The eval env, checked as the evaluation's worker will make it (a fresh
+        interpreter, in this folder); None, said once, when it cannot be made there."""
+        from rolltape.training.background import warn
+
+        try:
+            env_id, kwargs, max_steps = self._eval_env_spec()
+            _check_env_in_a_worker(env_id)
+        except UsageError as exc:
+            self.failures["evaluation"] = 1
+            warn(f"TapeCallback will not evaluate: {str(exc).rstrip('.')} (training goes on "
+                 "without evaluations).")
+            return None
+        return env_id, kwargs, max_steps
+
     def _evaluate(self) -> None:
+        """One evaluation; a failure of it (or of a file it writes) skips it, said once."""
+        if self._eval_spec is None:
+            return  # the eval env cannot be made: said at the start of training
+        step = int(self.num_timesteps)
+        checkpoints = self.out / "checkpoints"
+        try:
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            model_path = self._save_model(checkpoints / f"step-{step}.zip")
+            vecnormalize = self._save_vecnormalize(checkpoints / f"step-{step}-vecnormalize.pkl")
+        except OSError as exc:
+            self._failed("save", f"save the checkpoint of step {step} (its evaluation is "
+                         "skipped)", exc)
+            return
+        try:
+            entry = self._run_evaluation(step, model_path, vecnormalize)
+        except Exception as exc:  # a worker crash, an env the worker cannot make, a full disk
+            self._failed("evaluation", f"evaluate at step {step}", exc)
+            return
+        self.evaluations.append(entry)
+        self._log_evaluation(entry)
+        try:
+            self._write_evaluations_npz()
+        except OSError as exc:
+            self._failed("save", "write evaluations.npz", exc)
+        self._write_summary()
+
+    def _save_model(self, path: Path) -> Path:
+        """``model.save`` into a temporary sibling, renamed into place: a full disk leaves
+        no half-written zip."""
+        with atomic_file(path) as f:
+            self.model.save(f)
+        return path
+
+    def _save_vecnormalize(self, path: Path) -> Path | None:
+        """The VecNormalize statistics of this moment (applied frozen in the eval), saved
+        atomically as ``VecNormalize.save`` would (a pickle), or None without them."""
+        import pickle
+
+        stats = self.model.get_vec_normalize_env()
+        if stats is None:
+            return None
+        with atomic_file(path) as f:
+            pickle.dump(stats, f)
+        return path
+
+    def _run_evaluation(self, step: int, model_path: Path, vecnormalize: Path | None
+                        ) -> dict[str, Any]:
+        """Evaluate the checkpoint as a rolltape run; its numbers as one entry."""
         from rolltape.evaluation import evaluate
         from rolltape.stats import wilson_interval
 
-        step = int(self.num_timesteps)
-        checkpoints = self.out / "checkpoints"
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        model_path = checkpoints / f"step-{step}.zip"
-        self.model.save(model_path)
-        vecnormalize = None
-        stats = self.model.get_vec_normalize_env()
-        if stats is not None:  # the statistics of this moment, applied frozen in the eval
-            vecnormalize = checkpoints / f"step-{step}-vecnormalize.pkl"
-            stats.save(str(vecnormalize))
-        env_id, env_kwargs, max_steps = self._eval_env_spec()
+        assert self._eval_spec is not None
+        env_id, env_kwargs, max_steps = self._eval_spec
         started = time.perf_counter()
         run = evaluate(env_id, f"sb3:{model_path}", vecnormalize=vecnormalize,
                        algo=type(self.model).__name__.lower(), episodes=self.eval_episodes,
@@ -291,23 +363,28 @@ class TapeCallback(BaseCallback):
             "mean_reward": float(np.mean(finite)) if finite else None,
             "std_reward": float(np.std(finite)) if finite else None,
             "mean_ep_length": float(np.mean(lengths)), "run": str(run.path),
-            "seconds": time.perf_counter() - started}
+            "checkpoint": str(model_path), "seconds": time.perf_counter() - started}
         entry["ci"] = _mean_ci(finite)
-        self.logger.record("eval/mean_reward", entry["mean_reward"])
-        self.logger.record("eval/mean_ep_length", entry["mean_ep_length"])
         known = [s for s in successes if s is not None]
         if known:
             low, high = wilson_interval(sum(known), len(known))
             entry.update(success_rate=sum(known) / len(known), success_low=low,
                          success_high=high)
+        return entry
+
+    def _log_evaluation(self, entry: dict[str, Any]) -> None:
+        """The eval/ keys SB3's EvalCallback logs, dumped at the evaluation's step."""
+        self.logger.record("eval/mean_reward", entry["mean_reward"])
+        self.logger.record("eval/mean_ep_length", entry["mean_ep_length"])
+        if "success_rate" in entry:
             self.logger.record("eval/success_rate", entry["success_rate"])
-            self.logger.record("eval/success_rate_low", low)
-            self.logger.record("eval/success_rate_high", high)
-        self.logger.record("time/total_timesteps", step, exclude="tensorboard")
-        self.logger.dump(step)
-        self.evaluations.append(entry)
-        self._write_evaluations_npz()
-        self.write_summary()
+            self.logger.record("eval/success_rate_low", entry["success_low"])
+            self.logger.record("eval/success_rate_high", entry["success_high"])
+        self.logger.record("time/total_timesteps", entry["step"], exclude="tensorboard")
+        try:
+            self.logger.dump(entry["step"])
+        except OSError as exc:
+            self._failed("save", "write the training log", exc)
 
     def _write_evaluations_npz(self) -> None:
         """``evaluations.npz`` as SB3's EvalCallback writes it: timesteps, results
@@ -325,6 +402,12 @@ class TapeCallback(BaseCallback):
             np.savez(f, **arrays)
 
     # -- the run's record ------------------------------------------------------------------
+    def _write_summary(self) -> None:
+        try:
+            self.write_summary()
+        except OSError as exc:
+            self._failed("save", "write training.json and report.html", exc)
+
     def write_summary(self) -> None:
         """``training.json``, ``timeline.png`` and ``report.html`` under ``out``."""
         from rolltape.training.timeline import draw_timeline, timeline_report
@@ -334,6 +417,28 @@ class TapeCallback(BaseCallback):
         picture = draw_timeline(self.evaluations, self.recorded, self.out / "timeline.png")
         write_text(self.out / "report.html", timeline_report(self.out, picture,
                                                              self.evaluations, self.recorded))
+
+
+def _check_env_in_a_worker(env_id: str) -> None:
+    """Refuse an env id that a fresh interpreter in this folder (as the evaluation's
+    worker is) does not know: one registered by the training script only."""
+    import subprocess
+
+    from rolltape.interpreter import python_command
+
+    program = "import sys\nfrom rolltape.envs import env_spec\nenv_spec(sys.argv[1])"
+    done = subprocess.run(python_command(program, env_id, keep_cwd=True),
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["it exited with an error"])[-1]
+        said = said.partition(": ")[2] or said  # the message, without the error's type
+        why = ("is not registered there" if said.startswith("Unknown env id")
+               else f"fails there: {said.rstrip('.')}")
+        raise UsageError(
+            f"the eval env '{env_id}' cannot be made in the evaluation's worker process, "
+            f"which does not run the training script ({why}); pass "
+            f"eval_env='module:{env_id.rpartition(':')[2]}' naming the module that "
+            "registers it.")
 
 
 def _mean_ci(values: list[float]) -> list[float] | None:
