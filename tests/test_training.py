@@ -512,3 +512,60 @@ def test_a_full_disk_skips_checkpoints_and_evals_not_training(small_disk: Path) 
     ballast.unlink()
     callback.write_summary()  # with room again, the record is written
     assert json.loads((out / "training.json").read_text())["evaluations"] == []
+
+
+# -- what users of EvalCallback expect ------------------------------------------------------
+
+def test_stop_on_reward_threshold_stops_ppo_and_best_model_is_the_best_eval(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SB3's own StopTrainingOnRewardThreshold as callback_on_new_best, unchanged: a real
+    PPO run on InvertedPendulum stops at the first evaluation that meets it."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import (StopTrainingOnNoModelImprovement,
+                                                    StopTrainingOnRewardThreshold)
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+
+    stop = StopTrainingOnRewardThreshold(reward_threshold=1.0, verbose=1)
+    after = StopTrainingOnNoModelImprovement(max_no_improvement_evals=100)
+    callback = rolltape.sb3.TapeCallback(
+        record_every=None, eval_every=64, eval_episodes=2, out=tmp_path / "run",
+        best_model_save_path=tmp_path / "best", callback_on_new_best=stop,
+        callback_after_eval=after, verbose=1)
+    import torch
+
+    torch.set_num_threads(1)
+    model = PPO("MlpPolicy", make_vec_env(ENV, n_envs=1, seed=0), n_steps=64, batch_size=64,
+                n_epochs=1, seed=0, device="cpu", policy_kwargs={"net_arch": [8]})
+    model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
+    model.learn(640, callback=callback)
+    [first] = callback.evaluations  # every episode earns >= 1: met at the first evaluation
+    assert model.num_timesteps == 64 and first["mean_reward"] >= 1.0 and first["best"]
+    assert stop.parent is callback and callback.best_mean_reward == first["mean_reward"]
+    assert callback.last_mean_reward == first["mean_reward"] and after.n_calls == 1
+    said = capsys.readouterr().out
+    assert "Eval num_timesteps=64" in said and "Stopping training because the mean reward" in said
+    best = tmp_path / "best" / "best_model.zip"
+    assert best.read_bytes() == Path(first["checkpoint"]).read_bytes()
+    assert PPO.load(best, device="cpu").policy.state_dict().keys() == model.policy.state_dict().keys()
+    progress = (tmp_path / "log" / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"eval/mean_reward", "eval/mean_ep_length"} <= set(progress)
+
+
+def test_best_model_follows_the_best_evaluation(tmp_path: Path) -> None:
+    """Without a stop, best_model.zip is the checkpoint of the evaluation with the highest
+    mean return so far, and best_mean_reward is that mean (SB3's numbers)."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    callback = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                         out=tmp_path / "run",
+                                         best_model_save_path=tmp_path / "best")
+    _ppo(make_vec_env(ENV, n_envs=1, seed=0), 192, callback)
+    means = [e["mean_reward"] for e in callback.evaluations]
+    assert len(means) == 3 and callback.best_mean_reward == max(means)
+    best = max(callback.evaluations, key=lambda e: (e["mean_reward"], -e["step"]))
+    assert (tmp_path / "best" / "best_model.zip").read_bytes() == Path(
+        best["checkpoint"]).read_bytes()
+    assert [e.get("best", False) for e in callback.evaluations][0]
+    with pytest.raises(UsageError, match="best_by"):
+        rolltape.sb3.TapeCallback(best_by="return")

@@ -44,6 +44,9 @@ except ImportError as exc:  # pragma: no cover - SB3 is in the test extra
                       ) from exc
 
 
+BEST_BY = ("mean_reward", "success_rate")  # what makes an evaluation the best so far
+
+
 def every(n: int) -> Callable[[int], bool]:
     """A trigger recording episodes 0, n, 2n, ... (picklable, for sub-env processes)."""
     return _Every(n)
@@ -116,6 +119,14 @@ class TapeCallback(BaseCallback):
     ``report.html``. ``video_timeout`` bounds the wait for pending videos at the end of
     training. ``eval_env`` / ``eval_env_kwargs`` / ``eval_max_episode_steps`` default to
     the training env's id and settings.
+
+    As SB3's ``EvalCallback``: ``best_model_save_path`` gets ``best_model.zip``, the
+    checkpoint of the best evaluation so far (by ``best_by``: ``"mean_reward"`` or
+    ``"success_rate"``); ``callback_on_new_best`` runs after an evaluation that is a new
+    best, ``callback_after_eval`` after every evaluation, each as the child of this callback
+    (``self.parent`` is this callback, with ``best_mean_reward`` and ``last_mean_reward``),
+    so SB3's ``StopTrainingOnRewardThreshold`` and ``StopTrainingOnNoModelImprovement`` work
+    unchanged; ``verbose=1`` prints each evaluation as SB3 does.
     """
 
     def __init__(self, record_every: int | None = 100, eval_every: int | None = None,
@@ -124,8 +135,14 @@ class TapeCallback(BaseCallback):
                  eval_env: str | None = None, eval_env_kwargs: dict[str, Any] | None = None,
                  eval_max_episode_steps: int | None = None, deterministic: bool = True,
                  eval_video: int = 0, video_timeout: float = 60.0,
-                 record_options: dict[str, Any] | None = None, verbose: int = 0) -> None:
+                 record_options: dict[str, Any] | None = None,
+                 best_model_save_path: str | Path | None = None, best_by: str = "mean_reward",
+                 callback_on_new_best: BaseCallback | None = None,
+                 callback_after_eval: BaseCallback | None = None, verbose: int = 0) -> None:
+        from rolltape.errors import check_choice
+
         super().__init__(verbose)
+        check_choice("best_by", best_by, BEST_BY)
         if record_every is not None:
             every(record_every)  # refuses a bad value now
         if eval_every is not None and (isinstance(eval_every, bool)
@@ -148,14 +165,38 @@ class TapeCallback(BaseCallback):
         # of each kind ("evaluation", "save") said once, every one counted here.
         self.failures: dict[str, int] = {}
         self._eval_spec: tuple[str, dict[str, Any], int | None] | None = None
+        # EvalCallback's face: what its child callbacks read from their parent.
+        self.best_model_save_path = (None if best_model_save_path is None
+                                     else Path(best_model_save_path))
+        self.best_by = best_by
+        self.best_mean_reward, self.last_mean_reward = -math.inf, -math.inf
+        self.best_success_rate, self.last_success_rate = -math.inf, -math.inf
+        self.callback_on_new_best, self.callback_after_eval = (callback_on_new_best,
+                                                               callback_after_eval)
+        for child in self._children():
+            child.parent = self
 
     # -- SB3 hooks -----------------------------------------------------------------------
+    def _children(self) -> list[BaseCallback]:
+        return [c for c in (self.callback_on_new_best, self.callback_after_eval)
+                if c is not None]
+
+    def _init_callback(self) -> None:
+        for child in self._children():
+            child.init_callback(self.model)
+
+    def update_child_locals(self, locals_: dict[str, Any]) -> None:
+        for child in self._children():
+            child.update_locals(locals_)
+
     def _on_training_start(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         if self.record_every is not None:
             self._install_recorders()
         if self.eval_every is not None:  # a mistake shows now, before the first rollout
             self._eval_spec = self._check_eval_env()
+        for child in self._children():
+            child.on_training_start(self.locals, self.globals)
 
     def _on_step(self) -> bool:
         infos = self.locals.get("infos") or ()
@@ -168,7 +209,7 @@ class TapeCallback(BaseCallback):
                                       "monitor_length": episode.get("l")})
         if self.eval_every is not None and self.num_timesteps >= self._next_eval:
             self._next_eval += self.eval_every
-            self._evaluate()
+            return self._evaluate()
         return True
 
     def _on_rollout_end(self) -> None:
@@ -293,10 +334,11 @@ class TapeCallback(BaseCallback):
             return None
         return env_id, kwargs, max_steps
 
-    def _evaluate(self) -> None:
-        """One evaluation; a failure of it (or of a file it writes) skips it, said once."""
+    def _evaluate(self) -> bool:
+        """One evaluation; a failure of it (or of a file it writes) skips it, said once.
+        Returns whether training goes on (False only when a child callback says stop)."""
         if self._eval_spec is None:
-            return  # the eval env cannot be made: said at the start of training
+            return True  # the eval env cannot be made: said at the start of training
         step = int(self.num_timesteps)
         checkpoints = self.out / "checkpoints"
         try:
@@ -306,19 +348,59 @@ class TapeCallback(BaseCallback):
         except OSError as exc:
             self._failed("save", f"save the checkpoint of step {step} (its evaluation is "
                          "skipped)", exc)
-            return
+            return True
         try:
             entry = self._run_evaluation(step, model_path, vecnormalize)
         except Exception as exc:  # a worker crash, an env the worker cannot make, a full disk
             self._failed("evaluation", f"evaluate at step {step}", exc)
-            return
+            return True
         self.evaluations.append(entry)
         self._log_evaluation(entry)
         try:
             self._write_evaluations_npz()
         except OSError as exc:
             self._failed("save", "write evaluations.npz", exc)
+        go_on = self._after_evaluation(entry)
         self._write_summary()
+        return go_on
+
+    def _after_evaluation(self, entry: dict[str, Any]) -> bool:
+        """EvalCallback's bookkeeping: the last and best numbers, ``best_model.zip`` and the
+        child callbacks; returns whether training goes on."""
+        mean = entry["mean_reward"] if entry["mean_reward"] is not None else -math.inf
+        rate = entry.get("success_rate", -math.inf)
+        self.last_mean_reward, self.last_success_rate = mean, rate
+        score, best = ((mean, self.best_mean_reward) if self.best_by == "mean_reward"
+                       else (rate, self.best_success_rate))
+        # Both bests are kept (StopTrainingOnRewardThreshold reads best_mean_reward);
+        # best_by says which one makes the best model.
+        self.best_mean_reward = max(self.best_mean_reward, mean)
+        self.best_success_rate = max(self.best_success_rate, rate)
+        go_on = True
+        if score > best:
+            if self.verbose >= 1:
+                print(f"New best {self.best_by.replace('_', ' ')}!")
+            entry["best"] = True
+            if self.best_model_save_path is not None:
+                self._save_best(Path(entry["checkpoint"]))
+            if self.callback_on_new_best is not None:
+                go_on = bool(self.callback_on_new_best.on_step())
+        if self.callback_after_eval is not None:
+            go_on = bool(self.callback_after_eval.on_step()) and go_on
+        return go_on
+
+    def _save_best(self, checkpoint: Path) -> None:
+        """``best_model.zip``: a copy of the best evaluation's checkpoint, written atomically."""
+        import shutil
+
+        assert self.best_model_save_path is not None
+        try:
+            self.best_model_save_path.mkdir(parents=True, exist_ok=True)
+            with open(checkpoint, "rb") as src, \
+                    atomic_file(self.best_model_save_path / "best_model.zip") as dst:
+                shutil.copyfileobj(src, dst)
+        except OSError as exc:
+            self._failed("save", "save best_model.zip", exc)
 
     def _save_model(self, path: Path) -> Path:
         """``model.save`` into a temporary sibling, renamed into place: a full disk leaves
@@ -373,8 +455,19 @@ class TapeCallback(BaseCallback):
         return entry
 
     def _log_evaluation(self, entry: dict[str, Any]) -> None:
-        """The eval/ keys SB3's EvalCallback logs, dumped at the evaluation's step."""
-        self.logger.record("eval/mean_reward", entry["mean_reward"])
+        """The eval/ keys SB3's EvalCallback logs (and prints, with ``verbose``), dumped at
+        the evaluation's step."""
+        if self.verbose >= 1:
+            returns = [r for r in entry["returns"] if r is not None]
+            print(f"Eval num_timesteps={entry['step']}, episode_reward="
+                  f"{np.mean(returns) if returns else math.nan:.2f} +/- "
+                  f"{np.std(returns) if returns else math.nan:.2f}")
+            print(f"Episode length: {np.mean(entry['lengths']):.2f} +/- "
+                  f"{np.std(entry['lengths']):.2f}")
+            if "success_rate" in entry:
+                print(f"Success rate: {100 * entry['success_rate']:.2f}%")
+        if entry["mean_reward"] is not None:
+            self.logger.record("eval/mean_reward", entry["mean_reward"])
         self.logger.record("eval/mean_ep_length", entry["mean_ep_length"])
         if "success_rate" in entry:
             self.logger.record("eval/success_rate", entry["success_rate"])
