@@ -250,6 +250,40 @@ def test_bad_input_is_refused_in_one_sentence(tmp_path: Path) -> None:
         RecordTape(make(), tmp_path, overwrite=False)
 
 
+@pytest.mark.parametrize("options,said", [
+    ({"formats": ()}, "formats must be a sequence of video formats"),
+    ({"formats": "mp4"}, "formats must be a sequence of video formats"),
+    ({"close_timeout": -1}, "close_timeout must be a number of seconds, 0 or more"),
+    ({"close_timeout": float("nan")}, "close_timeout must be a number of seconds, 0 or more"),
+    ({"width": 0}, "width must be a positive number of pixels"),
+    ({"height": 2.5}, "height must be a positive number of pixels"),
+    ({"fps": 0}, "fps must be a positive number of frames per second"),
+    ({"backends": "nope"}, "backends must name GL backends from egl, osmesa"),
+    ({"name_prefix": "../escaped"}, "name_prefix must be a file name without path separators"),
+    ({"name_prefix": ""}, "name_prefix must be a file name without path separators"),
+])
+def test_bad_options_are_refused_at_construction(tmp_path: Path, options: dict[str, object],
+                                                 said: str) -> None:
+    with pytest.raises(UsageError, match=said) as refused:
+        RecordTape(gym.make(ENV), tmp_path / "videos", **options)
+    assert str(refused.value).count(". ") == 0 and str(refused.value).startswith("RecordTape's")
+    assert not (tmp_path / "videos").exists()  # refused before anything was made
+
+
+def test_a_video_folder_that_is_a_file_and_a_bad_autoreset_mode_are_refused(
+        tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="video_folder .* is a file; give a folder"):
+        RecordTape(gym.make(ENV), tmp_path / "file")
+    with pytest.raises(UsageError, match="Unknown autoreset_mode 'sometimes'; use one of "
+                                         "NextStep, SameStep, Disabled"):
+        record_sub_envs([lambda: gym.make(ENV)], tmp_path, autoreset_mode="sometimes")
+    envs = record_sub_envs([lambda: gym.make(ENV)], tmp_path / "ok", autoreset_mode="SameStep",
+                           render=False)
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    envs.close()
+
+
 def test_a_full_disk_loses_the_tape_not_the_training(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     def full(self: Tape, path: object) -> None:

@@ -119,6 +119,8 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if env.spec is None:
             raise UsageError("RecordTape needs an env made with gym.make (a replay rebuilds "
                              "it from its id); register your env and make it by id.")
+        _check_options(video_folder, name_prefix, formats, fps, close_timeout, width, height,
+                       backends)
         if episode_trigger is None and step_trigger is None:
             episode_trigger = capped_cubic_video_schedule
         self.episode_trigger, self.step_trigger = episode_trigger, step_trigger
@@ -322,6 +324,48 @@ def _kept(action: Any) -> Any:
     return action.copy() if isinstance(action, np.ndarray) else action
 
 
+def _check_options(video_folder: str | os.PathLike[str], name_prefix: str,
+                   formats: Sequence[str], fps: float | None, close_timeout: float,
+                   width: int | None, height: int | None,
+                   backends: str | Sequence[str]) -> None:
+    """Refuse RecordTape's options that would fail later (in a render, at close), each in
+    one sentence naming the option and the fix."""
+    from rolltape.pass2.backends import KNOWN_BACKENDS, parse_backends
+
+    def positive(x: Any) -> bool:
+        return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                and x > 0)
+
+    if Path(video_folder).exists() and not Path(video_folder).is_dir():
+        raise UsageError(f"RecordTape's video_folder '{video_folder}' is a file; give a folder "
+                         "(it is made when missing).")
+    if (not isinstance(name_prefix, str) or not name_prefix or "/" in name_prefix
+            or os.sep in name_prefix or name_prefix in (".", "..")):
+        raise UsageError(f"RecordTape's name_prefix must be a file name without path "
+                         f"separators, got {name_prefix!r:.60}; put folders in video_folder.")
+    if isinstance(formats, str) or not tuple(formats):
+        raise UsageError(f"RecordTape's formats must be a sequence of video formats such as "
+                         f"('mp4',), got {formats!r:.40}; pass render=False to record tapes "
+                         "only.")
+    if fps is not None and not positive(fps):
+        raise UsageError(f"RecordTape's fps must be a positive number of frames per second, "
+                         f"got {fps!r:.40}; pass None for the env's render_fps.")
+    for name, size in (("width", width), ("height", height)):
+        if size is not None and (not positive(size) or not isinstance(size, int)):
+            raise UsageError(f"RecordTape's {name} must be a positive number of pixels, got "
+                             f"{size!r:.40}; pass None for the env's own size.")
+    if not (isinstance(close_timeout, (int, float)) and not isinstance(close_timeout, bool)
+            and close_timeout >= 0 and not math.isnan(close_timeout)):
+        raise UsageError(f"RecordTape's close_timeout must be a number of seconds, 0 or more "
+                         f"(math.inf waits for every video), got {close_timeout!r:.40}.")
+    try:
+        parse_backends(backends)
+    except UsageError:
+        raise UsageError(f"RecordTape's backends must name GL backends from "
+                         f"{', '.join(KNOWN_BACKENDS)}, got {backends!r:.40}; pass, for "
+                         "example, backends=('egl', 'osmesa').") from None
+
+
 def capped_cubic_video_schedule(episode_id: int) -> bool:
     """RecordVideo's default schedule: the cubes 0, 1, 8, 27, ... below 1000, then every
     1000th episode (Gymnasium's own lives in a module that needs moviepy)."""
@@ -371,7 +415,11 @@ def record_sub_envs(env_fns: Sequence[Callable[[], gym.Env]],
     folder = str(Path(video_folder).absolute())
     fns = [_Recorded(fn, folder, f"{name_prefix}-env{i}", record) if i in chosen else fn
            for i, fn in enumerate(env_fns)]
-    mode = AutoresetMode.NEXT_STEP if autoreset_mode is None else AutoresetMode(autoreset_mode)
+    modes = [m.value for m in AutoresetMode]
+    given = autoreset_mode.value if isinstance(autoreset_mode, AutoresetMode) else autoreset_mode
+    if autoreset_mode is not None:
+        check_choice("autoreset_mode", given, modes)  # names what gymnasium accepts
+    mode = AutoresetMode.NEXT_STEP if autoreset_mode is None else AutoresetMode(given)
     cls = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
     return cls(fns, autoreset_mode=mode)
 
