@@ -210,6 +210,33 @@ def test_a_tape_begun_mid_episode_replays_and_renders(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.glob(".*")] == []  # part videos joined and removed
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", ENV])
+def test_an_env_that_does_not_replay_exactly_is_said_once(tmp_path: Path, env_id: str) -> None:
+    """Training changed the env after gym.make (as domain randomisation does), which no tape
+    records: every replay diverges. Said once, naming the env and the step; the MuJoCo
+    videos are drawn from the recorded states, the others show the replay."""
+    env = gym.make(env_id, max_episode_steps=20)
+    if env_id == ENV:
+        env.unwrapped.model.opt.gravity[2] = -30.0
+    else:
+        env.unwrapped.force_mag = 30.0
+    done: list = []
+    env = RecordTape(env, tmp_path, episode_trigger=lambda e: e < 3, on_video=done.append,
+                     close_timeout=120, **(SMALL if env_id == ENV else {}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drive(env, 80)
+        env.close()
+    said = [str(w.message) for w in caught if issubclass(w.category, RecordingWarning)]
+    assert len(done) == 3 and all(d.divergence and d.error is None for d in done)
+    [one] = said
+    assert one.startswith(f"{env_id} does not replay deterministically") and "at step " in one
+    modes = {r.mode for d in done for r in d.results}
+    assert modes == ({"restore"} if env_id == ENV else {"resim"})
+    for d in done:
+        assert d.frames == Tape.load(d.job.tapes[0]).length + 1 and Path(d.outputs[0]).is_file()
+
+
 def test_a_crashing_render_worker_does_not_stop_training(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLTAPE_FAULT", "crash:egl")  # the render worker segfaults
@@ -272,6 +299,9 @@ def test_bad_options_are_refused_at_construction(tmp_path: Path, options: dict[s
 
 def test_a_video_folder_that_is_a_file_and_a_bad_autoreset_mode_are_refused(
         tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="width and height cannot size CartPole-v1, which "
+                                         "draws its frames at its own size; drop them"):
+        RecordTape(gym.make("CartPole-v1"), tmp_path, width=64)
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="video_folder .* is a file; give a folder"):
         RecordTape(gym.make(ENV), tmp_path / "file")

@@ -140,6 +140,14 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         output_paths(self.video_folder, name_prefix, self.formats)  # refuses a bad format now
         spec = env.spec
         self._spec = env_spec(spec.id, dict(spec.kwargs or {}), spec.max_episode_steps)
+        if render and (width is not None or height is not None):
+            from rolltape.envs import check_sizing
+
+            try:  # refused now: each video would fail in its render process
+                check_sizing(spec.id, spec.id)
+            except UsageError:
+                raise UsageError(f"RecordTape's width and height cannot size {spec.id}, which "
+                                 "draws its frames at its own size; drop them.") from None
         self._mujoco = mujoco_data(env) is not None
         self.close_timeout = close_timeout
         self.renderer = BackgroundRenderer(
