@@ -611,7 +611,8 @@ def test_stop_on_reward_threshold_stops_ppo_and_best_model_is_the_best_eval(
     assert "Eval num_timesteps=64" in said and "Stopping training because the mean reward" in said
     best = tmp_path / "best" / "best_model.zip"
     assert best.read_bytes() == Path(first["checkpoint"]).read_bytes()
-    assert PPO.load(best, device="cpu").policy.state_dict().keys() == model.policy.state_dict().keys()
+    loaded = PPO.load(best, device="cpu")
+    assert loaded.policy.state_dict().keys() == model.policy.state_dict().keys()
     progress = (tmp_path / "log" / "progress.csv").read_text().splitlines()[0].split(",")
     assert {"eval/mean_reward", "eval/mean_ep_length"} <= set(progress)
 
