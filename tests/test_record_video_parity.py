@@ -1,8 +1,8 @@
 """RecordTape beside Gymnasium's own RecordVideo (issue 19): the same seeds and actions,
 in each scenario of Gymnasium's tests/wrappers/test_record_video.py plus a window that
-spans two resets and a step trigger firing inside a running recording, on CartPole (no
-physics state: tapes begin at the reset and carry their window) and InvertedPendulum
-(MuJoCo: tapes begin at the recorded state).
+spans two resets, a step trigger firing inside a running recording and an episode trigger
+cutting a window short, on CartPole (no physics state: tapes begin at the reset and carry
+their window) and InvertedPendulum (MuJoCo: tapes begin at the recorded state).
 
 Compared: the ``recording`` flag after every reset and step, the set of video names, each
 video's decoded frame count against the frames RecordVideo captured (its moviepy mp4 may
@@ -52,6 +52,8 @@ SCENARIOS: dict[str, tuple[dict[str, Any], tuple[str, int]]] = {
     "window-over-two-resets": ({"step_trigger": _in(5), "video_length": 70}, ("loop", 120)),
     "step-inside-recording": ({"episode_trigger": _in(0), "step_trigger": _in(3, 6)},
                               ("loop", 60)),
+    "episode-trigger-cuts-a-window": ({"step_trigger": _in(3), "video_length": 500,
+                                       "episode_trigger": _in(2)}, ("loop", 80)),
 }
 
 
@@ -184,6 +186,9 @@ def test_recordtape_records_exactly_what_recordvideo_records(
             "step-0", "step-25", "episode-1", "episode-4"))
     if scenario.startswith("video-length"):  # Gymnasium's test_video_length
         assert got["flags"][-2:] == [[True, True], [False, False]]
+    if scenario == "episode-trigger-cuts-a-window":  # cut at episode 2's reset, not at 501
+        assert got["rt_done"]["rl-video-step-3"]["parts"] == 2
+        assert len(got["rv_frames"]["rl-video-step-3"]) < 501
     if scenario == "window-over-two-resets":
         assert got["rt_done"]["rl-video-step-5"]["parts"] >= 3  # it did span two resets
     if env_id == "CartPole-v1":
