@@ -634,3 +634,29 @@ def test_best_model_follows_the_best_evaluation(tmp_path: Path) -> None:
     assert [e.get("best", False) for e in callback.evaluations][0]
     with pytest.raises(UsageError, match="best_by"):
         rolltape.sb3.TapeCallback(best_by="return")
+
+
+def test_a_tape_gone_before_its_video_is_logged_does_not_stop_training(tmp_path: Path) -> None:
+    """The user clears the videos folder while training runs: the callback cannot read a
+    recorded tape back at the rollout's end; said once, training completes."""
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from stable_baselines3.common.env_util import make_vec_env
+
+    out = tmp_path / "run"
+    tape = rolltape.sb3.TapeCallback(record_every=1, out=out,
+                                     record_options={"render": False})
+
+    class ClearVideos(BaseCallback):
+        def _on_step(self) -> bool:
+            for path in (out / "videos").glob("*.npz"):
+                path.unlink()
+            return True
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("CartPole-v1", n_envs=1, seed=0), 192,
+                     CallbackList([tape, ClearVideos()]))
+    [said] = _said(caught)
+    assert "could not put the newest training video into the logger" in said
+    assert "does not exist" in said and model.num_timesteps >= 192
+    assert len(tape.recorded) > 3 and tape.failures["video"] >= 2

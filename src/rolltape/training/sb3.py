@@ -213,7 +213,7 @@ class TapeCallback(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
-        self._log_videos()
+        self._log_new_videos()
 
     def _on_training_end(self) -> None:
         if self.record_every is not None:
@@ -224,7 +224,7 @@ class TapeCallback(BaseCallback):
 
                 warn(f"{sum(left)} training video(s) were still rendering at the end of "
                      "training; they finish in the background (or when the env is closed).")
-        if self._log_videos():
+        if self._log_new_videos():
             # SB3 dumps its logger after each rollout; a video that finished after the last
             # one would otherwise never reach TensorBoard.
             self.logger.dump(self.num_timesteps)
@@ -274,6 +274,15 @@ class TapeCallback(BaseCallback):
                                  f"{base.num_envs} sub-envs.")
             base.envs[i] = RecordTape(base.envs[i], folder, episode_trigger=every(self.record_every),
                                       name_prefix=f"train-env{i}", **self.record_options)
+
+    def _log_new_videos(self) -> int:
+        """:meth:`_log_videos`, whose failure (a tape or video that cannot be read) is
+        said once and skipped: a picture in TensorBoard is not worth the training run."""
+        try:
+            return self._log_videos()
+        except Exception as exc:
+            self._failed("video", "put the newest training video into the logger", exc)
+            return 0
 
     def _log_videos(self) -> int:
         """Note each newly rendered training video in its row and put the newest into
@@ -500,6 +509,8 @@ class TapeCallback(BaseCallback):
             self.write_summary()
         except OSError as exc:
             self._failed("save", "write training.json and report.html", exc)
+        except Exception as exc:  # the timeline picture of numbers matplotlib refuses
+            self._failed("summary", "draw the training summary", exc)
 
     def write_summary(self) -> None:
         """``training.json``, ``timeline.png`` and ``report.html`` under ``out``."""
