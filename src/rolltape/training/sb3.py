@@ -162,7 +162,7 @@ class TapeCallback(BaseCallback):
         self._video_paths: dict[str, Path] = {}  # tape -> its recording's video, read once
         self._next_eval = eval_every or 0
         # The callback never stops training itself: what fails is skipped, the first failure
-        # of each kind ("evaluation", "save") said once, every one counted here.
+        # of each kind ("evaluation", "save", "video", "summary") said once, all counted here.
         self.failures: dict[str, int] = {}
         self._eval_spec: tuple[str, dict[str, Any], int | None] | None = None
         # EvalCallback's face: what its child callbacks read from their parent.
@@ -237,8 +237,10 @@ class TapeCallback(BaseCallback):
 
         self.failures[kind] = self.failures.get(kind, 0) + 1
         if self.failures[kind] == 1:
-            cause = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
-            warn(f"TapeCallback could not {what} ({cause.strip().splitlines()[-1]}); "
+            said = ((exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc))
+            lines = said.strip().splitlines()  # a traceback's last line says what happened
+            cause = lines[-1] if lines else type(exc).__name__
+            warn(f"TapeCallback could not {what} ({cause}); "
                  f"training goes on without it, and later failures of this kind are counted "
                  f"in failures[{kind!r}], not said again.")
 
@@ -523,6 +525,9 @@ class TapeCallback(BaseCallback):
                                                              self.evaluations, self.recorded))
 
 
+_CHECK_TIMEOUT = 120.0  # seconds a fresh interpreter may take to look the eval env up
+
+
 def _check_env_in_a_worker(env_id: str) -> None:
     """Refuse an env id that a fresh interpreter in this folder (as the evaluation's
     worker is) does not know: one registered by the training script only."""
@@ -531,8 +536,13 @@ def _check_env_in_a_worker(env_id: str) -> None:
     from rolltape.interpreter import python_command
 
     program = "import sys\nfrom rolltape.envs import env_spec\nenv_spec(sys.argv[1])"
-    done = subprocess.run(python_command(program, env_id, keep_cwd=True),
-                          capture_output=True, text=True)
+    try:
+        done = subprocess.run(python_command(program, env_id, keep_cwd=True),
+                              capture_output=True, text=True, timeout=_CHECK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"the eval env '{env_id}' could not be looked up within "
+                         f"{_CHECK_TIMEOUT:g} s in a fresh interpreter (its module hangs "
+                         "on import); fix that module or pass another eval_env.") from None
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or ["it exited with an error"])[-1]
         said = said.partition(": ")[2] or said  # the message, without the error's type
