@@ -174,7 +174,8 @@ def test_no_module_hides_a_name_of_the_package_face():
     function of the face (``rolltape.evaluate``) would replace that function."""
     import rolltape
 
-    hidden = sorted(name for name in rolltape.__all__ if f"rolltape.{name}" in MODULES)
+    hidden = sorted(name for name in rolltape.__all__ if f"rolltape.{name}" in MODULES
+                    and rolltape._MODULES.get(name) != f"rolltape.{name}")  # sb3: itself
     assert hidden == []
     import rolltape.evaluation  # noqa: F401
 

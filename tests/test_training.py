@@ -26,6 +26,8 @@ from rolltape.errors import UsageError
 from rolltape.training.background import RecordingWarning
 from rolltape.training.record import RecordTape, capped_cubic_video_schedule, record_sub_envs
 
+from test_faults import fill, small_disk  # noqa: F401  (a real small tmpfs, a fixture)
+
 ENV = "InvertedPendulum-v5"  # MuJoCo, tiny, random actions end episodes within ~5-20 steps
 SMALL = {"width": 64, "height": 48}
 
@@ -208,6 +210,33 @@ def test_a_tape_begun_mid_episode_replays_and_renders(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.glob(".*")] == []  # part videos joined and removed
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", ENV])
+def test_an_env_that_does_not_replay_exactly_is_said_once(tmp_path: Path, env_id: str) -> None:
+    """Training changed the env after gym.make (as domain randomisation does), which no tape
+    records: every replay diverges. Said once, naming the env and the step; the MuJoCo
+    videos are drawn from the recorded states, the others show the replay."""
+    env = gym.make(env_id, max_episode_steps=20)
+    if env_id == ENV:
+        env.unwrapped.model.opt.gravity[2] = -30.0
+    else:
+        env.unwrapped.force_mag = 30.0
+    done: list = []
+    env = RecordTape(env, tmp_path, episode_trigger=lambda e: e < 3, on_video=done.append,
+                     close_timeout=120, **(SMALL if env_id == ENV else {}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drive(env, 80)
+        env.close()
+    said = [str(w.message) for w in caught if issubclass(w.category, RecordingWarning)]
+    assert len(done) == 3 and all(d.divergence and d.error is None for d in done)
+    [one] = said
+    assert one.startswith(f"{env_id} does not replay deterministically") and "at step " in one
+    modes = {r.mode for d in done for r in d.results}
+    assert modes == ({"restore"} if env_id == ENV else {"resim"})
+    for d in done:
+        assert d.frames == Tape.load(d.job.tapes[0]).length + 1 and Path(d.outputs[0]).is_file()
+
+
 def test_a_crashing_render_worker_does_not_stop_training(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLTAPE_FAULT", "crash:egl")  # the render worker segfaults
@@ -246,6 +275,43 @@ def test_bad_input_is_refused_in_one_sentence(tmp_path: Path) -> None:
         RecordTape(make(), tmp_path, render=False)
     with pytest.raises(UsageError, match="already holds videos"):
         RecordTape(make(), tmp_path, overwrite=False)
+
+
+@pytest.mark.parametrize("options,said", [
+    ({"formats": ()}, "formats must be a sequence of video formats"),
+    ({"formats": "mp4"}, "formats must be a sequence of video formats"),
+    ({"close_timeout": -1}, "close_timeout must be a number of seconds, 0 or more"),
+    ({"close_timeout": float("nan")}, "close_timeout must be a number of seconds, 0 or more"),
+    ({"width": 0}, "width must be a positive number of pixels"),
+    ({"height": 2.5}, "height must be a positive number of pixels"),
+    ({"fps": 0}, "fps must be a positive number of frames per second"),
+    ({"backends": "nope"}, "backends must name GL backends from egl, osmesa"),
+    ({"name_prefix": "../escaped"}, "name_prefix must be a file name without path separators"),
+    ({"name_prefix": ""}, "name_prefix must be a file name without path separators"),
+])
+def test_bad_options_are_refused_at_construction(tmp_path: Path, options: dict[str, object],
+                                                 said: str) -> None:
+    with pytest.raises(UsageError, match=said) as refused:
+        RecordTape(gym.make(ENV), tmp_path / "videos", **options)
+    assert str(refused.value).count(". ") == 0 and str(refused.value).startswith("RecordTape's")
+    assert not (tmp_path / "videos").exists()  # refused before anything was made
+
+
+def test_a_video_folder_that_is_a_file_and_a_bad_autoreset_mode_are_refused(
+        tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="width and height cannot size CartPole-v1, which "
+                                         "draws its frames at its own size; drop them"):
+        RecordTape(gym.make("CartPole-v1"), tmp_path, width=64)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="video_folder .* is a file; give a folder"):
+        RecordTape(gym.make(ENV), tmp_path / "file")
+    with pytest.raises(UsageError, match="Unknown autoreset_mode 'sometimes'; use one of "
+                                         "NextStep, SameStep, Disabled"):
+        record_sub_envs([lambda: gym.make(ENV)], tmp_path, autoreset_mode="sometimes")
+    envs = record_sub_envs([lambda: gym.make(ENV)], tmp_path / "ok", autoreset_mode="SameStep",
+                           render=False)
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    envs.close()
 
 
 def test_a_full_disk_loses_the_tape_not_the_training(tmp_path: Path,
@@ -288,12 +354,38 @@ def test_bad_reset_rng_in_a_tape_is_refused(tmp_path: Path) -> None:
              reset_rng={"bit_generator": "os.system", "state": "rm"})
 
 
+def test_a_tape_window_is_saved_and_a_bad_one_refused(tmp_path: Path) -> None:
+    fields = dict(env={"id": "CartPole-v1"}, seed=0, actions=np.zeros(4, np.int64),
+                  rewards=np.ones(4), terminated=np.zeros(4, bool), truncated=np.zeros(4, bool))
+    tape = Tape(**fields, window=(2, 4))
+    loaded = Tape.load(tape.save(tmp_path / "w.npz"))
+    assert loaded.window == (2, 4) and loaded.frame_range == (2, 5)
+    assert Tape(**fields).frame_range == (0, 5)
+    for bad in ((3, 2), (0, 5), (-1, 1)):
+        with pytest.raises(UsageError, match="window must be two frame indices"):
+            Tape(**fields, window=bad)
+
+
 def test_import_rolltape_stays_light() -> None:
     code = ("import sys, rolltape; rolltape.RecordTape; "
             "print('torch' in sys.modules, 'stable_baselines3' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+@pytest.mark.parametrize("first", ["from", "attribute"])
+def test_the_callback_imports_as_sb3_s_own_do(first: str) -> None:
+    """``from rolltape.sb3 import TapeCallback`` and ``rolltape.sb3.TapeCallback``, in
+    either order, are the one class."""
+    import_from = "from rolltape.sb3 import TapeCallback, make_recorded_vec_env"
+    steps = [import_from, "import rolltape; A = rolltape.sb3.TapeCallback"]
+    code = "; ".join(steps if first == "from" else steps[::-1]) + (
+        "; import rolltape.training.sb3 as t; "
+        "print(A is TapeCallback is t.TapeCallback, callable(make_recorded_vec_env))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "True"]
 
 
 # -- SB3 ----------------------------------------------------------------------------------------
@@ -393,3 +485,178 @@ def test_a_rendered_training_video_reaches_tensorboard(dummy_run) -> None:
 def npz_mean(out: Path) -> float:
     with np.load(out / "evaluations.npz") as npz:
         return float(npz["results"][0].mean())
+
+
+# -- the callback never stops training ------------------------------------------------------
+
+def _ppo(venv: object, steps: int, callback: object) -> object:
+    """A tiny real PPO run of ``steps`` steps (64 a rollout) with ``callback``."""
+    import torch
+    from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)
+    model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0,
+                device="cpu", policy_kwargs={"net_arch": [8]})
+    model.learn(steps, callback=callback)
+    return model
+
+
+def _said(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, RecordingWarning)]
+
+
+def test_an_eval_env_registered_only_in_the_script_is_said_at_the_start(tmp_path: Path) -> None:
+    """A worker process does not run the training script: the env it registered cannot be
+    made there. Said once, before the first rollout, with the fix; training goes on."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    gym.register("OnlyInThisScript-v0", max_episode_steps=20,
+                 entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+    callback = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                         out=tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("OnlyInThisScript-v0", n_envs=1, seed=0), 192, callback)
+    [said] = _said(caught)
+    assert "'OnlyInThisScript-v0' cannot be made in the evaluation's worker" in said
+    assert "eval_env='module:OnlyInThisScript-v0'" in said and "training goes on" in said
+    assert model.num_timesteps >= 192 and callback.evaluations == []
+    assert callback.failures == {"evaluation": 1}  # checked once, no eval attempted after
+
+
+def test_a_failing_eval_is_said_once_and_skipped(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The eval env's module disappears after the first evaluation: the later ones cannot
+    make the env in their worker, training completes, evaluations.npz keeps the first."""
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from stable_baselines3.common.env_util import make_vec_env
+
+    monkeypatch.chdir(tmp_path)
+    module = tmp_path / "evalmod_once.py"
+    module.write_text("import gymnasium as gym\ngym.register('EvalOnce-v0', max_episode_steps=20,"
+                      " entry_point='gymnasium.envs.classic_control.cartpole:CartPoleEnv')\n")
+    tape = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                     out=tmp_path / "run", eval_env="evalmod_once:EvalOnce-v0")
+
+    class RemoveModule(BaseCallback):
+        def _on_step(self) -> bool:
+            if tape.evaluations:
+                module.unlink(missing_ok=True)
+            return True
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("CartPole-v1", n_envs=1, seed=0), 256,
+                     CallbackList([tape, RemoveModule()]))
+    [said] = _said(caught)
+    assert "could not evaluate at step 128" in said and "evalmod_once" in said
+    assert model.num_timesteps >= 256 and tape.failures == {"evaluation": 3}
+    with np.load(tmp_path / "run" / "evaluations.npz") as npz:
+        assert npz["timesteps"].tolist() == [64] and npz["results"].shape == (1, 2)
+
+
+def test_a_full_disk_skips_checkpoints_and_evals_not_training(small_disk: Path) -> None:
+    """A real full tmpfs under ``out``: each checkpoint fails (nothing half-written stays),
+    its eval is skipped, said once; training completes."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    out = small_disk / "run"
+    out.mkdir()
+    ballast = fill(small_disk, 0)
+    callback = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                         out=out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("CartPole-v1", n_envs=1, seed=0), 192, callback)
+    [said] = _said(caught)
+    assert "could not save the checkpoint of step 64" in said and "No space left" in said
+    assert model.num_timesteps >= 192 and callback.evaluations == []
+    assert callback.failures["save"] >= 3 and "evaluation" not in callback.failures
+    assert [p.name for p in out.rglob("*") if p.is_file()] == []  # no half-written zip
+    ballast.unlink()
+    callback.write_summary()  # with room again, the record is written
+    assert json.loads((out / "training.json").read_text())["evaluations"] == []
+
+
+# -- what users of EvalCallback expect ------------------------------------------------------
+
+def test_stop_on_reward_threshold_stops_ppo_and_best_model_is_the_best_eval(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SB3's own StopTrainingOnRewardThreshold as callback_on_new_best, unchanged: a real
+    PPO run on InvertedPendulum stops at the first evaluation that meets it."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import (StopTrainingOnNoModelImprovement,
+                                                    StopTrainingOnRewardThreshold)
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+
+    stop = StopTrainingOnRewardThreshold(reward_threshold=1.0, verbose=1)
+    after = StopTrainingOnNoModelImprovement(max_no_improvement_evals=100)
+    callback = rolltape.sb3.TapeCallback(
+        record_every=None, eval_every=64, eval_episodes=2, out=tmp_path / "run",
+        best_model_save_path=tmp_path / "best", callback_on_new_best=stop,
+        callback_after_eval=after, verbose=1)
+    import torch
+
+    torch.set_num_threads(1)
+    model = PPO("MlpPolicy", make_vec_env(ENV, n_envs=1, seed=0), n_steps=64, batch_size=64,
+                n_epochs=1, seed=0, device="cpu", policy_kwargs={"net_arch": [8]})
+    model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
+    model.learn(640, callback=callback)
+    [first] = callback.evaluations  # every episode earns >= 1: met at the first evaluation
+    assert model.num_timesteps == 64 and first["mean_reward"] >= 1.0 and first["best"]
+    assert stop.parent is callback and callback.best_mean_reward == first["mean_reward"]
+    assert callback.last_mean_reward == first["mean_reward"] and after.n_calls == 1
+    said = capsys.readouterr().out
+    assert "Eval num_timesteps=64" in said and "Stopping training because the mean reward" in said
+    best = tmp_path / "best" / "best_model.zip"
+    assert best.read_bytes() == Path(first["checkpoint"]).read_bytes()
+    loaded = PPO.load(best, device="cpu")
+    assert loaded.policy.state_dict().keys() == model.policy.state_dict().keys()
+    progress = (tmp_path / "log" / "progress.csv").read_text().splitlines()[0].split(",")
+    assert {"eval/mean_reward", "eval/mean_ep_length"} <= set(progress)
+
+
+def test_best_model_follows_the_best_evaluation(tmp_path: Path) -> None:
+    """Without a stop, best_model.zip is the checkpoint of the evaluation with the highest
+    mean return so far, and best_mean_reward is that mean (SB3's numbers)."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    callback = rolltape.sb3.TapeCallback(record_every=None, eval_every=64, eval_episodes=2,
+                                         out=tmp_path / "run",
+                                         best_model_save_path=tmp_path / "best")
+    _ppo(make_vec_env(ENV, n_envs=1, seed=0), 192, callback)
+    means = [e["mean_reward"] for e in callback.evaluations]
+    assert len(means) == 3 and callback.best_mean_reward == max(means)
+    best = max(callback.evaluations, key=lambda e: (e["mean_reward"], -e["step"]))
+    assert (tmp_path / "best" / "best_model.zip").read_bytes() == Path(
+        best["checkpoint"]).read_bytes()
+    assert [e.get("best", False) for e in callback.evaluations][0]
+    with pytest.raises(UsageError, match="best_by"):
+        rolltape.sb3.TapeCallback(best_by="return")
+
+
+def test_a_tape_gone_before_its_video_is_logged_does_not_stop_training(tmp_path: Path) -> None:
+    """The user clears the videos folder while training runs: the callback cannot read a
+    recorded tape back at the rollout's end; said once, training completes."""
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+    from stable_baselines3.common.env_util import make_vec_env
+
+    out = tmp_path / "run"
+    tape = rolltape.sb3.TapeCallback(record_every=1, out=out,
+                                     record_options={"render": False})
+
+    class ClearVideos(BaseCallback):
+        def _on_step(self) -> bool:
+            for path in (out / "videos").glob("*.npz"):
+                path.unlink()
+            return True
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = _ppo(make_vec_env("CartPole-v1", n_envs=1, seed=0), 192,
+                     CallbackList([tape, ClearVideos()]))
+    [said] = _said(caught)
+    assert "could not put the newest training video into the logger" in said
+    assert "does not exist" in said and model.num_timesteps >= 192
+    assert len(tape.recorded) > 3 and tape.failures["video"] >= 2

@@ -29,8 +29,9 @@ _API = {
     "render": "rolltape.rendering", "Tape": "rolltape.tape",
     "RecordTape": "rolltape.training.record",
 }
-# name -> a module given as an attribute: ``rolltape.sb3.TapeCallback`` (imports SB3 on use)
-_MODULES = {"sb3": "rolltape.training.sb3"}
+# name -> a module given as an attribute: ``rolltape.sb3.TapeCallback`` (imports SB3 on use;
+# ``from rolltape.sb3 import TapeCallback`` finds the same module as a file)
+_MODULES = {"sb3": "rolltape.sb3"}
 __all__ = sorted(_API) + sorted(_MODULES) + ["__version__"]
 
 

@@ -425,7 +425,7 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
     from rolltape.tape import Tape
 
     # Loading every tape first also reports a bad one before any work or progress bar.
-    totals = [Tape.load(r.tape).length + 1 for r in requests]
+    totals = [stop - first for first, stop in (Tape.load(r.tape).frame_range for r in requests)]
     check_requests(requests, backends, workers)
     finished: list[int] = []
     with Progress(not quiet) as bar:

@@ -53,14 +53,15 @@ def plan_segments(requests: Sequence[RenderRequest], workers: int
         if (per_request > 1 and req.outputs and req.mode in ("resim", "restore")
                 and req.layout != "separate"):
             tape = Tape.load(req.tape)
-            total = tape.length + 1
+            lo, stop = tape.frame_range
+            total = stop - lo
             ok = tape.physics is not None if req.mode == "resim" else tape.has_state
             if ok:
                 n = max(1, min(per_request, total // MIN_SEGMENT))
         if n == 1:
             jobs.append((i, req))
             continue
-        bounds = [round(k * total / n) for k in range(n + 1)]
+        bounds = [lo + round(k * total / n) for k in range(n + 1)]
         for k in range(n):
             jobs.append((i, replace(req, outputs=_segment_outputs(req.outputs, k),
                                     frames=(bounds[k], bounds[k + 1]), overwrite=True)))

@@ -86,6 +86,10 @@ class Tape:
         start_step: steps the episode had run before the tape begins (0: it begins at
             ``reset``). A tape that begins later (a step-triggered recording) starts from
             ``physics[0]`` and needs a MuJoCo env.
+        window: the frames to draw, (first, last) inclusive, when not all of them (a
+            training recording that began mid-episode on an env whose state cannot be
+            set: the tape begins at the reset, pass 2 re-simulates from there and draws
+            frames first..last only), or None for every frame.
     """
 
     env: dict[str, Any]
@@ -107,6 +111,7 @@ class Tape:
     meta: dict[str, Any] = field(default_factory=dict)
     reset_rng: dict[str, Any] | None = None
     start_step: int = 0
+    window: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         _check_shapes(self, where="tape")
@@ -124,6 +129,13 @@ class Tape:
         return sum_rewards(self.rewards.tolist())
 
     @property
+    def frame_range(self) -> tuple[int, int]:
+        """The frames a render draws, [first, stop): the window, else all ``length + 1``."""
+        if self.window is None:
+            return 0, self.length + 1
+        return self.window[0], self.window[1] + 1
+
+    @property
     def has_state(self) -> bool:
         """True when the tape holds MuJoCo physics states (``restore`` mode can draw it)."""
         return self.qpos is not None and self.qvel is not None
@@ -134,13 +146,15 @@ class Tape:
 
     # -- file format -----------------------------------------------------------------
     def header(self) -> dict[str, Any]:
-        """The JSON header stored inside the ``.npz`` (``reset_rng`` and ``start_step``
-        only when set, so that tapes without them are byte for byte as before)."""
+        """The JSON header stored inside the ``.npz`` (``reset_rng``, ``start_step`` and
+        ``window`` only when set, so that tapes without them are byte for byte as before)."""
         extra: dict[str, Any] = {}
         if self.reset_rng is not None:
             extra["reset_rng"] = self.reset_rng
         if self.start_step:
             extra["start_step"] = self.start_step
+        if self.window is not None:
+            extra["window"] = list(self.window)
         return {
             "schema_version": SCHEMA_VERSION,
             "env": self.env,
@@ -230,6 +244,7 @@ class Tape:
                 meta=header.get("meta", {}),
                 reset_rng=header.get("reset_rng"),
                 start_step=header.get("start_step", 0),
+                window=tuple(header["window"]) if "window" in header else None,
                 **{name: contents[name] for name in _REQUIRED_ARRAYS},
                 **{name: contents.get(name) for name in _OPTIONAL_ARRAYS},
             )
@@ -356,6 +371,8 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reset_rng": (_optional(lambda v: is_rng_state(v)),
                   "null or a numpy bit-generator state (names and integers)"),
     "start_step": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "window": (lambda v: isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v),
+               "a list of two frame indices"),  # their range is checked with the arrays
 }
 _ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "id": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
@@ -436,6 +453,10 @@ def _check_shapes(tape: Tape, where: str) -> None:
     if tape.start_step and tape.physics is None:
         raise UsageError(f"{where} begins at step {tape.start_step} of its episode but has no "
                          "physics state to begin from.")
+    if tape.window is not None and not (len(tape.window) == 2
+                                        and 0 <= tape.window[0] <= tape.window[1] <= n):
+        raise UsageError(f"{where} window must be two frame indices 0 <= first <= last <= {n}, "
+                         f"got {tape.window!r:.60}.")
     if tape.reset_rng is not None and not is_rng_state(tape.reset_rng):
         raise UsageError(f"{where} reset_rng must be a numpy bit-generator state.")
     if n and (tape.terminated[:-1].any() or tape.truncated[:-1].any()):

@@ -268,7 +268,7 @@ class _Replayer:
         if mode == "restore" and not tape.has_state:
             raise UsageError(f"Tape '{req.tape}' has no MuJoCo state, so it cannot be drawn in "
                              "restore mode; use --mode resim.")
-        first, stop = req.frames or (0, tape.length + 1)
+        first, stop = req.frames or tape.frame_range
         fps = req.fps or float(env.metadata.get("render_fps") or 30)
         rig = CameraRig(env, req.cameras) if draw else None
         # One list of output paths per stream: every camera in "separate", else one stream.
@@ -343,20 +343,22 @@ class _Replayer:
     def _resim(self, tape: Any, env: Any, req: RenderRequest, first: int, stop: int,
                reset: Callable[[], Any], emit: Callable[[int], None]
                ) -> tuple[Divergence | None, list[float]]:
-        """Step the recorded actions, comparing each step with pass 1; draw frames first..stop-1."""
+        """Step the recorded actions, comparing each step with pass 1; draw frames
+        first..stop-1. Without a physics state to continue from (a window of a tape of
+        another env), the frames before ``first`` are simulated from the reset, not drawn."""
         from rolltape.envs import continue_from, obs_digest
 
         divergence: Divergence | None = None
         obs = reset()
-        if first == 0:
+        from_reset = first == 0 or tape.physics is None
+        if from_reset:
             if (tape.obs_digest is not None and obs is not None
                     and obs_digest(obs) != int(tape.obs_digest[0])):
                 divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
-            emit(0)
+            if first == 0:
+                emit(0)
             begin = 0
         else:
-            if tape.physics is None:
-                raise UsageError(f"Tape '{req.tape}' has no physics state to start a segment from.")
             continue_from(env, tape.physics[first - 1])
             begin = first - 1
         rewards = []
@@ -366,10 +368,11 @@ class _Replayer:
             if divergence is None:
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = _compare_step(tape, t, float(reward), bool(term),
-                                           bool(trunc) if first == 0 else bool(tape.truncated[t]),
+                                           bool(trunc) if from_reset else bool(tape.truncated[t]),
                                            obs, req.rtol, req.atol)
-            emit(t + 1)
-            if (term or trunc) and t + 1 < tape.length and first == 0:
+            if t + 1 >= first:
+                emit(t + 1)
+            if (term or trunc) and t + 1 < tape.length and from_reset:
                 break  # ended early: already reported as a divergence at this step
         return divergence, rewards
 

@@ -90,6 +90,7 @@ class BackgroundRenderer:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._diverged_envs: set[str] = set()  # envs whose divergence was reported
 
     # -- the caller's side -------------------------------------------------------------
     def submit(self, job: VideoJob) -> bool:
@@ -183,8 +184,10 @@ class BackgroundRenderer:
             for k, tape in enumerate(job.tapes):
                 outs = job.outputs if len(job.tapes) == 1 else tuple(
                     _part_path(out, k) for out in job.outputs)
-                requests.append(RenderRequest(tape, outs, width=self.width, height=self.height,
-                                              fps=self.fps, overwrite=True))
+                # auto: a replay that diverges is drawn from its recorded states (MuJoCo).
+                requests.append(RenderRequest(tape, outs, mode="auto", width=self.width,
+                                              height=self.height, fps=self.fps,
+                                              overwrite=True))
                 owners.append(j)
         results: list[RenderResult | None] = [None] * len(requests)
         error = None
@@ -214,8 +217,7 @@ class BackgroundRenderer:
             diverged = [r for r in results if r.divergence is not None]
             if diverged:
                 done.divergence = diverged[0].divergence.describe()
-                warn(f"The replay of {job.name} diverged from training at "
-                     f"{done.divergence}; the video shows the replay.")
+                self._warn_divergence(job, diverged[0])
             try:
                 done.outputs = _join_parts(job, results) if len(job.tapes) > 1 else job.outputs
             except Exception as exc:
@@ -224,6 +226,23 @@ class BackgroundRenderer:
         self.done.append(done)
         if self.on_done is not None:
             self.on_done(done)
+
+
+    def _warn_divergence(self, job: VideoJob, result: RenderResult) -> None:
+        """Say once per env that its replays are not exact (every video would say it)."""
+        from rolltape.tape import Tape
+
+        assert result.divergence is not None
+        env_id = Tape.load(result.tape).env_id
+        if env_id in self._diverged_envs:
+            return
+        self._diverged_envs.add(env_id)
+        drawn = ("drawn from the recorded states" if result.mode == "restore"
+                 else "of the replay, not of training")
+        warn(f"{env_id} does not replay deterministically: the replay of {job.name} "
+             f"diverged from training at {result.divergence.describe()}; its video is "
+             f"{drawn}, and later divergences of {env_id} are noted in each VideoDone, not "
+             "said again.")
 
 
 def _part_path(out: str, k: int) -> str:

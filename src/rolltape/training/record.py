@@ -7,6 +7,8 @@ Nothing is drawn in the training loop: the wrapper never calls ``env.render()`` 
 on an env made with ``render_mode=None``. Training resets are unseeded (autoreset; SB3 seeds
 once), so each tape carries the env's generator state from just before its reset, and for
 MuJoCo the physics state of every frame: pass 2 sets them and replays the episode exactly.
+A tape of another env that a step trigger began mid-episode starts at the reset and carries
+its window (``Tape.window``): pass 2 re-simulates from the reset and draws the window only.
 
 May import: envs, tape, pass1.rollout (the recording helpers), training.background,
 errors, gymnasium. Never: policies, torch or SB3, the render workers' insides.
@@ -37,17 +39,17 @@ _MEDIA = (".mp4", ".webm", ".gif", ".npz")
 
 
 class _Piece:
-    """The part of one episode a recording holds: from a reset (or, for a step trigger,
-    from a state in mid-episode) to the episode's end or the recording's."""
+    """One episode's part of a recording. Its tape begins at ``begin`` (an episode step:
+    0 is the reset; later only on MuJoCo, whose physics state a replay can set) and its
+    window of frames to draw at ``first`` (frame f is the state after f steps), and it has
+    reached frame ``last``."""
 
-    def __init__(self, env: gym.Env, seed: int | None, options: dict[str, Any] | None,
-                 rng: dict[str, Any] | None, first_obs: Any, start_step: int,
-                 episode: int) -> None:
-        self.seed, self.options, self.rng = seed, options, rng
-        self.first, self.start_step, self.episode = kept_obs(first_obs), start_step, episode
-        self.steps: list[tuple[Any, ...]] = []
-        self.started = time.perf_counter()
-        self.physics = PhysicsLog.for_env(env)
+    def __init__(self, env: gym.Env, begin: int, first: int, first_obs: Any,
+                 episode: int, started: float) -> None:
+        self.begin, self.first, self.last = begin, first, first
+        self.first_obs = first_obs  # the observation at frame ``begin``
+        self.episode, self.started = episode, started
+        self.physics = PhysicsLog.for_env(env)  # None but on MuJoCo, where begin == first
         if self.physics is not None:
             self.physics.record()
         self.success: Any = None
@@ -65,7 +67,13 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
     stops after ``video_length + 1`` frames and runs on across resets. A recording named
     ``{name_prefix}-episode-{n}`` or ``{name_prefix}-step-{n}`` gives ``{name}.npz`` in
     ``video_folder`` (``{name}-part{k}.npz`` for the k-th further episode it spans) and, in
-    the background, the verified video ``{name}.mp4`` (``formats`` for others).
+    the background, the verified video ``{name}.mp4`` (``formats`` for others). The
+    ``recording`` flag after every reset and step, and the frames of each video, are
+    RecordVideo's on every env: a recording that begins mid-episode starts its tape from
+    that step's physics state on MuJoCo, and elsewhere at the episode's reset with the
+    window of frames to draw (the running episode's actions are kept for that, no frames).
+    Frames of steps taken after an episode ended, before its reset, are counted but not
+    drawn (a tape cannot hold them).
 
     ``render=False`` records tapes only (render them later with ``rolltape render``).
     Videos wait in a queue of ``queue_size``; when it is full the video is dropped with a
@@ -111,6 +119,8 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if env.spec is None:
             raise UsageError("RecordTape needs an env made with gym.make (a replay rebuilds "
                              "it from its id); register your env and make it by id.")
+        _check_options(video_folder, name_prefix, formats, fps, close_timeout, width, height,
+                       backends)
         if episode_trigger is None and step_trigger is None:
             episode_trigger = capped_cubic_video_schedule
         self.episode_trigger, self.step_trigger = episode_trigger, step_trigger
@@ -130,6 +140,14 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         output_paths(self.video_folder, name_prefix, self.formats)  # refuses a bad format now
         spec = env.spec
         self._spec = env_spec(spec.id, dict(spec.kwargs or {}), spec.max_episode_steps)
+        if render and (width is not None or height is not None):
+            from rolltape.envs import check_sizing
+
+            try:  # refused now: each video would fail in its render process
+                check_sizing(spec.id, spec.id)
+            except UsageError:
+                raise UsageError(f"RecordTape's width and height cannot size {spec.id}, which "
+                                 "draws its frames at its own size; drop them.") from None
         self._mujoco = mujoco_data(env) is not None
         self.close_timeout = close_timeout
         self.renderer = BackgroundRenderer(
@@ -145,11 +163,18 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._frames = 0
         self._parts: list[str] = []  # tapes of the recording under way
         self._piece: _Piece | None = None
+        # The running episode. A step trigger may start a recording mid-episode; a replay
+        # can set the state there only on MuJoCo, so elsewhere the tape begins at the reset
+        # and the episode's steps so far are kept (one append per step, no observations).
+        self._keep_steps = step_trigger is not None and not self._mujoco
+        self._steps: list[tuple[Any, ...]] | None = None  # (action, reward, term, trunc[, obs])
+        self._steps_from = 0  # the episode step of _steps[0]
         self._reset_args: tuple[Any, ...] = (None, None, None)  # seed, options, rng
+        self._reset_obs: Any = None
+        self._episode_started = 0.0
         self._episode_step = 0
+        self._episode_over = False  # terminated or truncated, not reset yet
         self._episode_tape: str | None = None
-        self._waiting_for_reset = False  # a step trigger mid-episode on a non-MuJoCo env
-        self._warned_mid_episode = False
 
     # -- the Gymnasium API -------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -160,36 +185,43 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.episode_id += 1
         if self._piece is not None:  # reset before the episode ended: its piece ends here
             self._end_piece()
-        self._episode_step = 0
-        self._episode_tape = None
         self._reset_args = (seed, options, rng)
-        if self.recording and self.video_length == math.inf and not self._waiting_for_reset:
+        self._episode_started = time.perf_counter()
+        self._episode_step, self._episode_over, self._episode_tape = 0, False, None
+        self._steps, self._steps_from = ([] if self._keep_steps else None), 0
+        # RecordVideo's order: a whole-episode recording ends, an episode trigger starts
+        # one (ending any other), and a recording under way counts this reset's frame.
+        if self.recording and self.video_length == math.inf:
             self._stop()
         if self.episode_trigger is not None and self.episode_trigger(self.episode_id):
             self._start(f"{self.name_prefix}-episode-{self.episode_id}")
+        # Kept when a tape may begin at this reset (a copy: an env may reuse its buffer).
+        self._reset_obs = kept_obs(obs) if self.recording or self._keep_steps else None
         if self.recording:
-            self._waiting_for_reset = False
-            self._piece = _Piece(self.env, seed, options, rng, obs, 0, self.episode_id)
-            self._count_frame()
+            if self._steps is None:
+                self._steps = []
+            self._piece = _Piece(self.env, 0, 0, self._reset_obs, self.episode_id,
+                                 self._episode_started)
+            self._count_frame(0)
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.step_id += 1
         self._episode_step += 1
-        piece = self._piece
         if self.step_trigger is not None and self.step_trigger(self.step_id):
             self._start(f"{self.name_prefix}-step-{self.step_id}")
-            self._begin_mid_episode(obs)
-        elif piece is not None:
-            piece.steps.append((np.array(action, copy=True), reward, terminated, truncated,
-                                kept_obs(obs)))
-            if piece.physics is not None:
-                piece.physics.record()
-            if terminated or truncated:
-                piece.success, piece.metrics = info.get("is_success"), info.get("metrics")
-            self._count_frame()
+        steps = self._steps
+        if self.recording:
+            if steps is None:  # MuJoCo: a recording begins here, from this step's state
+                steps = self._steps = []
+                self._steps_from = self._episode_step - 1
+            steps.append((_kept(action), reward, terminated, truncated, kept_obs(obs)))
+            self._record_frame(obs, terminated or truncated, info)
+        elif steps is not None:
+            steps.append((_kept(action), reward, terminated, truncated))
         if terminated or truncated:
+            self._episode_over = True
             if self._piece is not None:
                 self._end_piece()
             if self._episode_tape is not None:
@@ -221,23 +253,26 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._stop()
         self.recording, self._name, self._frames, self._parts = True, name, 0, []
 
-    def _begin_mid_episode(self, obs: Any) -> None:
-        """A step trigger: the recording begins at the state after this step."""
-        if self._mujoco:
-            seed, options, rng = self._reset_args
-            self._piece = _Piece(self.env, seed, options, rng, obs, self._episode_step,
-                                 self.episode_id)
-            self._count_frame()
-            return
-        # Only a MuJoCo env's state can be set in a replay: elsewhere, begin at the reset.
-        self._waiting_for_reset = True
-        if not self._warned_mid_episode:
-            self._warned_mid_episode = True
-            warn(f"{self._name}: a tape can begin mid-episode only on a MuJoCo env (whose "
-                 "state a replay can set); on this env a step-triggered recording begins at "
-                 "the next reset.")
+    def _record_frame(self, obs: Any, done: bool, info: dict[str, Any]) -> None:
+        """The frame after this step belongs to the recording under way."""
+        piece, n = self._piece, self._episode_step
+        if piece is None and not self._episode_over:  # a step trigger mid-episode
+            if self._mujoco:  # the tape begins at this state, set by the replay
+                piece = _Piece(self.env, n, n, kept_obs(obs), self.episode_id,
+                               time.perf_counter())
+            else:  # the tape begins at the reset; its window, here
+                piece = _Piece(self.env, 0, n, self._reset_obs, self.episode_id,
+                               self._episode_started)
+            self._piece = piece
+        elif piece is not None and piece.physics is not None:
+            piece.physics.record()
+        if piece is not None and done:
+            piece.success, piece.metrics = info.get("is_success"), info.get("metrics")
+        self._count_frame(n)
 
-    def _count_frame(self) -> None:
+    def _count_frame(self, frame: int) -> None:
+        if self._piece is not None:
+            self._piece.last = frame
         self._frames += 1
         if self._frames > self.video_length:
             self._stop()
@@ -245,18 +280,25 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _end_piece(self) -> None:
         """Write the tape of the piece under way."""
         piece, self._piece = self._piece, None
-        assert piece is not None and self._name is not None
+        assert piece is not None and self._name is not None and self._steps is not None
         k = len(self._parts)
         path = self.video_folder / (f"{self._name}.npz" if k == 0 else
                                     f"{self._name}-part{k}.npz")
+        seed, options, rng = self._reset_args
+        steps = self._steps[piece.begin - self._steps_from:piece.last - self._steps_from]
         physics = piece.physics.arrays() if piece.physics is not None else (None, None, None)
-        if piece.steps:
-            fields = tape_fields(piece.seed, piece.options, piece.first, piece.steps, physics,
+        seen = piece.first == piece.begin  # every step of the tape has its observation
+        if not steps:  # a recording of one frame: a reset, or a trigger on the last step
+            fields = _no_steps(seed, options, piece.first_obs, self.env.action_space, physics)
+        else:
+            fields = tape_fields(seed, options, piece.first_obs if seen else 0,
+                                 steps if seen else [(*s[:4], 0) for s in steps], physics,
                                  piece.success, piece.metrics, piece.started)
-        else:  # a step trigger on an episode's last step: its one frame, no steps
-            fields = _no_steps(piece, self.env.action_space, physics)
-        tape = Tape(env=self._spec, policy={"kind": "training"}, reset_rng=piece.rng,
-                    start_step=piece.start_step,
+            if not seen:  # digests of the steps before the window were never taken
+                fields["obs_digest"] = None
+        window = None if seen else (piece.first, piece.last)
+        tape = Tape(env=self._spec, policy={"kind": "training"}, reset_rng=rng,
+                    start_step=piece.begin, window=window,
                     meta={"recording": self._name, "part": k, "episode": piece.episode,
                           "step": self.step_id}, **fields)
         try:
@@ -278,12 +320,58 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._end_piece()
         name, parts = self._name, self._parts
         self.recording, self._name, self._parts, self._frames = False, None, [], 0
-        self._waiting_for_reset = False
         if not parts or name is None:
             return
         if self.renderer is not None:
             self.renderer.submit(VideoJob(name, tuple(parts),
                                           output_paths(self.video_folder, name, self.formats)))
+
+
+def _kept(action: Any) -> Any:
+    """A copy of an array action (a caller may reuse its buffer); scalars are values."""
+    return action.copy() if isinstance(action, np.ndarray) else action
+
+
+def _check_options(video_folder: str | os.PathLike[str], name_prefix: str,
+                   formats: Sequence[str], fps: float | None, close_timeout: float,
+                   width: int | None, height: int | None,
+                   backends: str | Sequence[str]) -> None:
+    """Refuse RecordTape's options that would fail later (in a render, at close), each in
+    one sentence naming the option and the fix."""
+    from rolltape.pass2.backends import KNOWN_BACKENDS, parse_backends
+
+    def positive(x: Any) -> bool:
+        return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                and x > 0)
+
+    if Path(video_folder).exists() and not Path(video_folder).is_dir():
+        raise UsageError(f"RecordTape's video_folder '{video_folder}' is a file; give a folder "
+                         "(it is made when missing).")
+    if (not isinstance(name_prefix, str) or not name_prefix or "/" in name_prefix
+            or os.sep in name_prefix or name_prefix in (".", "..")):
+        raise UsageError(f"RecordTape's name_prefix must be a file name without path "
+                         f"separators, got {name_prefix!r:.60}; put folders in video_folder.")
+    if isinstance(formats, str) or not tuple(formats):
+        raise UsageError(f"RecordTape's formats must be a sequence of video formats such as "
+                         f"('mp4',), got {formats!r:.40}; pass render=False to record tapes "
+                         "only.")
+    if fps is not None and not positive(fps):
+        raise UsageError(f"RecordTape's fps must be a positive number of frames per second, "
+                         f"got {fps!r:.40}; pass None for the env's render_fps.")
+    for name, size in (("width", width), ("height", height)):
+        if size is not None and (not positive(size) or not isinstance(size, int)):
+            raise UsageError(f"RecordTape's {name} must be a positive number of pixels, got "
+                             f"{size!r:.40}; pass None for the env's own size.")
+    if not (isinstance(close_timeout, (int, float)) and not isinstance(close_timeout, bool)
+            and close_timeout >= 0 and not math.isnan(close_timeout)):
+        raise UsageError(f"RecordTape's close_timeout must be a number of seconds, 0 or more "
+                         f"(math.inf waits for every video), got {close_timeout!r:.40}.")
+    try:
+        parse_backends(backends)
+    except UsageError:
+        raise UsageError(f"RecordTape's backends must name GL backends from "
+                         f"{', '.join(KNOWN_BACKENDS)}, got {backends!r:.40}; pass, for "
+                         "example, backends=('egl', 'osmesa').") from None
 
 
 def capped_cubic_video_schedule(episode_id: int) -> bool:
@@ -294,15 +382,16 @@ def capped_cubic_video_schedule(episode_id: int) -> bool:
     return episode_id % 1000 == 0
 
 
-def _no_steps(piece: _Piece, space: gym.Space, physics: tuple[Any, Any, Any]
-              ) -> dict[str, Any]:
+def _no_steps(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
+              space: gym.Space, physics: tuple[Any, Any, Any]) -> dict[str, Any]:
+    """The fields of a tape of one frame and no steps."""
     from rolltape.pass1.rollout import digest_all
 
     dtype = space.dtype if space.dtype is not None else np.int64
-    return {"seed": piece.seed, "options": piece.options,
+    return {"seed": seed, "options": options,
             "actions": np.zeros((0, *(space.shape or ())), dtype=dtype),
             "rewards": np.zeros(0), "terminated": np.zeros(0, bool),
-            "truncated": np.zeros(0, bool), "obs_digest": digest_all([piece.first]),
+            "truncated": np.zeros(0, bool), "obs_digest": digest_all([first_obs]),
             "qpos": physics[1], "qvel": physics[2], "physics": physics[0],
             "wall_s": 0.0}
 
@@ -334,7 +423,11 @@ def record_sub_envs(env_fns: Sequence[Callable[[], gym.Env]],
     folder = str(Path(video_folder).absolute())
     fns = [_Recorded(fn, folder, f"{name_prefix}-env{i}", record) if i in chosen else fn
            for i, fn in enumerate(env_fns)]
-    mode = AutoresetMode.NEXT_STEP if autoreset_mode is None else AutoresetMode(autoreset_mode)
+    modes = [m.value for m in AutoresetMode]
+    given = autoreset_mode.value if isinstance(autoreset_mode, AutoresetMode) else autoreset_mode
+    if autoreset_mode is not None:
+        check_choice("autoreset_mode", given, modes)  # names what gymnasium accepts
+    mode = AutoresetMode.NEXT_STEP if autoreset_mode is None else AutoresetMode(given)
     cls = SyncVectorEnv if vectorization == "sync" else AsyncVectorEnv
     return cls(fns, autoreset_mode=mode)
 

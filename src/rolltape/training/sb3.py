@@ -44,6 +44,9 @@ except ImportError as exc:  # pragma: no cover - SB3 is in the test extra
                       ) from exc
 
 
+BEST_BY = ("mean_reward", "success_rate")  # what makes an evaluation the best so far
+
+
 def every(n: int) -> Callable[[int], bool]:
     """A trigger recording episodes 0, n, 2n, ... (picklable, for sub-env processes)."""
     return _Every(n)
@@ -116,6 +119,14 @@ class TapeCallback(BaseCallback):
     ``report.html``. ``video_timeout`` bounds the wait for pending videos at the end of
     training. ``eval_env`` / ``eval_env_kwargs`` / ``eval_max_episode_steps`` default to
     the training env's id and settings.
+
+    As SB3's ``EvalCallback``: ``best_model_save_path`` gets ``best_model.zip``, the
+    checkpoint of the best evaluation so far (by ``best_by``: ``"mean_reward"`` or
+    ``"success_rate"``); ``callback_on_new_best`` runs after an evaluation that is a new
+    best, ``callback_after_eval`` after every evaluation, each as the child of this callback
+    (``self.parent`` is this callback, with ``best_mean_reward`` and ``last_mean_reward``),
+    so SB3's ``StopTrainingOnRewardThreshold`` and ``StopTrainingOnNoModelImprovement`` work
+    unchanged; ``verbose=1`` prints each evaluation as SB3 does.
     """
 
     def __init__(self, record_every: int | None = 100, eval_every: int | None = None,
@@ -124,8 +135,14 @@ class TapeCallback(BaseCallback):
                  eval_env: str | None = None, eval_env_kwargs: dict[str, Any] | None = None,
                  eval_max_episode_steps: int | None = None, deterministic: bool = True,
                  eval_video: int = 0, video_timeout: float = 60.0,
-                 record_options: dict[str, Any] | None = None, verbose: int = 0) -> None:
+                 record_options: dict[str, Any] | None = None,
+                 best_model_save_path: str | Path | None = None, best_by: str = "mean_reward",
+                 callback_on_new_best: BaseCallback | None = None,
+                 callback_after_eval: BaseCallback | None = None, verbose: int = 0) -> None:
+        from rolltape.errors import check_choice
+
         super().__init__(verbose)
+        check_choice("best_by", best_by, BEST_BY)
         if record_every is not None:
             every(record_every)  # refuses a bad value now
         if eval_every is not None and (isinstance(eval_every, bool)
@@ -144,12 +161,42 @@ class TapeCallback(BaseCallback):
         self.evaluations: list[dict[str, Any]] = []
         self._video_paths: dict[str, Path] = {}  # tape -> its recording's video, read once
         self._next_eval = eval_every or 0
+        # The callback never stops training itself: what fails is skipped, the first failure
+        # of each kind ("evaluation", "save", "video", "summary") said once, all counted here.
+        self.failures: dict[str, int] = {}
+        self._eval_spec: tuple[str, dict[str, Any], int | None] | None = None
+        # EvalCallback's face: what its child callbacks read from their parent.
+        self.best_model_save_path = (None if best_model_save_path is None
+                                     else Path(best_model_save_path))
+        self.best_by = best_by
+        self.best_mean_reward, self.last_mean_reward = -math.inf, -math.inf
+        self.best_success_rate, self.last_success_rate = -math.inf, -math.inf
+        self.callback_on_new_best, self.callback_after_eval = (callback_on_new_best,
+                                                               callback_after_eval)
+        for child in self._children():
+            child.parent = self
 
     # -- SB3 hooks -----------------------------------------------------------------------
+    def _children(self) -> list[BaseCallback]:
+        return [c for c in (self.callback_on_new_best, self.callback_after_eval)
+                if c is not None]
+
+    def _init_callback(self) -> None:
+        for child in self._children():
+            child.init_callback(self.model)
+
+    def update_child_locals(self, locals_: dict[str, Any]) -> None:
+        for child in self._children():
+            child.update_locals(locals_)
+
     def _on_training_start(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         if self.record_every is not None:
             self._install_recorders()
+        if self.eval_every is not None:  # a mistake shows now, before the first rollout
+            self._eval_spec = self._check_eval_env()
+        for child in self._children():
+            child.on_training_start(self.locals, self.globals)
 
     def _on_step(self) -> bool:
         infos = self.locals.get("infos") or ()
@@ -162,11 +209,11 @@ class TapeCallback(BaseCallback):
                                       "monitor_length": episode.get("l")})
         if self.eval_every is not None and self.num_timesteps >= self._next_eval:
             self._next_eval += self.eval_every
-            self._evaluate()
+            return self._evaluate()
         return True
 
     def _on_rollout_end(self) -> None:
-        self._log_videos()
+        self._log_new_videos()
 
     def _on_training_end(self) -> None:
         if self.record_every is not None:
@@ -177,11 +224,25 @@ class TapeCallback(BaseCallback):
 
                 warn(f"{sum(left)} training video(s) were still rendering at the end of "
                      "training; they finish in the background (or when the env is closed).")
-        if self._log_videos():
+        if self._log_new_videos():
             # SB3 dumps its logger after each rollout; a video that finished after the last
             # one would otherwise never reach TensorBoard.
             self.logger.dump(self.num_timesteps)
-        self.write_summary()
+        self._write_summary()
+
+    # -- failures ------------------------------------------------------------------------
+    def _failed(self, kind: str, what: str, exc: BaseException) -> None:
+        """Count a failure of ``kind``; the first of each kind is said, with its cause."""
+        from rolltape.training.background import warn
+
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+        if self.failures[kind] == 1:
+            said = ((exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc))
+            lines = said.strip().splitlines()  # a traceback's last line says what happened
+            cause = lines[-1] if lines else type(exc).__name__
+            warn(f"TapeCallback could not {what} ({cause}); "
+                 f"training goes on without it, and later failures of this kind are counted "
+                 f"in failures[{kind!r}], not said again.")
 
     # -- recording -----------------------------------------------------------------------
     def _base_env(self) -> Any:
@@ -215,6 +276,15 @@ class TapeCallback(BaseCallback):
                                  f"{base.num_envs} sub-envs.")
             base.envs[i] = RecordTape(base.envs[i], folder, episode_trigger=every(self.record_every),
                                       name_prefix=f"train-env{i}", **self.record_options)
+
+    def _log_new_videos(self) -> int:
+        """:meth:`_log_videos`, whose failure (a tape or video that cannot be read) is
+        said once and skipped: a picture in TensorBoard is not worth the training run."""
+        try:
+            return self._log_videos()
+        except Exception as exc:
+            self._failed("video", "put the newest training video into the logger", exc)
+            return 0
 
     def _log_videos(self) -> int:
         """Note each newly rendered training video in its row and put the newest into
@@ -260,21 +330,116 @@ class TapeCallback(BaseCallback):
                 else dict(self.eval_env_kwargs),
                 self.eval_max_episode_steps or spec.max_episode_steps)
 
-    def _evaluate(self) -> None:
+    def _check_eval_env(self) -> tuple[str, dict[str, Any], int | None] | None:
+        """The eval env, checked as the evaluation's worker will make it (a fresh
+        interpreter, in this folder); None, said once, when it cannot be made there."""
+        from rolltape.training.background import warn
+
+        try:
+            env_id, kwargs, max_steps = self._eval_env_spec()
+            _check_env_in_a_worker(env_id)
+        except UsageError as exc:
+            self.failures["evaluation"] = 1
+            warn(f"TapeCallback will not evaluate: {str(exc).rstrip('.')} (training goes on "
+                 "without evaluations).")
+            return None
+        return env_id, kwargs, max_steps
+
+    def _evaluate(self) -> bool:
+        """One evaluation; a failure of it (or of a file it writes) skips it, said once.
+        Returns whether training goes on (False only when a child callback says stop)."""
+        if self._eval_spec is None:
+            return True  # the eval env cannot be made: said at the start of training
+        step = int(self.num_timesteps)
+        checkpoints = self.out / "checkpoints"
+        try:
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            model_path = self._save_model(checkpoints / f"step-{step}.zip")
+            vecnormalize = self._save_vecnormalize(checkpoints / f"step-{step}-vecnormalize.pkl")
+        except OSError as exc:
+            self._failed("save", f"save the checkpoint of step {step} (its evaluation is "
+                         "skipped)", exc)
+            return True
+        try:
+            entry = self._run_evaluation(step, model_path, vecnormalize)
+        except Exception as exc:  # a worker crash, an env the worker cannot make, a full disk
+            self._failed("evaluation", f"evaluate at step {step}", exc)
+            return True
+        self.evaluations.append(entry)
+        self._log_evaluation(entry)
+        try:
+            self._write_evaluations_npz()
+        except OSError as exc:
+            self._failed("save", "write evaluations.npz", exc)
+        go_on = self._after_evaluation(entry)
+        self._write_summary()
+        return go_on
+
+    def _after_evaluation(self, entry: dict[str, Any]) -> bool:
+        """EvalCallback's bookkeeping: the last and best numbers, ``best_model.zip`` and the
+        child callbacks; returns whether training goes on."""
+        mean = entry["mean_reward"] if entry["mean_reward"] is not None else -math.inf
+        rate = entry.get("success_rate", -math.inf)
+        self.last_mean_reward, self.last_success_rate = mean, rate
+        score, best = ((mean, self.best_mean_reward) if self.best_by == "mean_reward"
+                       else (rate, self.best_success_rate))
+        # Both bests are kept (StopTrainingOnRewardThreshold reads best_mean_reward);
+        # best_by says which one makes the best model.
+        self.best_mean_reward = max(self.best_mean_reward, mean)
+        self.best_success_rate = max(self.best_success_rate, rate)
+        go_on = True
+        if score > best:
+            if self.verbose >= 1:
+                print(f"New best {self.best_by.replace('_', ' ')}!")
+            entry["best"] = True
+            if self.best_model_save_path is not None:
+                self._save_best(Path(entry["checkpoint"]))
+            if self.callback_on_new_best is not None:
+                go_on = bool(self.callback_on_new_best.on_step())
+        if self.callback_after_eval is not None:
+            go_on = bool(self.callback_after_eval.on_step()) and go_on
+        return go_on
+
+    def _save_best(self, checkpoint: Path) -> None:
+        """``best_model.zip``: a copy of the best evaluation's checkpoint, written atomically."""
+        import shutil
+
+        assert self.best_model_save_path is not None
+        try:
+            self.best_model_save_path.mkdir(parents=True, exist_ok=True)
+            with open(checkpoint, "rb") as src, \
+                    atomic_file(self.best_model_save_path / "best_model.zip") as dst:
+                shutil.copyfileobj(src, dst)
+        except OSError as exc:
+            self._failed("save", "save best_model.zip", exc)
+
+    def _save_model(self, path: Path) -> Path:
+        """``model.save`` into a temporary sibling, renamed into place: a full disk leaves
+        no half-written zip."""
+        with atomic_file(path) as f:
+            self.model.save(f)
+        return path
+
+    def _save_vecnormalize(self, path: Path) -> Path | None:
+        """The VecNormalize statistics of this moment (applied frozen in the eval), saved
+        atomically as ``VecNormalize.save`` would (a pickle), or None without them."""
+        import pickle
+
+        stats = self.model.get_vec_normalize_env()
+        if stats is None:
+            return None
+        with atomic_file(path) as f:
+            pickle.dump(stats, f)
+        return path
+
+    def _run_evaluation(self, step: int, model_path: Path, vecnormalize: Path | None
+                        ) -> dict[str, Any]:
+        """Evaluate the checkpoint as a rolltape run; its numbers as one entry."""
         from rolltape.evaluation import evaluate
         from rolltape.stats import wilson_interval
 
-        step = int(self.num_timesteps)
-        checkpoints = self.out / "checkpoints"
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        model_path = checkpoints / f"step-{step}.zip"
-        self.model.save(model_path)
-        vecnormalize = None
-        stats = self.model.get_vec_normalize_env()
-        if stats is not None:  # the statistics of this moment, applied frozen in the eval
-            vecnormalize = checkpoints / f"step-{step}-vecnormalize.pkl"
-            stats.save(str(vecnormalize))
-        env_id, env_kwargs, max_steps = self._eval_env_spec()
+        assert self._eval_spec is not None
+        env_id, env_kwargs, max_steps = self._eval_spec
         started = time.perf_counter()
         run = evaluate(env_id, f"sb3:{model_path}", vecnormalize=vecnormalize,
                        algo=type(self.model).__name__.lower(), episodes=self.eval_episodes,
@@ -291,23 +456,39 @@ class TapeCallback(BaseCallback):
             "mean_reward": float(np.mean(finite)) if finite else None,
             "std_reward": float(np.std(finite)) if finite else None,
             "mean_ep_length": float(np.mean(lengths)), "run": str(run.path),
-            "seconds": time.perf_counter() - started}
+            "checkpoint": str(model_path), "seconds": time.perf_counter() - started}
         entry["ci"] = _mean_ci(finite)
-        self.logger.record("eval/mean_reward", entry["mean_reward"])
-        self.logger.record("eval/mean_ep_length", entry["mean_ep_length"])
         known = [s for s in successes if s is not None]
         if known:
             low, high = wilson_interval(sum(known), len(known))
             entry.update(success_rate=sum(known) / len(known), success_low=low,
                          success_high=high)
+        return entry
+
+    def _log_evaluation(self, entry: dict[str, Any]) -> None:
+        """The eval/ keys SB3's EvalCallback logs (and prints, with ``verbose``), dumped at
+        the evaluation's step."""
+        if self.verbose >= 1:
+            returns = [r for r in entry["returns"] if r is not None]
+            print(f"Eval num_timesteps={entry['step']}, episode_reward="
+                  f"{np.mean(returns) if returns else math.nan:.2f} +/- "
+                  f"{np.std(returns) if returns else math.nan:.2f}")
+            print(f"Episode length: {np.mean(entry['lengths']):.2f} +/- "
+                  f"{np.std(entry['lengths']):.2f}")
+            if "success_rate" in entry:
+                print(f"Success rate: {100 * entry['success_rate']:.2f}%")
+        if entry["mean_reward"] is not None:
+            self.logger.record("eval/mean_reward", entry["mean_reward"])
+        self.logger.record("eval/mean_ep_length", entry["mean_ep_length"])
+        if "success_rate" in entry:
             self.logger.record("eval/success_rate", entry["success_rate"])
-            self.logger.record("eval/success_rate_low", low)
-            self.logger.record("eval/success_rate_high", high)
-        self.logger.record("time/total_timesteps", step, exclude="tensorboard")
-        self.logger.dump(step)
-        self.evaluations.append(entry)
-        self._write_evaluations_npz()
-        self.write_summary()
+            self.logger.record("eval/success_rate_low", entry["success_low"])
+            self.logger.record("eval/success_rate_high", entry["success_high"])
+        self.logger.record("time/total_timesteps", entry["step"], exclude="tensorboard")
+        try:
+            self.logger.dump(entry["step"])
+        except OSError as exc:
+            self._failed("save", "write the training log", exc)
 
     def _write_evaluations_npz(self) -> None:
         """``evaluations.npz`` as SB3's EvalCallback writes it: timesteps, results
@@ -325,6 +506,14 @@ class TapeCallback(BaseCallback):
             np.savez(f, **arrays)
 
     # -- the run's record ------------------------------------------------------------------
+    def _write_summary(self) -> None:
+        try:
+            self.write_summary()
+        except OSError as exc:
+            self._failed("save", "write training.json and report.html", exc)
+        except Exception as exc:  # the timeline picture of numbers matplotlib refuses
+            self._failed("summary", "draw the training summary", exc)
+
     def write_summary(self) -> None:
         """``training.json``, ``timeline.png`` and ``report.html`` under ``out``."""
         from rolltape.training.timeline import draw_timeline, timeline_report
@@ -334,6 +523,36 @@ class TapeCallback(BaseCallback):
         picture = draw_timeline(self.evaluations, self.recorded, self.out / "timeline.png")
         write_text(self.out / "report.html", timeline_report(self.out, picture,
                                                              self.evaluations, self.recorded))
+
+
+_CHECK_TIMEOUT = 120.0  # seconds a fresh interpreter may take to look the eval env up
+
+
+def _check_env_in_a_worker(env_id: str) -> None:
+    """Refuse an env id that a fresh interpreter in this folder (as the evaluation's
+    worker is) does not know: one registered by the training script only."""
+    import subprocess
+
+    from rolltape.interpreter import python_command
+
+    program = "import sys\nfrom rolltape.envs import env_spec\nenv_spec(sys.argv[1])"
+    try:
+        done = subprocess.run(python_command(program, env_id, keep_cwd=True),
+                              capture_output=True, text=True, timeout=_CHECK_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"the eval env '{env_id}' could not be looked up within "
+                         f"{_CHECK_TIMEOUT:g} s in a fresh interpreter (its module hangs "
+                         "on import); fix that module or pass another eval_env.") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["it exited with an error"])[-1]
+        said = said.partition(": ")[2] or said  # the message, without the error's type
+        why = ("is not registered there" if said.startswith("Unknown env id")
+               else f"fails there: {said.rstrip('.')}")
+        raise UsageError(
+            f"the eval env '{env_id}' cannot be made in the evaluation's worker process, "
+            f"which does not run the training script ({why}); pass "
+            f"eval_env='module:{env_id.rpartition(':')[2]}' naming the module that "
+            "registers it.")
 
 
 def _mean_ci(values: list[float]) -> list[float] | None:
