@@ -25,9 +25,11 @@ from typing import Callable, Sequence
 from rolltape.errors import UsageError, check_choice
 from rolltape.pass2.backends import DEFAULT_ORDER
 from rolltape.pass2.replay import RenderRequest, RenderResult
+from rolltape.pass2.formats import TABLE
 
 FULL_POLICIES = ("drop", "block")
-VIDEO_FORMATS = ("mp4", "webm")  # a recording of several tapes is joined packet by packet
+# A recording of several tapes is joined packet by packet: the formats that join so.
+VIDEO_FORMATS = tuple(name for name, f in TABLE.items() if f.join == "packets")
 
 
 class RecordingWarning(UserWarning):
