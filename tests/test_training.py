@@ -468,6 +468,29 @@ def test_the_callback_evaluates_as_rolltape_runs(dummy_run) -> None:
     assert "timeline.png" in report and Path(callback.recorded[0]["video"]).name in report
 
 
+def test_the_training_page_shows_every_episode_and_plays_the_recorded_ones(dummy_run) -> None:
+    """Every training episode's return (Monitor) and the evaluations are drawn, each
+    recorded episode's marker links to its verified video, played inline, and each
+    evaluation links its run."""
+    import re
+
+    callback, out = dummy_run
+    page = (out / "report.html").read_text()
+    assert page.count("<script") == 0 and "style.css" not in page  # self-contained
+    drawn = dict(re.findall(r'data-key="(\w+)" data-xs=\'([^\']*)\'', page))
+    assert json.loads(drawn["episodes"]) == [float(s) for s, _, _ in callback.episodes]
+    assert len(callback.episodes) == len(json.loads((out / "training.json").read_text())
+                                         ["episodes"]) > len(callback.recorded)
+    assert json.loads(drawn["evaluations"]) == [float(e["step"]) for e in callback.evaluations]
+    for k, row in enumerate(callback.recorded):
+        assert f'<a href="#video-{k}">' in page and f'id="video-{k}"' in page
+        assert f'src="{Path(row["video"]).relative_to(out)}"' in page
+    assert page.count("verified: the replay earned exactly what training earned") == \
+        len(callback.recorded)
+    for e in callback.evaluations:
+        assert f'href="evals/{Path(e["run"]).name}/results.json"' in page
+
+
 def test_a_rendered_training_video_reaches_tensorboard(dummy_run) -> None:
     """The video finishes in the background, often after SB3's last logger dump: the
     callback dumps it at the end of training, as an animated image of the recorded size."""

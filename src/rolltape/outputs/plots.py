@@ -52,6 +52,7 @@ class Series:
     end_tip: str | None = None  # a dot at the last point with this tooltip
     band: tuple[Sequence[float], Sequence[float]] | None = None  # (lows, highs): a shaded CI
     key: str | None = None  # names what is drawn: the values go into data-* attributes
+    links: Sequence[str | None] | None = None  # links[i]: where clicking point i goes
 
 
 @dataclass
@@ -298,11 +299,14 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
     items = [(s.label, s.color, s.dash, "line" if s.line else "dot") for s in series]
     items += list(extra_legend)
     y = _Axis(min(ys), max(ys), integer=integer_y)
-    left, right = _left_margin(y), WIDTH - 16
+    x = _Axis(min(xs), max(xs), integer=integer_x, extend=False, count=7)
+    # The last x label is centred on its tick: room for its half ('50,000' was cut off).
+    last = x.label(x.ticks[-1]) if x.ticks else ""
+    left, right = _left_margin(y), WIDTH - max(16.0, len(last) * CHAR_W / 2 + 4)
     rows = _legend_rows(items, left)
     top, bottom = 26 + 18 * len(rows), height - 50
     y.place(bottom, top)
-    x = _Axis(min(xs), max(xs), integer=integer_x, extend=False, count=7).place(left, right)
+    x.place(left, right)
     out = _open(title, desc, height, uid)
     out += _legend(rows, 14)
     out += _frame(x, y, left, top, right, bottom, xlabel, ylabel)
@@ -332,8 +336,10 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
                 style = (' fill="#fff" stroke-width="1.4"' if hollow
                          else ' stroke="#fff" stroke-width="0.6"')
                 tip = f"<title>{escape(tips[i])}</title>" if tips else ""
-                out.append(f'<circle cx="{_f(x(a))}" cy="{_f(y(b))}" r="{radius}"{style}>'
-                           f"{tip}</circle>")
+                dot = (f'<circle cx="{_f(x(a))}" cy="{_f(y(b))}" r="{radius}"{style}>'
+                       f"{tip}</circle>")
+                link = s.links[i] if s.links is not None else None
+                out.append(f'<a href="{escape(link)}">{dot}</a>' if link else dot)
         if s.end_tip and sx:
             out.append(f'<circle cx="{_f(x(sx[-1]))}" cy="{_f(y(sy[-1]))}" r="3.6" '
                        f'stroke="#fff" stroke-width="1">'

@@ -158,6 +158,7 @@ class TapeCallback(BaseCallback):
         self.eval_video, self.video_timeout = eval_video, video_timeout
         self.record_options = dict(record_options or {})
         self.recorded: list[dict[str, Any]] = []  # one row per recorded episode (tape)
+        self.episodes: list[tuple[int, float, int]] = []  # (step, return, length) per episode
         self.evaluations: list[dict[str, Any]] = []
         self._video_paths: dict[str, Path] = {}  # tape -> its recording's video, read once
         self._next_eval = eval_every or 0
@@ -201,9 +202,13 @@ class TapeCallback(BaseCallback):
     def _on_step(self) -> bool:
         infos = self.locals.get("infos") or ()
         for i, info in enumerate(infos):
+            episode = info.get("episode")  # SB3's Monitor, on an episode's last step
+            if episode is not None:
+                self.episodes.append((int(self.num_timesteps), float(episode["r"]),
+                                      int(episode["l"])))
             tape = info.get(INFO_KEY)
             if tape is not None:
-                episode = info.get("episode") or {}
+                episode = episode or {}
                 self.recorded.append({"step": int(self.num_timesteps), "env": i, "tape": tape,
                                       "monitor_return": episode.get("r"),
                                       "monitor_length": episode.get("l")})
@@ -518,11 +523,18 @@ class TapeCallback(BaseCallback):
         """``training.json``, ``timeline.png`` and ``report.html`` under ``out``."""
         from rolltape.training.timeline import draw_timeline, timeline_report
 
+        episodes = [{"step": s, "return": r, "length": n} for s, r, n in self.episodes]
         write_json(self.out / "training.json", json.loads(json.dumps(
-            {"recorded": self.recorded, "evaluations": self.evaluations}, default=str)))
+            {"recorded": self.recorded, "evaluations": self.evaluations, "episodes": episodes},
+            default=str)))
         picture = draw_timeline(self.evaluations, self.recorded, self.out / "timeline.png")
-        write_text(self.out / "report.html", timeline_report(self.out, picture,
-                                                             self.evaluations, self.recorded))
+        try:  # the title: what was trained on what (a VecEnv without specs has no id)
+            env_id = self.training_env.get_attr("spec", [0])[0].id
+        except Exception:
+            env_id = "its env"
+        write_text(self.out / "report.html", timeline_report(
+            self.out, picture, self.evaluations, self.recorded, self.episodes,
+            steps=int(self.num_timesteps), title=f"{type(self.model).__name__} on {env_id}"))
 
 
 _CHECK_TIMEOUT = 120.0  # seconds a fresh interpreter may take to look the eval env up
