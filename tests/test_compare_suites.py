@@ -207,4 +207,4 @@ def test_a_strip_across_suite_runs_replays_on_the_tasks_env(sweep, tmp_path):
     assert strip["task"] in TASKS and strip["labels"] == [r.label for r in runs]
     key = next(k for k in runs[-1].rows if f"{k[0]}/{k[1]}" == strip["task"]
                and k[2] == strip["seed"])
-    assert count_frames(tmp_path / "strip.mp4") == sum(r.rows[key]["length"] + 1 for r in runs)
+    assert count_frames(tmp_path / "strip.mp4") == sum(r.rows[key].length + 1 for r in runs)

@@ -229,7 +229,7 @@ def test_exit_codes_reach_the_shell(work: Path) -> None:
 
 
 def test_video_best_and_worst_pick_several_lowest_index_on_ties() -> None:
-    rows = [{"return": r} for r in (1.0, 5.0, 3.0, 5.0, 1.0, 2.0)]
+    rows = [1.0, 5.0, 3.0, 5.0, 1.0, 2.0]  # the episodes' returns
     assert select_episodes("best", rows) == [1]  # 1 and 3 tie: the lower index
     assert select_episodes("best:3", rows) == [1, 2, 3]
     assert select_episodes("worst", rows) == [0]

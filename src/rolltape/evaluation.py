@@ -93,17 +93,19 @@ def check_video(selection: int | str | Sequence[int], episodes: int) -> None:
                              f"0..{episodes - 1}.")
 
 
-def select_episodes(selection: int | str | Sequence[int], rows: Sequence[Episode]) -> list[int]:
+def select_episodes(selection: int | str | Sequence[int],
+                    returns: Sequence[float | None]) -> list[int]:
     """Which episodes get a video: a count (the first N), 'all', 'best', 'worst', 'median'
     (``best:3``: the three best), or explicit indices like '0,7,12'; several words may be
-    joined with commas. Among equal returns the lowest index comes first."""
-    n = len(rows)
+    joined with commas; ``returns`` are the episodes' (None: not a finite number). Among equal
+    returns the lowest index comes first."""
+    n = len(returns)
     check_video(selection, n)
     # Highest return first, lowest index first among equals (and the same for worst); an
     # episode whose return is not a finite number (None) is neither best nor worst.
-    ranked = [i for i in range(n) if rows[i].ret is not None]
-    best = sorted(ranked, key=lambda i: (-rows[i].ret, i))  # type: ignore[operator]
-    worst = sorted(ranked, key=lambda i: (rows[i].ret, i))
+    ranked = [i for i in range(n) if returns[i] is not None]
+    best = sorted(ranked, key=lambda i: (-returns[i], i))  # type: ignore[operator]
+    worst = sorted(ranked, key=lambda i: (returns[i], i))
     n_ranked = len(ranked)
     picked: list[int] = []
     for kind, k in video_picks(selection):
@@ -480,7 +482,7 @@ def _rules(targets: list[Target]) -> dict[tuple[Any, Any], str]:
 def _picked(cfg: EvalConfig, played: list[Episode], target: Target) -> list[int]:
     """Positions in ``played`` of the target's episodes that ``--video`` picks (per task)."""
     mine = [p for p, e in enumerate(played) if e.key.task_key == target.where]
-    return [mine[k] for k in select_episodes(cfg.video, [played[p] for p in mine])]
+    return [mine[k] for k in select_episodes(cfg.video, [played[p].ret for p in mine])]
 
 
 def _key(row: dict[str, Any]) -> EpisodeKey:

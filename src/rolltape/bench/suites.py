@@ -85,7 +85,7 @@ def bench_suite_aggregation(ctx: Context) -> dict[str, Any]:
                           "results.json / the suite's pass1_s",
         baseline=f"pass 1 of the suite (2 workers): {pass1:.2f} s",
         measured=f"aggregation + writing: {spent * 1000:.1f} ms",
-        raw={"aggregate_s": times, "pass1_s": pass1, "episodes": len(rows["policy"])},
+        raw={"aggregate_s": times, "pass1_s": pass1, "episodes": len(results.episodes)},
         notes=["the stratified bootstrap of the unweighted mean of task rates (2000 "
                "resamples per suite and overall) and the per-task return bootstrap are "
                "included"])
