@@ -73,6 +73,29 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def marked(mark: str) -> dict[int, str]:
+    """Live processes (pid: command line) whose environment carries
+    ``ROLLTAPE_TEST_RUN=mark``: the orchestrator and every process it started (a child
+    inherits its environment)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if f"ROLLTAPE_TEST_RUN={mark}".encode() in environ.split(b"\0") and state != "Z":
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def count(processes: dict[int, str], entry_point: str) -> int:
+    return sum(entry_point in cmdline for cmdline in processes.values())
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
     """Run the real `rolltape` command in a subprocess and capture what it prints."""

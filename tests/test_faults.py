@@ -22,7 +22,7 @@ import pytest
 from rolltape import Tape, evaluate
 from rolltape.errors import RunFailed, UsageError
 
-from conftest import interruptible
+from conftest import count, interruptible, marked
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = "tests.assets.toy_envs:FaultToy-v0"
@@ -406,3 +406,82 @@ def test_a_full_disk_for_the_report_keeps_the_run(small_disk):
     assert len(results["episodes_rows"]) == 2
     assert not (out / "viewer").exists()
     assert not [p for p in out.rglob("*") if "partial" in p.name or ".old-" in p.name]
+
+
+# -- no worker outlives its run ---------------------------------------------------------
+
+CHEETAH_VIDEO = ["HalfCheetah-v5", "--max-episode-steps", "3000", "--format", "gif",
+                 "--width", "320", "--height", "240", "--render-workers", "3"]
+ORPHANS = {  # SIGKILL the orchestrator while: (eval's arguments, pass 1 done, its workers)
+    # a pass-1 worker stuck in env.step (a hung env), warm render workers waiting for jobs
+    "pass1": ([*faulty(Path("run"), "hang", "--video", "all", "--render-workers", "3",
+                       at_seed=1, episodes=3)[1:]], False,
+              {"policy_worker": 1, "render_worker": 3}),
+    # render workers each drawing a long segment (minutes of work)
+    "pass2": ([*CHEETAH_VIDEO, "--episodes", "1", "--video", "all"], True,
+              {"render_worker": 3}),
+    # render workers that a thread started (pass 2 beside pass 1), drawing episode 0
+    "render-early": ([*CHEETAH_VIDEO, "--episodes", "40", "--video", "1", "--render-early"],
+                     False, {"policy_worker": 1, "render_worker": 3}),
+}
+
+
+@pytest.mark.parametrize("when", ORPHANS)
+def test_no_worker_outlives_a_sigkilled_orchestrator(tmp_path, when):
+    """A harness timeout SIGKILLs the command: every process it started, busy or idle,
+    exits within 5 s (a busy one would otherwise finish its episode or video first)."""
+    args, pass1_done, workers = ORPHANS[when]
+    args = [str(tmp_path / "run") if a == "run" else a for a in args]
+    mark = f"{when}-{os.getpid()}-{time.monotonic_ns()}"
+    results = staging(tmp_path / "run") / "results.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolltape.cli", "eval", *args, "--quiet", "--no-report",
+         "--out", str(tmp_path / "run")], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, env={**os.environ, "ROLLTAPE_TEST_RUN": mark},
+        start_new_session=True)
+
+    def ready() -> bool:
+        running = marked(mark)
+        return proc.poll() is not None or (results.is_file() == pass1_done and all(
+            count(running, name) >= n for name, n in workers.items()))
+
+    try:
+        wait_for(ready, timeout=90)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.5)  # the render workers are drawing, pass 1's is in its episode
+        started = marked(mark)
+        proc.kill()
+        proc.wait(5)
+        end = time.monotonic() + 5
+        while marked(mark) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not marked(mark), f"alive 5 s after SIGKILL: {marked(mark)} of {started}"
+    finally:
+        for pid in marked(mark):  # never leave them to the rest of the suite
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_started_by_a_thread_outlives_the_thread_not_the_process():
+    """PR_SET_PDEATHSIG fires when the *thread* that started a child ends: a worker that a
+    short-lived thread asked for (pass 2 beside pass 1) must live on until it is stopped."""
+    import threading
+
+    from rolltape.executors.launch import spawn_worker, stop_worker
+    from rolltape.pass2.replay import render_worker
+
+    started = []
+
+    def start_and_end() -> None:
+        started.append(spawn_worker(render_worker, None, 0, 0, cwd_on_path=False))
+        time.sleep(1.5)  # the child has armed its guard by now (it fires for a later end)
+
+    thread = threading.Thread(target=start_and_end)
+    thread.start()
+    thread.join()
+    time.sleep(1.0)  # longer than the orphan guard's look at its parent
+    worker = started[0]
+    try:
+        assert worker.alive()
+    finally:
+        stop_worker(worker)
+    assert worker.proc.returncode == 0

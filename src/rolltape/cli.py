@@ -403,8 +403,9 @@ def verify(
 
 
 def check_workers(workers: int) -> None:
-    if workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}.")
+    from rolltape.executors.launch import check_worker_count
+
+    check_worker_count("--workers", workers)
 
 
 def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,

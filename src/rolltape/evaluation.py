@@ -33,11 +33,12 @@ from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.envs import env_spec, json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
-from rolltape.executors.launch import signals_deferred, sigterm_raises, stop_workers
+from rolltape.executors.launch import (check_worker_count, signals_deferred, sigterm_raises,
+                                       stop_workers)
 from rolltape.progress import Progress
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
-from rolltape.rendering import render, warm_render_workers
-from rolltape.executors.local import run_shares
+from rolltape.rendering import prestart_render_workers, render
+from rolltape.executors.local import Prestart, run_shares
 from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, PolicyJob, playing,
                                     split_jobs)
 from rolltape.pass1.worker import policy_worker
@@ -226,10 +227,10 @@ class EvalConfig(RenderOptions):
                              "in its manifest.")
         if self.episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
-        if self.workers < 1 or self.render_workers < 0:
-            raise UsageError("--workers must be at least 1 and --render-workers 0 (one per "
-                             "core) or more.")
         check_choice("--executor", self.executor, EXECUTORS)
+        local = self.executor == "local"
+        check_worker_count("--workers", self.workers, local=local)
+        check_worker_count("--render-workers", self.render_workers, 0, local)  # 0: per core
         if self.baseline not in (None, "random"):
             raise UsageError(f"--baseline '{self.baseline}' is not supported; use 'random' "
                              "or leave it off.")
@@ -432,9 +433,9 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     with Progress(show_progress) as bar, _warm_render_workers(cfg, targets) as warm:
         started = time.perf_counter()
         early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
-        try:
+        try:  # warm workers start with the first episode done: the run then goes ahead
             rows, descriptions, failed = _pass1(root, targets, cfg, warnings, bar,
-                                                on_row=early.offer if early else None)
+                                                on_row=early.offer if early else warm.start)
         except BaseException:
             if early is not None:
                 early.cancel()
@@ -707,12 +708,12 @@ def _needs_returns(selection: Any) -> bool:
 
 
 @contextmanager
-def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[list[Any]]:
+def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Prestart]:
     """Pass 2's local workers, started while pass 1 plays (at a low CPU priority, so that
     pass 1 keeps its speed): a small job then does not wait for interpreters and imports
     after its numbers are done. Whatever pass 2 did not use is stopped at the end."""
     if not cfg.wants_video or cfg.executor != "local" or cfg.renders_early:
-        yield []
+        yield Prestart()
         return
     workers = cfg.render_workers or os.cpu_count() or 1
     if not _needs_returns(cfg.video):  # a count or indices: no more workers than videos
@@ -721,8 +722,8 @@ def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[lis
             counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
             # Long episodes are split across workers, so one video can use them all.
             workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
-    warm = warm_render_workers(cfg.backends, workers,
-                               [cfg.env if t.task is None else t.task.env for t in targets])
+    warm = prestart_render_workers(cfg.backends, workers,
+                                   [cfg.env if t.task is None else t.task.env for t in targets])
     try:
         yield warm
     finally:
