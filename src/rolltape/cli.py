@@ -38,6 +38,8 @@ err = Console(stderr=True, soft_wrap=True)  # a message stays one line, for grep
 CAMERA_HELP = "default, free, a model camera NAME, or track:BODY; repeat for several."
 LAYOUT_HELP = "single, horizontal, vertical, grid, or separate (one file per camera)."
 QUALITY_HELP = "full (exactly env.render()), balanced, or fast (no shadows/reflections/MSAA)."
+TRUST_HELP = ("MODULE: replay tapes whose env id names this module (MODULE:EnvId) as if "
+              "given with --env; repeatable. Packages of Gymnasium envs need no flag.")
 BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 
 
@@ -340,6 +342,7 @@ def render(
     env: Optional[str] = typer.Option(
         None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
                    "tape's; a tape of your own env needs it: tapes never import code."),
+    trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
     backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
     workers: int = typer.Option(1, help="Render processes."),
     rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
@@ -372,7 +375,8 @@ def render(
         requests.append(RenderRequest(str(tape), artifact_paths(base, video_format), mode=mode,
                                       width=width, height=height, cameras=tuple(camera or ()),
                                       layout=layout, overlay=overlay, fps=fps, rtol=rtol,
-                                      atol=atol, overwrite=overwrite, env_id=env,
+                                      atol=atol, overwrite=overwrite,
+                                      env_id=trusted_env(tape, env, trust_module),
                                       quality=quality))
     results = _run_with_bar(requests, backends, workers, quiet)
     diverged = _print_replays(results)
@@ -387,6 +391,7 @@ def verify(
     env: Optional[str] = typer.Option(
         None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
                    "tape's; a tape of your own env needs it: tapes never import code."),
+    trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
     workers: int = typer.Option(1, help="Verification processes."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
@@ -396,10 +401,24 @@ def verify(
 
     check_render_options(rtol=rtol, atol=atol)
     check_workers(workers)
-    requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol, env_id=env) for t in tapes]
+    requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol,
+                              env_id=trusted_env(t, env, trust_module)) for t in tapes]
     results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
     if _print_replays(results):
         raise DivergenceError("Some tapes did not replay exactly; see the first divergent step above.")
+
+
+def trusted_env(tape: Path, env: str | None, trusted: list[str] | None) -> str | None:
+    """The env a tape replays on, as if the user named it: ``--env``, else the tape's own
+    id when its module is one ``--trust-module`` names (a tape's other env modules are
+    imported only if they are packages of Gymnasium envs: rolltape.envs.env_package)."""
+    if env is not None or not trusted:
+        return env
+    from rolltape.tape import Tape
+
+    own = Tape.load(tape).env_id
+    module = own.partition(":")[0] if ":" in own else ""
+    return own if module and module.partition(".")[0] in trusted else None
 
 
 def check_workers(workers: int) -> None:
