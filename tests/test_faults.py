@@ -242,19 +242,27 @@ def test_ctrl_c_in_pass_two_keeps_the_numbers(tmp_path):
     assert not [p for p in out.rglob("*") if "partial" in p.name or "segment" in p.name]
 
 
-def test_ctrl_c_in_render_keeps_finished_files_only(tmp_path):
+@pytest.mark.parametrize("signum, status, heading", [
+    (signal.SIGINT, 130, "Interrupted: "), (signal.SIGTERM, 143, "Interrupted (SIGTERM): ")],
+    ids=["SIGINT", "SIGTERM"])
+def test_a_signal_in_render_keeps_finished_files_only(tmp_path, signum, status, heading):
     run = evaluate(FAULTY, env_kwargs={"fault": "slow", "at_seed": None}, episodes=20,
                    out=tmp_path / "run", report=False)
     tapes = sorted(str(p) for p in (run.path / "tapes").glob("*.npz"))
     videos = tmp_path / "videos"
     proc = start("render", *tapes, "--env", FAULTY, "--out", f"{videos}/", "--format", "gif",
                  "--quiet")
-    wait_for(lambda: len(list(videos.glob("*.gif"))) >= 2)
-    os.killpg(proc.pid, signal.SIGINT)
+    def finished() -> list[Path]:  # a video being written is a .partial-*.gif
+        return [p for p in videos.glob("*.gif") if "partial" not in p.name]
+
+    wait_for(lambda: len(finished()) >= 2)
+    os.killpg(proc.pid, signum)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "of 20 tape(s) were finished" in one_line(stderr)
+    line = one_line(stderr)
+    assert proc.returncode == status and "of 20 tape(s) were finished" in line
+    assert line.startswith(f"rolltape: {heading}")
     wait_for(lambda: group_is_gone(proc.pid), timeout=10)
-    assert 2 <= len(list(videos.glob("*.gif"))) < 20
+    assert 2 <= len(finished()) < 20
     assert not [p for p in videos.rglob("*") if "partial" in p.name]
 
 
@@ -485,3 +493,59 @@ def test_a_worker_started_by_a_thread_outlives_the_thread_not_the_process():
     finally:
         stop_worker(worker)
     assert worker.proc.returncode == 0
+
+
+# -- every verb stops on SIGTERM as eval does ---------------------------------------------
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has installed a handler for ``signum`` (/proc: SigCgt)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(int(line.split()[1], 16) for line in status.splitlines()
+                if line.startswith("SigCgt:"))
+    return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two runs on the same seeds, large enough that compare takes a moment to write."""
+    root = tmp_path_factory.mktemp("compare")
+    for name in ("a", "b"):
+        done = cli("eval", FAULTY, "-n", "2000", "--seed", "0", "--quiet", "--no-report",
+                   "--out", str(root / name))
+        assert done.returncode == 0, done.stderr
+    return root / "a", root / "b"
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("when", ["started", "writing"])
+def test_a_signal_stops_compare_with_one_line_and_no_half_comparison(two_runs, tmp_path,
+                                                                     when, signum, status):
+    """compare had no SIGTERM handler (killed with no word). Sent once the command has
+    started, or while it writes its folder (the process is held with SIGSTOP meanwhile,
+    so that the signal lands there), it says so in one line, exits 143 (130) and leaves no
+    comparison.json without its html."""
+    out = tmp_path / "cmp"
+    proc = start("compare", *map(str, two_runs), "--out", str(out))
+    try:
+        if when == "started":
+            wait_for(lambda: catches(proc.pid, signal.SIGTERM), timeout=30)
+        else:
+            end = time.monotonic() + 60
+            while not out.exists() and proc.poll() is None and time.monotonic() < end:
+                time.sleep(0.001)  # it writes for ~50 ms: wait_for's 50 ms steps are too coarse
+            proc.send_signal(signal.SIGSTOP)
+            assert not (out / "comparison.html").exists()  # caught before it finished
+        proc.send_signal(signum)
+        proc.send_signal(signal.SIGCONT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == status, stderr
+    heading = "Interrupted (SIGTERM)" if signum == signal.SIGTERM else "Interrupted"
+    assert one_line(stderr).startswith(f"rolltape: {heading}: `rolltape compare` stopped")
+    assert not out.exists()

@@ -450,7 +450,8 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
                 return render_tapes(requests, backends=backends, workers=workers,
                                     on_progress=on_progress, on_result=result)
         except (KeyboardInterrupt, Interrupted) as exc:
-            raise Interrupted.saying(exc, f"Interrupted: {len(finished)} of {len(requests)} "
+            raise Interrupted.saying(exc, f"{Interrupted.heading(exc)}: {len(finished)} of "
+                                          f"{len(requests)} "
                                           "tape(s) were finished and their files kept; the "
                                           "others wrote nothing. Rerun with the other tapes "
                                           "(or --overwrite).") from None
@@ -534,8 +535,29 @@ def compare(
             "compare-" + "-vs-".join(r.label for r in loaded if not r.baseline))
     if not own or output != runs[0]:
         refuse_existing(output / "comparison.json", overwrite)
-    result = write_comparison(loaded, output, reference=reference)
+    made = [p for p in (output, output / "comparison.json", output / "comparison.html")
+            if not p.exists()]
+    try:
+        result = write_comparison(loaded, output, reference=reference)
+    except (KeyboardInterrupt, Interrupted):  # a comparison is whole or not there
+        from rolltape.executors.launch import signals_deferred
+
+        with signals_deferred():
+            _remove_made(made)
+        raise
     _print_comparison(result, output)
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove what a stopped command made: ``made`` lists paths absent when it began (a
+    folder first: then everything in it is the command's)."""
+    import shutil
+
+    for path in made:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        path.unlink(missing_ok=True)
 
 
 @app.command()
@@ -647,7 +669,18 @@ _server_commands.register(app, parse_kwargs,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: run the app, turning our errors into one line and an exit code."""
+    """Console entry point: run the app, turning our errors into one line and an exit code.
+
+    The one signal handling of every verb: SIGTERM raises :class:`Interrupted` (as Ctrl-C
+    raises KeyboardInterrupt) wherever the verb is, so that what it started is stopped by
+    the same ``finally`` blocks; the command then prints one line and exits 143 (130)."""
+    from rolltape.executors.launch import sigterm_raises
+
+    with sigterm_raises():
+        return _main(sys.argv[1:] if argv is None else argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         # Not standalone: typer returns an exit code (typer.Exit(n), --help) instead of
         # calling sys.exit, and raises its usage errors for us to print in one line.
@@ -657,11 +690,16 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
-    except (RunFailed, Interrupted) as exc:  # what was kept and how to go on
+    except RunFailed as exc:  # what was kept and how to go on
         err.print(f"rolltape: {exc}", highlight=False, markup=False, soft_wrap=True)
         return exc.exit_code
+    except Interrupted as exc:
+        err.print(f"rolltape: {interrupted_line(exc, argv)}", highlight=False, markup=False,
+                  soft_wrap=True)
+        return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        err.print("rolltape: interrupted.")
+        err.print(f"rolltape: {interrupted_line(Interrupted(2), argv)}", highlight=False,
+                  markup=False, soft_wrap=True)
         return 130
     except OSError as exc:  # a full disk, a vanished folder: not a bug to show a traceback for
         where = f" ({exc.filename})" if exc.filename else ""
@@ -673,8 +711,18 @@ def main(argv: list[str] | None = None) -> int:
                   soft_wrap=True)
         return 2
     if code == 130:  # typer answers Ctrl-C (outside eval and render) with this status
-        err.print("rolltape: interrupted.")
+        err.print(f"rolltape: {interrupted_line(Interrupted(2), argv)}", highlight=False,
+                  markup=False, soft_wrap=True)
     return code if isinstance(code, int) else 0
+
+
+def interrupted_line(stopped: Interrupted, argv: list[str]) -> str:
+    """The verb's own account of what it kept (eval, render), else the same line for all."""
+    if stopped.explained:
+        return str(stopped)
+    verb = next((a for a in argv if not a.startswith("-")), "")
+    return (f"{Interrupted.heading(stopped)}: `rolltape {verb}` stopped before it finished, "
+            "and so did every process it started; rerun it to finish.")
 
 
 # The base of every error typer's parser raises. typer exposes BadParameter in every

@@ -208,10 +208,13 @@ def describe_exit(returncode: int | None) -> str:
 
 # The child's whole program: read the arguments from the pipe, import the target, call it.
 # SIGINT is ignored: Ctrl-C reaches the whole process group, and the parent decides what
-# stops, in order (so that no worker writes on after the command returned).
+# stops, in order (so that no worker writes on after the command returned). SIGTERM (the
+# parent's stop_workers, or a SIGTERM to the whole group) exits through Python, so that a
+# half-written video or tape is removed on the way out, not left in the user's folder.
 _CHILD = """
 import importlib, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 from multiprocessing.connection import Connection
 module, qualname, fd = sys.argv[1:4]
 conn = Connection(int(fd))
