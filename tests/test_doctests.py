@@ -14,7 +14,7 @@ CHEAP = ["rolltape.errors", "rolltape.stats", "rolltape.outputs.summary", "rollt
          "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter",
          "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.server.address",
          "rolltape.suites.manifest", "rolltape.suites.builtin", "rolltape.suites.results",
-         "rolltape.outputs.suite_view"]
+         "rolltape.outputs.suite_view", "rolltape.limits"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

@@ -220,7 +220,7 @@ def alias_bomb(levels: int, use: str = "kwargs") -> str:
     ("x: " + "y" * (1 << 20) + "\n", ["more than a manifest needs"]),
     # under the cap, but a refusal that quoted what it got would be megabytes long
     (alias_bomb(5, use="episodes"), ["episodes must be a whole number", "..."]),
-    (f"s:\n  tasks:\n    {'t' * 300}$: CartPole-v1\n", ["plain word", "…"]),
+    (f"s:\n  tasks:\n    {'t' * 300}$: CartPole-v1\n", ["301 characters long"]),
     (f"s:\n  tasks:\n    t: {{env: CartPole-v1, {'k' * 1000}: 1}}\n", ["unknown key", "…"]),
 ])
 def test_a_manifest_too_big_once_expanded_is_refused_fast_in_one_short_line(tmp_path, text,

@@ -131,6 +131,16 @@ BAD: list[tuple[list[str], str]] = [
     ([*EVAL, "--max-episode-steps", "0"], "--max-episode-steps"),
     ([*EVAL, "--max-episode-steps", "-5"], "--max-episode-steps"),
     ([*EVAL, "--seed", "-1"], "--seed"),
+    # caps: each used to fail late (a traceback, MemoryError many episodes in, staging left)
+    ([*EVAL, "--episodes", str(2**70)], "--episodes"),
+    ([*EVAL, "--seed", str(2**64)], "--seed"),  # the server refuses it; so does eval now
+    ([*EVAL, "--max-episode-steps", str(10**12)], "--max-episode-steps"),
+    ([*EVAL, "--algo", "NOPE"], "--algo"),  # with the random policy: it names nothing
+    (["eval", TOY, "-p", "sb3:ppo_box.zip", "--algo", "NOPE", "--out", "new"], "--algo"),
+    ([*EVAL, "--ray-render-gpus", "-1"], "--ray-render-gpus"),
+    ([*EVAL, "--ray-render-gpus", "nan"], "--ray-render-gpus"),
+    (["render", T0, "--fps", "1e9"], "--fps"),
+    ([*EVAL[:-2], "--out", "x" * 300], "--out"),  # was "File name too long", exit 1
     ([*EVAL, "--rtol", "nan"], "--rtol"),
     ([*EVAL, "--rtol", "-1"], "--rtol"),
     ([*EVAL, "--atol", "inf"], "--atol"),

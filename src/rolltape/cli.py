@@ -177,6 +177,13 @@ def eval_(
     from rolltape.evaluation import evaluate
 
     policies = policy or ["random"]
+    if algo is not None:  # here, where every --policy is known (each run gets the flag)
+        from rolltape.policies import SB3_ALGOS
+
+        if not any(p.startswith("sb3:") or p.endswith(".zip") for p in policies):
+            raise UsageError(f"--algo names the algorithm of an SB3 checkpoint; drop it for "
+                             f"--policy {policies[0]}, or give --policy sb3:PATH.zip.")
+        check_choice("--algo", algo.upper(), SB3_ALGOS)
     name = Path(env or Path(suite or "suite").stem).name.replace(":", "-")
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
     many = wants_sweep(policies)

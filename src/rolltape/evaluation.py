@@ -35,6 +35,7 @@ from rolltape.envs import env_spec, json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.executors.launch import (check_worker_count, signals_deferred, sigterm_raises,
                                        stop_workers)
+from rolltape.limits import check_folder_name, check_fps, check_gpus, check_run_counts
 from rolltape.progress import Progress
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
 from rolltape.rendering import prestart_render_workers, render
@@ -143,6 +144,7 @@ def check_render_options(*, width: int | None = None, height: int | None = None,
     for flag, seconds in (("--fps", fps), ("--render-timeout", render_timeout)):
         if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
             raise UsageError(f"{flag} must be a number above 0, got {seconds}.")
+    check_fps(fps)
     for flag, tol in (("--rtol", rtol), ("--atol", atol)):
         if not (tol >= 0 and math.isfinite(tol)):
             raise UsageError(f"{flag} must be a finite number of 0 or more, got {tol}.")
@@ -243,6 +245,9 @@ class EvalConfig(RenderOptions):
         if self.seed < 0:
             raise UsageError(f"--seed must be 0 or more (Gymnasium seeds are unsigned), got "
                              f"{self.seed}.")
+        check_run_counts(episodes=self.episodes, seed=self.seed,
+                         max_episode_steps=self.max_episode_steps)
+        check_gpus("--ray-render-gpus", self.ray_render_gpus)
         check_render_options(width=self.width, height=self.height, rtol=self.rtol,
                              atol=self.atol, render_timeout=self.render_timeout,
                              formats=self.video_format)
@@ -320,6 +325,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     options["cameras"] = tuple(options.get("cameras") or ())
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
+    check_folder_name("--out", out)
     check_writable_folder(out)
     targets = _targets(config)
     total = sum(t.episodes for t in targets)

@@ -273,7 +273,13 @@ def _plain(value: Any) -> bool:
     return False
 
 
+MAX_NAME = 100  # a name becomes a folder (tapes/<suite>/<task>): far below NAME_MAX
+
+
 def _check_name(name: Any, where: str, what: str) -> None:
+    if isinstance(name, str) and len(name) > MAX_NAME:
+        raise UsageError(f"{where}: the {what} name {_shown(name)} is {len(name)} characters "
+                         f"long; give one of at most {MAX_NAME} (it names a folder).")
     if not isinstance(name, str) or not _NAME.match(name):
         raise UsageError(f"{where}: the {what} name {_shown(name)} must be a plain word (letters, "
                          "digits, '_', '-', '.'; it names a folder).")
