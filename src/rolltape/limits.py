@@ -10,7 +10,7 @@ May import: errors and the standard library only (checked by eval, render and su
 >>> check_run_counts(episodes=10, seed=2**64 - 10)
 >>> check_run_counts(episodes=11, seed=2**64 - 10)
 Traceback (most recent call last):
-rolltape.errors.UsageError: --seed 18446744073709551606 with --episodes 11 needs seeds up to 18446744073709551616, but Gymnasium seeds must fit in 64 bits (at most 18446744073709551615); give a smaller --seed or fewer --episodes.
+rolltape.errors.UsageError: --seed 18446744073709551606 with --episodes 11 needs seeds up...
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def check_folder_name(flag: str, path: str | os.PathLike[str]) -> None:
 
     >>> check_folder_name("--out", "runs/" + "x" * 300)
     Traceback (most recent call last):
-    rolltape.errors.UsageError: --out 'xxx...x…' has a name of 300 bytes; give one of at most 200 (...).
+    rolltape.errors.UsageError: --out 'xxx...x…' has a name of 300 bytes; give one of at...
     """
     for part in Path(path).parts:
         size = len(os.fsencode(part))
