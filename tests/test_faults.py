@@ -549,3 +549,23 @@ def test_a_signal_stops_compare_with_one_line_and_no_half_comparison(two_runs, t
     heading = "Interrupted (SIGTERM)" if signum == signal.SIGTERM else "Interrupted"
     assert one_line(stderr).startswith(f"rolltape: {heading}: `rolltape compare` stopped")
     assert not out.exists()
+
+
+def test_warm_render_workers_are_bounded_by_the_work(tmp_path):
+    """--render-workers 12 for two 40-step videos: each is one segment, so two workers
+    start ahead (twelve started whatever the work: 100000 took the load to ~400)."""
+    mark = f"bounded-{os.getpid()}-{time.monotonic_ns()}"
+    args = faulty(tmp_path / "run", "hang", "--video", "all", "--render-workers", "12",
+                  "--max-episode-steps", "40", at_seed=1, episodes=2)
+    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", *args, "--quiet"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "ROLLTAPE_TEST_RUN": mark},
+                            start_new_session=True)
+    try:  # episode 0 is done (so they start), episode 1 hangs: pass 1 goes on meanwhile
+        wait_for(lambda: count(marked(mark), "render_worker") >= 2, timeout=60)
+        time.sleep(2.0)  # any more would have been started at the same moment
+        running = marked(mark)
+        assert count(running, "render_worker") == 2, [a[-3:] for a in running.values()]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -38,7 +38,7 @@ from rolltape.executors.launch import (check_worker_count, signals_deferred, sig
 from rolltape.limits import check_folder_name, check_fps, check_gpus, check_run_counts
 from rolltape.progress import Progress
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
-from rolltape.rendering import prestart_render_workers, render
+from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render
 from rolltape.executors.local import Prestart, run_shares
 from rolltape.pass1.rollout import (EPISODE_TIMEOUT, NO_GL, UNITS, Episodes, PolicyJob, playing,
                                     split_jobs)
@@ -728,6 +728,10 @@ def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pre
             counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
             # Long episodes are split across workers, so one video can use them all.
             workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
+    steps = [t.spec.get("max_episode_steps") for t in targets]
+    if all(steps):  # no more than the segments every episode could be cut into
+        episodes = sum(t.episodes for t in targets)
+        workers = min(workers, episodes * max(1, (max(steps) + 1) // MIN_SEGMENT))
     warm = prestart_render_workers(cfg.backends, workers,
                                    [cfg.env if t.task is None else t.task.env for t in targets])
     try:
