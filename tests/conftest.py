@@ -75,6 +75,30 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def marked(mark: str) -> dict[int, list[str]]:
+    """Live processes (pid: command line) whose environment carries
+    ``ROLLTAPE_TEST_RUN=mark``: the orchestrator and every process it started (a child
+    inherits its environment)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if f"ROLLTAPE_TEST_RUN={mark}".encode() in environ.split(b"\0") and state != "Z":
+            found[int(entry.name)] = argv
+    return found
+
+
+def count(processes: dict[int, list[str]], entry_point: str) -> int:
+    """How many are workers of ``entry_point`` (a worker's argv names it: module, name, fd)."""
+    return sum(entry_point in argv for argv in processes.values())
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
     """Run the real `rolltape` command in a subprocess and capture what it prints."""

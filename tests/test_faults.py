@@ -22,7 +22,7 @@ import pytest
 from rolltape import Tape, evaluate
 from rolltape.errors import RunFailed, UsageError
 
-from conftest import interruptible
+from conftest import count, interruptible, marked
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = "tests.assets.toy_envs:FaultToy-v0"
@@ -243,19 +243,27 @@ def test_ctrl_c_in_pass_two_keeps_the_numbers(tmp_path):
     assert not [p for p in out.rglob("*") if "partial" in p.name or "segment" in p.name]
 
 
-def test_ctrl_c_in_render_keeps_finished_files_only(tmp_path):
+@pytest.mark.parametrize("signum, status, heading", [
+    (signal.SIGINT, 130, "Interrupted: "), (signal.SIGTERM, 143, "Interrupted (SIGTERM): ")],
+    ids=["SIGINT", "SIGTERM"])
+def test_a_signal_in_render_keeps_finished_files_only(tmp_path, signum, status, heading):
     run = evaluate(FAULTY, env_kwargs={"fault": "slow", "at_seed": None}, episodes=20,
                    out=tmp_path / "run", report=False)
     tapes = sorted(str(p) for p in (run.path / "tapes").glob("*.npz"))
     videos = tmp_path / "videos"
     proc = start("render", *tapes, "--env", FAULTY, "--out", f"{videos}/", "--format", "gif",
                  "--quiet")
-    wait_for(lambda: len(list(videos.glob("*.gif"))) >= 2)
-    os.killpg(proc.pid, signal.SIGINT)
+    def finished() -> list[Path]:  # a video being written is a .partial-*.gif
+        return [p for p in videos.glob("*.gif") if "partial" not in p.name]
+
+    wait_for(lambda: len(finished()) >= 2)
+    os.killpg(proc.pid, signum)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "of 20 tape(s) were finished" in one_line(stderr)
+    line = one_line(stderr)
+    assert proc.returncode == status and "of 20 tape(s) were finished" in line
+    assert line.startswith(f"rolltape: {heading}")
     wait_for(lambda: group_is_gone(proc.pid), timeout=10)
-    assert 2 <= len(list(videos.glob("*.gif"))) < 20
+    assert 2 <= len(finished()) < 20
     assert not [p for p in videos.rglob("*") if "partial" in p.name]
 
 
@@ -407,3 +415,158 @@ def test_a_full_disk_for_the_report_keeps_the_run(small_disk):
     assert len(results["episodes_rows"]) == 2
     assert not (out / "viewer").exists()
     assert not [p for p in out.rglob("*") if "partial" in p.name or ".old-" in p.name]
+
+
+# -- no worker outlives its run ---------------------------------------------------------
+
+CHEETAH_VIDEO = ["HalfCheetah-v5", "--max-episode-steps", "3000", "--format", "gif",
+                 "--width", "320", "--height", "240", "--render-workers", "3"]
+ORPHANS = {  # SIGKILL the orchestrator while: (eval's arguments, pass 1 done, its workers)
+    # a pass-1 worker stuck in env.step (a hung env), warm render workers waiting for jobs
+    "pass1": ([*faulty(Path("run"), "hang", "--video", "all", "--render-workers", "3",
+                       at_seed=1, episodes=3)[1:]], False,
+              {"policy_worker": 1, "render_worker": 3}),
+    # render workers each drawing a long segment (minutes of work)
+    "pass2": ([*CHEETAH_VIDEO, "--episodes", "1", "--video", "all"], True,
+              {"render_worker": 3}),
+    # render workers that a thread started (pass 2 beside pass 1), drawing episode 0
+    "render-early": ([*CHEETAH_VIDEO, "--episodes", "40", "--video", "1", "--render-early"],
+                     False, {"policy_worker": 1, "render_worker": 3}),
+}
+
+
+@pytest.mark.parametrize("when", ORPHANS)
+def test_no_worker_outlives_a_sigkilled_orchestrator(tmp_path, when):
+    """A harness timeout SIGKILLs the command: every process it started, busy or idle,
+    exits within 5 s (a busy one would otherwise finish its episode or video first)."""
+    args, pass1_done, workers = ORPHANS[when]
+    args = [str(tmp_path / "run") if a == "run" else a for a in args]
+    mark = f"{when}-{os.getpid()}-{time.monotonic_ns()}"
+    results = staging(tmp_path / "run") / "results.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolltape.cli", "eval", *args, "--quiet", "--no-report",
+         "--out", str(tmp_path / "run")], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, env={**os.environ, "ROLLTAPE_TEST_RUN": mark},
+        start_new_session=True)
+
+    def ready() -> bool:
+        running = marked(mark)
+        return proc.poll() is not None or (results.is_file() == pass1_done and all(
+            count(running, name) >= n for name, n in workers.items()))
+
+    try:
+        wait_for(ready, timeout=90)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.5)  # the render workers are drawing, pass 1's is in its episode
+        started = marked(mark)
+        proc.kill()
+        proc.wait(5)
+        end = time.monotonic() + 5
+        while marked(mark) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not marked(mark), f"alive 5 s after SIGKILL: {marked(mark)} of {started}"
+    finally:
+        for pid in marked(mark):  # never leave them to the rest of the suite
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_started_by_a_thread_outlives_the_thread_not_the_process():
+    """PR_SET_PDEATHSIG fires when the *thread* that started a child ends: a worker that a
+    short-lived thread asked for (pass 2 beside pass 1) must live on until it is stopped."""
+    import threading
+
+    from rolltape.executors.launch import spawn_worker, stop_worker
+    from rolltape.pass2.replay import render_worker
+
+    started = []
+
+    def start_and_end() -> None:
+        started.append(spawn_worker(render_worker, None, 0, 0, cwd_on_path=False))
+        time.sleep(1.5)  # the child has armed its guard by now (it fires for a later end)
+
+    thread = threading.Thread(target=start_and_end)
+    thread.start()
+    thread.join()
+    time.sleep(1.0)  # longer than the orphan guard's look at its parent
+    worker = started[0]
+    try:
+        assert worker.alive()
+    finally:
+        stop_worker(worker)
+    assert worker.proc.returncode == 0
+
+
+# -- every verb stops on SIGTERM as eval does ---------------------------------------------
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has installed a handler for ``signum`` (/proc: SigCgt)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(int(line.split()[1], 16) for line in status.splitlines()
+                if line.startswith("SigCgt:"))
+    return bool(mask >> (signum - 1) & 1)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two runs on the same seeds, large enough that compare takes a moment to write."""
+    root = tmp_path_factory.mktemp("compare")
+    for name in ("a", "b"):
+        done = cli("eval", FAULTY, "-n", "2000", "--seed", "0", "--quiet", "--no-report",
+                   "--out", str(root / name))
+        assert done.returncode == 0, done.stderr
+    return root / "a", root / "b"
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("when", ["started", "writing"])
+def test_a_signal_stops_compare_with_one_line_and_no_half_comparison(two_runs, tmp_path,
+                                                                     when, signum, status):
+    """compare had no SIGTERM handler (killed with no word). Sent once the command has
+    started, or while it writes its folder (the process is held with SIGSTOP meanwhile,
+    so that the signal lands there), it says so in one line, exits 143 (130) and leaves no
+    comparison.json without its html."""
+    out = tmp_path / "cmp"
+    proc = start("compare", *map(str, two_runs), "--out", str(out))
+    try:
+        if when == "started":
+            wait_for(lambda: catches(proc.pid, signal.SIGTERM), timeout=30)
+        else:
+            end = time.monotonic() + 60
+            while not out.exists() and proc.poll() is None and time.monotonic() < end:
+                time.sleep(0.001)  # it writes for ~50 ms: wait_for's 50 ms steps are too coarse
+            proc.send_signal(signal.SIGSTOP)
+            assert not (out / "comparison.html").exists()  # caught before it finished
+        proc.send_signal(signum)
+        proc.send_signal(signal.SIGCONT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == status, stderr
+    heading = "Interrupted (SIGTERM)" if signum == signal.SIGTERM else "Interrupted"
+    assert one_line(stderr).startswith(f"rolltape: {heading}: `rolltape compare` stopped")
+    assert not out.exists()
+
+
+def test_warm_render_workers_are_bounded_by_the_work(tmp_path):
+    """--render-workers 12 for two 40-step videos: each is one segment, so two workers
+    start ahead (twelve started whatever the work: 100000 took the load to ~400)."""
+    mark = f"bounded-{os.getpid()}-{time.monotonic_ns()}"
+    args = faulty(tmp_path / "run", "hang", "--video", "all", "--render-workers", "12",
+                  "--max-episode-steps", "40", at_seed=1, episodes=2)
+    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", *args, "--quiet"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "ROLLTAPE_TEST_RUN": mark},
+                            start_new_session=True)
+    try:  # episode 0 is done (so they start), episode 1 hangs: pass 1 goes on meanwhile
+        wait_for(lambda: count(marked(mark), "render_worker") >= 2, timeout=60)
+        time.sleep(2.0)  # any more would have been started at the same moment
+        running = marked(mark)
+        assert count(running, "render_worker") == 2, [a[-3:] for a in running.values()]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +207,41 @@ def test_bad_manifests_are_one_sentence_and_write_nothing(tmp_path, text, words)
     assert all(w in message for w in words), message
     assert "\n" not in message and not (tmp_path / "out").exists()
     assert not list(tmp_path.glob(".out*"))
+
+
+def alias_bomb(levels: int, use: str = "kwargs") -> str:
+    """A manifest whose one task nests ``levels`` levels of 9 aliases each (9**levels
+    values once expanded) under ``use``."""
+    lines = ["bomb:", "  tasks:", "    t:", "      env: CartPole-v1", f"      {use}:"]
+    lines.append("        l0: &l0 [x, x, x, x, x, x, x, x, x]")
+    lines += [f"        l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text, words", [
+    (alias_bomb(9), ["expands its aliases to more than 100,000 values"]),  # 9**9 values
+    ("s:\n  tasks:\n    t: {env: CartPole-v1, kwargs: {x: &a [1, *a]}}\n",
+     ["alias *a inside the value it names"]),
+    ("x: " + "y" * (1 << 20) + "\n", ["more than a manifest needs"]),
+    # under the cap, but a refusal that quoted what it got would be megabytes long
+    (alias_bomb(5, use="episodes"), ["episodes must be a whole number", "..."]),
+    (f"s:\n  tasks:\n    {'t' * 300}$: CartPole-v1\n", ["301 characters long"]),
+    (f"s:\n  tasks:\n    t: {{env: CartPole-v1, {'k' * 1000}: 1}}\n", ["unknown key", "…"]),
+])
+def test_a_manifest_too_big_once_expanded_is_refused_fast_in_one_short_line(tmp_path, text,
+                                                                            words):
+    """A 600-byte alias bomb hung `eval --suite` (everything walked 9**9 values); caps apply
+    while the YAML is composed, and no refusal quotes more than a line of what it got."""
+    bad = tmp_path / "bomb.yaml"
+    bad.write_text(text)
+    started = time.monotonic()
+    result = run_cli("eval", "--suite", str(bad), "--out", str(tmp_path / "out"))
+    assert time.monotonic() - started < 20
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[:2000]
+    assert all(w in lines[0] for w in words) and "Traceback" not in result.stderr, lines[0]
+    assert len(lines[0]) < 400 + len(str(bad))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
 def test_bad_suite_arguments(tmp_path, manifest):

@@ -67,15 +67,56 @@ def test_render_workers_do_not_import_from_the_current_folder(tape_path, tmp_pat
     assert not marker.exists()
 
 
-def test_installed_env_modules_are_allowed_and_others_named(tmp_path, monkeypatch):
+def test_packages_of_gymnasium_envs_are_allowed_and_others_named(tmp_path, monkeypatch):
+    """Allowed: Gymnasium and installed packages that require it (gymnasium-robotics,
+    gym-pusht: the built-in suites'). Not: a file, a module beside the tape, or an
+    installed module that is no env package (the standard library, numpy)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "evilmod.py").write_text("")
     check_tape_env_module("HalfCheetah-v5", "t.npz")
     check_tape_env_module("gymnasium.envs.mujoco:HalfCheetah-v5", "t.npz")
+    check_tape_env_module("gymnasium_robotics:PointMaze_UMaze-v3", "t.npz")
+    check_tape_env_module("gym_pusht:gym_pusht/PushT-v0", "t.npz")
     for env_id in ("evilmod:HalfCheetah-v5", "no_such_module:X-v0", "../evil:X-v0",
-                   f"{tmp_path / 'evilmod.py'}:Env", "evilmod.py:Env"):
-        with pytest.raises(UsageError, match="not an installed module"):
+                   f"{tmp_path / 'evilmod.py'}:Env", "evilmod.py:Env",
+                   "antigravity:HalfCheetah-v5", "os:X-v0", "numpy:X-v0"):
+        with pytest.raises(UsageError, match="not an installed package of Gymnasium envs"):
             check_tape_env_module(env_id, "t.npz")
+
+
+def _browser(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """$BROWSER set to a script that leaves a marker: what `import antigravity` runs."""
+    marker, script = tmp_path / "browsed", tmp_path / "browser.sh"
+    script.write_text(f"#!/bin/sh\necho \"$@\" > {marker}\n")
+    script.chmod(0o755)
+    return {"BROWSER": str(script)}, marker
+
+
+@pytest.mark.parametrize("verb", ["render", "verify"])
+def test_a_tape_naming_an_installed_module_that_is_no_env_package_runs_nothing(
+        tape_path, tmp_path, verb):
+    """`antigravity` is installed (the standard library) and opens $BROWSER when imported."""
+    env, marker = _browser(tmp_path)
+    tape = Tape.load(tape_path)
+    dataclasses.replace(tape, env={**tape.env, "id": "antigravity:HalfCheetah-v5"}).save(
+        tmp_path / "t.npz")
+    proc = run_cli(verb, "t.npz", "--out" if verb == "render" else "--quiet",
+                   *(["t.gif"] if verb == "render" else []), cwd=tmp_path, env=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stdout + proc.stderr
+    assert "'antigravity'" in lines[0] and "--env antigravity:HalfCheetah-v5" in lines[0]
+    assert "--trust-module antigravity" in lines[0] and "Traceback" not in proc.stderr
+    assert not marker.exists() and not (tmp_path / "t.gif").exists()
+
+
+def test_trust_module_allows_what_the_user_names(tape_path, tmp_path):
+    env, marker = _browser(tmp_path)
+    tape = Tape.load(tape_path)
+    dataclasses.replace(tape, env={**tape.env, "id": "antigravity:HalfCheetah-v5"}).save(
+        tmp_path / "t.npz")
+    proc = run_cli("verify", "t.npz", "--trust-module", "antigravity", cwd=tmp_path, env=env)
+    assert proc.returncode == 0 and "verified" in proc.stdout, proc.stdout + proc.stderr
+    assert "xkcd" in marker.read_text()  # the user's choice: it ran, as --env would
 
 
 def test_render_runs_nothing_in_a_folder_the_tape_names(tape_path, tmp_path):

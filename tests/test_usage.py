@@ -36,7 +36,10 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None
         ) -> subprocess.CompletedProcess[str]:
     """The command as a user runs it; tests.assets importable, no display for glfw."""
     full = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    full.update(COLUMNS="80", PYTHONPATH=str(ROOT), **(env or {}))
+    # ROOT before the caller's path (which may name the rolltape under test), as test_cli does
+    old = os.environ.get("PYTHONPATH")
+    full.update(COLUMNS="80", PYTHONPATH=str(ROOT) + (os.pathsep + old if old else ""),
+                **(env or {}))
     return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, env=full,
                           timeout=300)
 
@@ -128,6 +131,16 @@ BAD: list[tuple[list[str], str]] = [
     ([*EVAL, "--max-episode-steps", "0"], "--max-episode-steps"),
     ([*EVAL, "--max-episode-steps", "-5"], "--max-episode-steps"),
     ([*EVAL, "--seed", "-1"], "--seed"),
+    # caps: each used to fail late (a traceback, MemoryError many episodes in, staging left)
+    ([*EVAL, "--episodes", str(2**70)], "--episodes"),
+    ([*EVAL, "--seed", str(2**64)], "--seed"),  # the server refuses it; so does eval now
+    ([*EVAL, "--max-episode-steps", str(10**12)], "--max-episode-steps"),
+    ([*EVAL, "--algo", "NOPE"], "--algo"),  # with the random policy: it names nothing
+    (["eval", TOY, "-p", "sb3:ppo_box.zip", "--algo", "NOPE", "--out", "new"], "--algo"),
+    ([*EVAL, "--ray-render-gpus", "-1"], "--ray-render-gpus"),
+    ([*EVAL, "--ray-render-gpus", "nan"], "--ray-render-gpus"),
+    (["render", T0, "--fps", "1e9"], "--fps"),
+    ([*EVAL[:-2], "--out", "x" * 300], "--out"),  # was "File name too long", exit 1
     ([*EVAL, "--rtol", "nan"], "--rtol"),
     ([*EVAL, "--rtol", "-1"], "--rtol"),
     ([*EVAL, "--atol", "inf"], "--atol"),
@@ -139,6 +152,9 @@ BAD: list[tuple[list[str], str]] = [
     ([*EVAL, "--format", ","], "--format"),
     ([*EVAL, "--format", "avi"], "--format"),
     ([*EVAL, "--workers", "0"], "--workers"),
+    ([*EVAL, "--workers", "100000"], "--workers"),  # once started: load ~400 on 2 cores
+    ([*EVAL, "--render-workers", "100000", "--video", "1"], "--render-workers"),
+    ([*EVAL, "--render-workers", "-1"], "--render-workers"),
     ([*EVAL, "--executor", "slurm"], "--executor"),
     ([*EVAL, "--baseline", "expert"], "--baseline"),
     ([*EVAL, "--on-divergence", "shrug"], "--on-divergence"),
@@ -186,11 +202,15 @@ BAD: list[tuple[list[str], str]] = [
     (["render", T0, "--format", ""], "--format"),
     (["render", T0, "--rtol", "nan"], "--rtol"),
     (["render", T0, "--mode", "fast"], "--mode"),
-    (["render", T0, "--width", "64", "--out", "w.gif"], "--width"),  # the toy ignores sizes
-    (["render", T0, "--camera", "free", "--out", "c.gif"], "--camera"),
+    # (the toy's module is no package of Gymnasium envs: a tape of it needs --env)
+    (["render", T0, "--env", TOY, "--width", "64", "--out", "w.gif"], "--width"),
+    (["render", T0, "--env", TOY, "--camera", "free", "--out", "c.gif"], "--camera"),
+    (["render", T0, "--out", "t.gif"], f"--env {TOY}"),
     (["render", T0, "--workers", "0"], "--workers"),
     (["verify", T0, "--atol", "-1"], "--atol"),
     (["verify", T0, "--workers", "0"], "--workers"),
+    (["render", T0, "--workers", "257"], "--workers"),
+    (["verify", T0, "--workers", "100000"], "--workers"),
 ]
 
 
@@ -210,6 +230,37 @@ def test_table_every_bad_flag_is_one_line_exit_2(work: Path) -> None:
     # Nothing was made for a refused command (the toy run was there before).
     assert sorted(p.name for p in work.iterdir()) == [
         "myenvs.py", "ppo_box.zip", "ppo_discrete.zip", "sac.zip", "toy"]
+
+
+def test_a_run_its_first_worker_refuses_starts_no_render_worker(work: Path) -> None:
+    """Warm render workers start once the first episode is done: a checkpoint the env
+    cannot use (found by the pass-1 worker) refuses the run before any of them starts."""
+    import threading
+    import time
+
+    from conftest import count, marked
+
+    mark = f"warm-{os.getpid()}-{time.monotonic_ns()}"
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(count(marked(mark), "render_worker"))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        proc = cli("eval", "InvertedPendulum-v5", "-p", "sb3:ppo_discrete.zip", "-n", "4",
+                   "--video", "all", "--render-workers", "2", "-q", "--out", "refused",
+                   cwd=work, env={"ROLLTAPE_TEST_RUN": mark})
+    finally:
+        done.set()
+        watcher.join()
+    assert proc.returncode == 2 and "--policy" in proc.stderr, proc.stderr
+    assert len(seen) > 10 and max(seen) == 0
+    assert not (work / "refused").exists() and not (work / ".refused.partial").exists()
 
 
 def test_version_and_short_help(work: Path) -> None:

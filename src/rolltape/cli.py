@@ -43,6 +43,8 @@ err = Console(stderr=True, soft_wrap=True)  # a message stays one line, for grep
 CAMERA_HELP = "default, free, a model camera NAME, or track:BODY; repeat for several."
 LAYOUT_HELP = "single, horizontal, vertical, grid, or separate (one file per camera)."
 QUALITY_HELP = "full (exactly env.render()), balanced, or fast (no shadows/reflections/MSAA)."
+TRUST_HELP = ("MODULE: replay tapes whose env id names this module (MODULE:EnvId) as if "
+              "given with --env; repeatable. Packages of Gymnasium envs need no flag.")
 BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 
 
@@ -183,6 +185,13 @@ def eval_(
     from rolltape.evaluation import evaluate
 
     policies = policy or ["random"]
+    if algo is not None:  # here, where every --policy is known (each run gets the flag)
+        from rolltape.policies import SB3_ALGOS
+
+        if not any(p.startswith("sb3:") or p.endswith(".zip") for p in policies):
+            raise UsageError(f"--algo names the algorithm of an SB3 checkpoint; drop it for "
+                             f"--policy {policies[0]}, or give --policy sb3:PATH.zip.")
+        check_choice("--algo", algo.upper(), SB3_ALGOS)
     name = Path(env or Path(suite or "suite").stem).name.replace(":", "-")
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
     many = wants_sweep(policies)
@@ -350,6 +359,7 @@ def render(
     env: Optional[str] = typer.Option(
         None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
                    "tape's; a tape of your own env needs it: tapes never import code."),
+    trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
     backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
     workers: int = typer.Option(1, help="Render processes."),
     rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
@@ -382,7 +392,8 @@ def render(
         requests.append(RenderRequest(str(tape), artifact_paths(base, video_format), mode=mode,
                                       width=width, height=height, cameras=tuple(camera or ()),
                                       layout=layout, overlay=overlay, fps=fps, rtol=rtol,
-                                      atol=atol, overwrite=overwrite, env_id=env,
+                                      atol=atol, overwrite=overwrite,
+                                      env_id=trusted_env(tape, env, trust_module),
                                       quality=quality))
     results = _run_with_bar(requests, backends, workers, quiet)
     diverged = _print_replays(results)
@@ -397,6 +408,7 @@ def verify(
     env: Optional[str] = typer.Option(
         None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
                    "tape's; a tape of your own env needs it: tapes never import code."),
+    trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
     workers: int = typer.Option(1, help="Verification processes."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
@@ -406,15 +418,30 @@ def verify(
 
     check_render_options(rtol=rtol, atol=atol)
     check_workers(workers)
-    requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol, env_id=env) for t in tapes]
+    requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol,
+                              env_id=trusted_env(t, env, trust_module)) for t in tapes]
     results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
     if _print_replays(results):
         raise DivergenceError("Some tapes did not replay exactly; see the first divergent step above.")
 
 
+def trusted_env(tape: Path, env: str | None, trusted: list[str] | None) -> str | None:
+    """The env a tape replays on, as if the user named it: ``--env``, else the tape's own
+    id when its module is one ``--trust-module`` names (a tape's other env modules are
+    imported only if they are packages of Gymnasium envs: rolltape.envs.env_package)."""
+    if env is not None or not trusted:
+        return env
+    from rolltape.tape import Tape
+
+    own = Tape.load(tape).env_id
+    module = own.partition(":")[0] if ":" in own else ""
+    return own if module and module.partition(".")[0] in trusted else None
+
+
 def check_workers(workers: int) -> None:
-    if workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}.")
+    from rolltape.executors.launch import check_worker_count
+
+    check_worker_count("--workers", workers)
 
 
 def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,
@@ -440,7 +467,8 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
                 return render_tapes(requests, backends=backends, workers=workers,
                                     on_progress=on_progress, on_result=result)
         except (KeyboardInterrupt, Interrupted) as exc:
-            raise Interrupted.saying(exc, f"Interrupted: {len(finished)} of {len(requests)} "
+            raise Interrupted.saying(exc, f"{Interrupted.heading(exc)}: {len(finished)} of "
+                                          f"{len(requests)} "
                                           "tape(s) were finished and their files kept; the "
                                           "others wrote nothing. Rerun with the other tapes "
                                           "(or --overwrite).") from None
@@ -524,8 +552,29 @@ def compare(
             "compare-" + "-vs-".join(r.label for r in loaded if not r.baseline))
     if not own or output != runs[0]:
         refuse_existing(output / "comparison.json", overwrite)
-    result = write_comparison(loaded, output, reference=reference)
+    made = [p for p in (output, output / "comparison.json", output / "comparison.html")
+            if not p.exists()]
+    try:
+        result = write_comparison(loaded, output, reference=reference)
+    except (KeyboardInterrupt, Interrupted):  # a comparison is whole or not there
+        from rolltape.executors.launch import signals_deferred
+
+        with signals_deferred():
+            _remove_made(made)
+        raise
     _print_comparison(result, output)
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove what a stopped command made: ``made`` lists paths absent when it began (a
+    folder first: then everything in it is the command's)."""
+    import shutil
+
+    for path in made:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        path.unlink(missing_ok=True)
 
 
 @app.command()
@@ -637,7 +686,18 @@ _server_commands.register(app, parse_kwargs,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: run the app, turning our errors into one line and an exit code."""
+    """Console entry point: run the app, turning our errors into one line and an exit code.
+
+    The one signal handling of every verb: SIGTERM raises :class:`Interrupted` (as Ctrl-C
+    raises KeyboardInterrupt) wherever the verb is, so that what it started is stopped by
+    the same ``finally`` blocks; the command then prints one line and exits 143 (130)."""
+    from rolltape.executors.launch import sigterm_raises
+
+    with sigterm_raises():
+        return _main(sys.argv[1:] if argv is None else argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         # Not standalone: typer returns an exit code (typer.Exit(n), --help) instead of
         # calling sys.exit, and raises its usage errors for us to print in one line.
@@ -647,11 +707,16 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
-    except (RunFailed, Interrupted) as exc:  # what was kept and how to go on
+    except RunFailed as exc:  # what was kept and how to go on
         err.print(f"rolltape: {exc}", highlight=False, markup=False, soft_wrap=True)
         return exc.exit_code
+    except Interrupted as exc:
+        err.print(f"rolltape: {interrupted_line(exc, argv)}", highlight=False, markup=False,
+                  soft_wrap=True)
+        return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        err.print("rolltape: interrupted.")
+        err.print(f"rolltape: {interrupted_line(Interrupted(2), argv)}", highlight=False,
+                  markup=False, soft_wrap=True)
         return 130
     except OSError as exc:  # a full disk, a vanished folder: not a bug to show a traceback for
         where = f" ({exc.filename})" if exc.filename else ""
@@ -663,8 +728,18 @@ def main(argv: list[str] | None = None) -> int:
                   soft_wrap=True)
         return 2
     if code == 130:  # typer answers Ctrl-C (outside eval and render) with this status
-        err.print("rolltape: interrupted.")
+        err.print(f"rolltape: {interrupted_line(Interrupted(2), argv)}", highlight=False,
+                  markup=False, soft_wrap=True)
     return code if isinstance(code, int) else 0
+
+
+def interrupted_line(stopped: Interrupted, argv: list[str]) -> str:
+    """The verb's own account of what it kept (eval, render), else the same line for all."""
+    if stopped.explained:
+        return str(stopped)
+    verb = next((a for a in argv if not a.startswith("-")), "")
+    return (f"{Interrupted.heading(stopped)}: `rolltape {verb}` stopped before it finished, "
+            "and so did every process it started; rerun it to finish.")
 
 
 # The base of every error typer's parser raises. typer exposes BadParameter in every

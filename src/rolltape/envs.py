@@ -186,26 +186,65 @@ def decode_kwargs(value: Any) -> Any:
 
 
 def check_tape_env_module(env_id: str, tape: str) -> None:
-    """Refuse a tape whose env id names code that is not installed: a file
-    ("path/file.py:ATTR", which pass 1 executes) or a module ("module:EnvId", which
-    ``gym.make`` imports) found only in the current folder, where a file could have been
-    put beside the tape. A tape is data; the user may name such code with ``--env``.
-    Finds the module without importing it."""
-    from importlib.machinery import PathFinder
-
+    """Refuse a tape whose env id names code that is not a package of Gymnasium envs: a
+    file ("path/file.py:ATTR", which pass 1 executes), or a module ("module:EnvId", which
+    ``gym.make`` imports) that is not :func:`env_package`. ``antigravity:X-v0`` would open
+    a browser, ``evilmod:X-v0`` import a file put beside the tape. A tape is data; the user
+    may name such code with ``--env`` (or ``--trust-module``). Finds the module without
+    importing it."""
     if ":" not in env_id:
         return
     module = env_id.partition(":")[0]
-    if user_env_file(env_id) is None and all(p.isidentifier() for p in module.split(".")):
-        here = os.path.realpath(os.getcwd())
-        path = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
-        top = module.partition(".")[0]
-        if top in sys.builtin_module_names or PathFinder.find_spec(top, path) is not None:
-            return
+    if user_env_file(env_id) is None and all(p.isidentifier() for p in module.split(".")) \
+            and env_package(module.partition(".")[0]):
+        return
+    top = module.partition(".")[0]
+    trust = f" (or --trust-module {top})" if top.isidentifier() else ""
     raise UsageError(
-        f"Tape '{tape}' names the env code '{module}', which is not an installed module, and "
-        f"a tape may not run code; if you trust it, name it yourself with --env {env_id}."
+        f"Tape '{tape}' names the env code '{module[:100]}', which is not an installed package "
+        f"of Gymnasium envs, and a tape may not run code; if you trust it, name it yourself "
+        f"with --env {env_id[:200]}{trust}."
     )
+
+
+@functools.lru_cache(maxsize=None)
+def env_package(top: str) -> bool:
+    """True when ``top`` is an installed (not current-folder) package that exists to
+    provide Gymnasium envs, judged from installed metadata, never by importing it:
+    Gymnasium itself; a module named in the ``gymnasium.envs`` entry points (Gymnasium
+    0.26-0.29 imported those plugins itself; 1.x reads none); or the top-level module of a
+    distribution that requires ``gymnasium`` (gymnasium-robotics, gym-pusht, ale-py...).
+    The standard library's ``antigravity`` or an unrelated library is none of these."""
+    from importlib.machinery import PathFinder
+    from importlib.metadata import (PackageNotFoundError, entry_points,
+                                    packages_distributions, requires)
+
+    here = os.path.realpath(os.getcwd())
+    path = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]
+    if PathFinder.find_spec(top, path) is None:
+        return False  # not installed: a file in the current folder, or nothing
+    if top == "gymnasium" or any(ep.module.partition(".")[0] == top
+                                 for ep in entry_points(group="gymnasium.envs")):
+        return True
+    if top in getattr(sys, "stdlib_module_names", ()):
+        return False
+    try:  # the distribution is nearly always named as its module (gym_pusht: gym-pusht)
+        needs = requires(top) or []
+    except PackageNotFoundError:  # else look it up among all (slower: every RECORD is read)
+        needs = [r for d in packages_distributions().get(top, []) for r in requires(d) or []]
+    for line in needs:
+        name, _, marker = line.partition(";")
+        if "extra" not in marker and _requirement_name(name) == "gymnasium":
+            return True
+    return False
+
+
+def _requirement_name(requirement: str) -> str:
+    """'gymnasium' of 'Gymnasium[mujoco] (>=1.0)' (PEP 503: case and -_. folded)."""
+    import re
+
+    name = re.split(r"[\s\[(<>=!~;@]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def package_version(name: str) -> str | None:

@@ -46,6 +46,17 @@ class Interrupted(BaseException):
         super().__init__(message or f"stopped by signal {signum}")
         self.signum = signum
         self.exit_code = 128 + signum
+        self.explained = bool(message)  # else the CLI says what stopped (cli.interrupted_line)
+
+    @staticmethod
+    def heading(stopped: BaseException) -> str:
+        """'Interrupted (SIGTERM)' or, for Ctrl-C, 'Interrupted': how every message of a
+        stopped command begins.
+
+        >>> Interrupted.heading(Interrupted(15)), Interrupted.heading(KeyboardInterrupt())
+        ('Interrupted (SIGTERM)', 'Interrupted')
+        """
+        return "Interrupted (SIGTERM)" if getattr(stopped, "signum", 2) == 15 else "Interrupted"
 
     @classmethod
     def saying(cls, stopped: BaseException, message: str) -> Interrupted:

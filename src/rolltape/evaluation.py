@@ -33,13 +33,15 @@ from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.envs import env_spec, json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
-from rolltape.executors.launch import signals_deferred, sigterm_raises, stop_workers
+from rolltape.executors.launch import (check_worker_count, signals_deferred, sigterm_raises,
+                                       stop_workers)
+from rolltape.limits import check_folder_name, check_fps, check_gpus, check_run_counts
 from rolltape.progress import Progress
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
 from rolltape.record import (SCHEMA_VERSION, Episode, EpisodeKey, Metadata, Results, Run,
                              Summary, Video, check_success_rule, episodes_of)
-from rolltape.rendering import render, warm_render_workers
-from rolltape.executors.local import run_shares
+from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render
+from rolltape.executors.local import Prestart, run_shares
 from rolltape.interpreter import NO_GL
 from rolltape.pass1.rollout import (EPISODE_TIMEOUT, UNITS, Episodes, PolicyJob, playing,
                                     split_jobs)
@@ -137,6 +139,7 @@ def check_render_options(*, width: int | None = None, height: int | None = None,
     for flag, seconds in (("--fps", fps), ("--render-timeout", render_timeout)):
         if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
             raise UsageError(f"{flag} must be a number above 0, got {seconds}.")
+    check_fps(fps)
     for flag, tol in (("--rtol", rtol), ("--atol", atol)):
         if not (tol >= 0 and math.isfinite(tol)):
             raise UsageError(f"{flag} must be a finite number of 0 or more, got {tol}.")
@@ -222,10 +225,10 @@ class EvalConfig(RenderOptions):
                              "in its manifest.")
         if self.episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
-        if self.workers < 1 or self.render_workers < 0:
-            raise UsageError("--workers must be at least 1 and --render-workers 0 (one per "
-                             "core) or more.")
         check_choice("--executor", self.executor, EXECUTORS)
+        local = self.executor == "local"
+        check_worker_count("--workers", self.workers, local=local)
+        check_worker_count("--render-workers", self.render_workers, 0, local)  # 0: per core
         if self.baseline not in (None, "random"):
             raise UsageError(f"--baseline '{self.baseline}' is not supported; use 'random' "
                              "or leave it off.")
@@ -239,6 +242,9 @@ class EvalConfig(RenderOptions):
         if self.seed < 0:
             raise UsageError(f"--seed must be 0 or more (Gymnasium seeds are unsigned), got "
                              f"{self.seed}.")
+        check_run_counts(episodes=self.episodes, seed=self.seed,
+                         max_episode_steps=self.max_episode_steps)
+        check_gpus("--ray-render-gpus", self.ray_render_gpus)
         check_render_options(width=self.width, height=self.height, rtol=self.rtol,
                              atol=self.atol, render_timeout=self.render_timeout,
                              formats=self.video_format)
@@ -316,6 +322,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     options["cameras"] = tuple(options.get("cameras") or ())
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
+    check_folder_name("--out", out)
     check_writable_folder(out)
     targets = _targets(config)
     total = sum(t.episodes for t in targets)
@@ -429,9 +436,9 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     with Progress(show_progress) as bar, _warm_render_workers(cfg, targets) as warm:
         started = time.perf_counter()
         early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
-        try:
+        try:  # warm workers start with the first episode done: the run then goes ahead
             played, descriptions, failed = _pass1(root, targets, cfg, warnings, bar,
-                                                  on_row=early.offer if early else None)
+                                                  on_row=early.offer if early else warm.start)
         except BaseException:
             if early is not None:
                 early.cancel()
@@ -687,12 +694,12 @@ def _needs_returns(selection: Any) -> bool:
 
 
 @contextmanager
-def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[list[Any]]:
+def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Prestart]:
     """Pass 2's local workers, started while pass 1 plays (at a low CPU priority, so that
     pass 1 keeps its speed): a small job then does not wait for interpreters and imports
     after its numbers are done. Whatever pass 2 did not use is stopped at the end."""
     if not cfg.wants_video or cfg.executor != "local" or cfg.renders_early:
-        yield []
+        yield Prestart()
         return
     workers = cfg.render_workers or os.cpu_count() or 1
     if not _needs_returns(cfg.video):  # a count or indices: no more workers than videos
@@ -701,8 +708,12 @@ def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[lis
             counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
             # Long episodes are split across workers, so one video can use them all.
             workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
-    warm = warm_render_workers(cfg.backends, workers,
-                               [cfg.env if t.task is None else t.task.env for t in targets])
+    steps = [t.spec.get("max_episode_steps") for t in targets]
+    if all(steps):  # no more than the segments every episode could be cut into
+        episodes = sum(t.episodes for t in targets)
+        workers = min(workers, episodes * max(1, (max(steps) + 1) // MIN_SEGMENT))
+    warm = prestart_render_workers(cfg.backends, workers,
+                                   [cfg.env if t.task is None else t.task.env for t in targets])
     try:
         yield warm
     finally:

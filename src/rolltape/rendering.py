@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 from rolltape.envs import check_tape_env_module
 from rolltape.errors import UsageError, check_choice
 from rolltape.executors.launch import stop_workers
-from rolltape.executors.local import BackendPool, warm_workers
+from rolltape.executors.launch import check_worker_count
+from rolltape.executors.local import BackendPool, Prestart, warm_workers
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
@@ -145,8 +146,9 @@ def _remove(paths: Sequence[str]) -> None:
 
 
 def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[str],
-                   workers: int = 1) -> list[str]:
-    """Refuse bad render options up front; return the backend order."""
+                   workers: int = 1, local: bool = True) -> list[str]:
+    """Refuse bad render options up front; return the backend order. ``local``: the
+    workers are processes here (not Ray tasks), so their count has this machine's limit."""
     from rolltape.tape import Tape
 
     order = list(parse_backends(backends))
@@ -161,8 +163,7 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
                 format_from_path(out)
             if not req.overwrite:
                 refuse_existing(out, False)
-    if workers < 1:
-        raise UsageError(f"--render-workers must be at least 1, got {workers}.")
+    check_worker_count("--render-workers", workers, local=local)
     return order
 
 
@@ -232,11 +233,11 @@ def render(
     them (pass 1, with ``render_early``) comes first and rendering takes what is left.
     ``warm`` are workers from :func:`warm_render_workers`, used (or stopped) here.
     """
-    order = check_requests(requests, backends, workers)
+    on_ray = executor == "ray"
+    order = check_requests(requests, backends, workers, local=not on_ray)
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
     drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(data_suffixes())))
              for r in requests]
-    on_ray = executor == "ray"
     # Ray draws each episode in one task (its outputs come back as bytes); locally, long
     # episodes are split across the workers and joined.
     jobs = plan_segments(drawn, workers if split and not on_ray else 1)
@@ -314,6 +315,13 @@ def warm_render_workers(backends: str | Sequence[str], workers: int,
     order = parse_backends(backends)
     return warm_workers(render_worker, order[0], (0, 10), workers, _worker_environment,
                         cwd_on_path=any(":" in (e or "") for e in env_ids))
+
+
+def prestart_render_workers(backends: str | Sequence[str], workers: int,
+                            env_ids: Sequence[str | None]) -> Prestart:
+    """:func:`warm_render_workers`, started only when the caller calls ``start()`` (once
+    the run is known to go ahead: its first episode is done)."""
+    return Prestart(lambda: warm_render_workers(backends, workers, env_ids))
 
 
 def _tape_bytes(req: RenderRequest) -> bytes | None:

@@ -6,6 +6,12 @@ it does not re-run the caller's ``__main__``, so ``rolltape.evaluate`` works fro
 without a ``__main__`` guard.
 Parent and child talk over a socket pair with small pickled messages.
 
+A worker dies with the orchestrator however it ends, SIGKILL included (its program's first
+lines see to it: :func:`rolltape.interpreter.python_command`). Linux ties
+``PR_SET_PDEATHSIG`` to the *thread* that started the child, so a worker wanted from
+another thread (pass 2 beside pass 1, training's background renders) is started by one
+long-lived spawner thread instead, which lasts as long as the process.
+
 May import: errors, the interpreter launcher and the standard library. Never: the work (it starts whatever entry point
 it is given).
 
@@ -22,13 +28,37 @@ import socket
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from rolltape.errors import Interrupted
+from rolltape.errors import Interrupted, UsageError
 from rolltape.interpreter import python_command
+
+
+def worker_limit(local: bool = True) -> int:
+    """The most worker processes one flag may ask for: 4 per CPU core here (at least 16),
+    256 in any case (a cluster's). More only queues up, and thousands of interpreters
+    starting at once stall the machine."""
+    return 256 if not local else min(256, max(16, 4 * (os.cpu_count() or 1)))
+
+
+def check_worker_count(flag: str, count: int, minimum: int = 1, local: bool = True) -> None:
+    """Refuse a worker count below ``minimum`` or above :func:`worker_limit`, naming the flag.
+
+    >>> check_worker_count("--workers", 0)
+    Traceback (most recent call last):
+    rolltape.errors.UsageError: --workers must be at least 1, got 0.
+    """
+    if count < minimum:
+        raise UsageError(f"{flag} must be at least {minimum}, got {count}.")
+    limit = worker_limit(local)
+    if count > limit:
+        where = "on this machine (4 per CPU core, at least 16)" if local else "(256 at most)"
+        raise UsageError(f"{flag} {count} is more processes than rolltape starts {where}; "
+                         f"give {limit} or fewer.")
 
 
 @dataclass
@@ -59,11 +89,31 @@ def spawn_worker(target: Callable[..., None], *args: Any,
     ours, theirs = socket.socketpair()
     cmd = python_command(_CHILD, target.__module__, target.__qualname__, str(theirs.fileno()),
                          keep_cwd=cwd_on_path)
-    proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=child_env)
+    try:
+        proc = _start(cmd, theirs.fileno(), child_env)
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
     theirs.close()  # so our recv() sees EOF when the child dies
     conn = Connection(ours.detach())
     conn.send(args)
     return Worker(proc, conn)
+
+
+_spawner: ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Popen from the main thread, or from the spawner thread (see the module's note)."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(cmd, pass_fds=(fd,), env=env)
+    with _spawner_lock:
+        if _spawner is None:  # its one thread idles until the process exits, never ends before
+            _spawner = ThreadPoolExecutor(1, thread_name_prefix="rolltape-spawner")
+    return _spawner.submit(subprocess.Popen, cmd, pass_fds=(fd,), env=env).result()
 
 
 def stop_worker(worker: Worker, grace: float = 2.0) -> None:
@@ -158,10 +208,13 @@ def describe_exit(returncode: int | None) -> str:
 
 # The child's whole program: read the arguments from the pipe, import the target, call it.
 # SIGINT is ignored: Ctrl-C reaches the whole process group, and the parent decides what
-# stops, in order (so that no worker writes on after the command returned).
+# stops, in order (so that no worker writes on after the command returned). SIGTERM (the
+# parent's stop_workers, or a SIGTERM to the whole group) exits through Python, so that a
+# half-written video or tape is removed on the way out, not left in the user's folder.
 _CHILD = """
 import importlib, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 from multiprocessing.connection import Connection
 module, qualname, fd = sys.argv[1:4]
 conn = Connection(int(fd))

@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.fallback import BackendFallback
-from rolltape.executors.launch import describe_exit, spawn_worker, stop_worker, stop_workers
+from rolltape.executors.launch import (describe_exit, signals_deferred, spawn_worker,
+                                       stop_worker, stop_workers)
 
 
 def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[Any, ...], *,
@@ -86,6 +87,23 @@ def warm_workers(target: Callable[..., None], backend: str, args: tuple[Any, ...
     interpreters and imports are ready when the first job comes."""
     return [spawn_worker(target, backend, *args, env=environment(backend, workers),
                          cwd_on_path=cwd_on_path) for _ in range(workers)]
+
+
+class Prestart(list):  # type: ignore[type-arg]
+    """Workers to start ahead of their jobs (:func:`warm_workers`), but only once the run is
+    known to go ahead: empty until :meth:`start` (called again, it does nothing). A run
+    refused by its first worker (a checkpoint that does not load) starts none."""
+
+    def __init__(self, starter: Callable[[], list[Any]] | None = None) -> None:
+        super().__init__()
+        self._starter = starter
+
+    def start(self, *_: Any) -> None:
+        """Start them now (any arguments are ignored: it can be an ``on_row`` callback)."""
+        starter, self._starter = self._starter, None
+        if starter is not None:
+            with signals_deferred():  # a Ctrl-C meanwhile must not lose one started
+                self.extend(starter())
 
 
 @dataclass

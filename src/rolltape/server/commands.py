@@ -61,12 +61,17 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
             from rolltape.pass2.backends import parse_backends
 
             (backend,) = parse_backends([backend])
-        run_server(ServeConfig(env=env, env_kwargs=parse_kwargs(env_kwargs),
-                               max_episode_steps=max_episode_steps, bind=bind,
-                               token_file=str(token_file) if token_file else None,
-                               max_sessions=max_sessions, max_payload=max_payload,
-                               idle_timeout=idle_timeout, request_timeout=request_timeout,
-                               backend=backend, suite=suite, tasks=tasks))
+        stopped_by = run_server(ServeConfig(
+            env=env, env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
+            bind=bind, token_file=str(token_file) if token_file else None,
+            max_sessions=max_sessions, max_payload=max_payload, idle_timeout=idle_timeout,
+            request_timeout=request_timeout, backend=backend, suite=suite, tasks=tasks))
+        if stopped_by is not None:  # SIGTERM or Ctrl-C: the status says so, as for any verb
+            from rolltape.errors import Interrupted
+
+            stop = Interrupted(stopped_by)
+            raise Interrupted(stopped_by, f"{Interrupted.heading(stop)}: stopped serving; "
+                                          "every session's env was closed.")
 
     @app.command()
     def parity(

@@ -166,6 +166,7 @@ class EnvServer:
         self.sessions: dict[str, Session] = {}
         self.opened = 0
         self.stopping = False
+        self.stopped_by: int | None = None  # the signal that stopped serve_forever
         self._ops = {op: getattr(self, f"_op_{op}") for op in P.OPS}
         self._call_started: float | None = None  # when the env call under way began
         self.context = zmq.Context()
@@ -227,6 +228,7 @@ class EnvServer:
 
     def _stop(self, signum: int, frame: Any) -> None:
         self.stopping = True
+        self.stopped_by = signum
 
     def close(self) -> int:
         """Close every session's env and the socket; return how many sessions were open."""
@@ -516,8 +518,9 @@ def _action(value: Any, shape: tuple[int, ...], dtype: np.dtype | None) -> Any:
     return value[()] if value.shape == () else value
 
 
-def serve(cfg: ServeConfig) -> None:
-    """``rolltape serve``: build the server, print where it listens, answer until stopped."""
+def serve(cfg: ServeConfig) -> int | None:
+    """``rolltape serve``: build the server, print where it listens, answer until stopped;
+    return the signal that stopped it (None: it stopped by itself)."""
     if cfg.backend is not None:
         from rolltape.pass2.backends import select_backend_in_this_process
 
@@ -535,3 +538,4 @@ def serve(cfg: ServeConfig) -> None:
               f"`rolltape eval --suite {cfg.suite} --served {server.address}`", flush=True)
     sys.stdout.flush()
     server.serve_forever()
+    return server.stopped_by

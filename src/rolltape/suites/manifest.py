@@ -92,10 +92,45 @@ class _Mapping(dict):  # type: ignore[type-arg]
     duplicates: tuple[str, ...] = ()
 
 
+MAX_BYTES = 1 << 20  # a manifest of a thousand tasks is ~100 KB
+MAX_NODES = 100_000  # values in the document with every alias expanded (a bomb: 9**9)
+
+
+class _TooLarge(Exception):
+    """The document is over a cap; the message ends the sentence 'Suite manifest X ...'."""
+
+
 def _loader() -> type:
     import yaml
 
     class Loader(yaml.SafeLoader):
+        """SafeLoader that counts, while composing (before anything is built or walked),
+        the values the document holds with its aliases expanded, and refuses more than
+        MAX_NODES or an alias of a value inside itself (a structure with no end)."""
+
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            self.expanded = 0
+            self.sizes: dict[int, int] = {}  # id(node): its values, aliases expanded
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                anchor = self.peek_event().anchor
+                node = super().compose_node(parent, index)
+                if id(node) not in self.sizes:
+                    raise _TooLarge(f"uses the alias *{_cut(str(anchor))} inside the value it "
+                                    "names (a structure without end); write the value out.")
+                self.expanded += self.sizes[id(node)]
+            else:
+                start = self.expanded
+                node = super().compose_node(parent, index)
+                self.expanded += 1
+                self.sizes[id(node)] = self.expanded - start
+            if self.expanded > MAX_NODES:
+                raise _TooLarge(f"expands its aliases to more than {MAX_NODES:,} values; "
+                                "write the values out, or use fewer aliases of aliases.")
+            return node
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             mapping = _Mapping(super().construct_mapping(node, deep=deep))
             keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
@@ -107,6 +142,23 @@ def _loader() -> type:
     return Loader
 
 
+def _cut(text: str, limit: int = 100) -> str:
+    """At most a line's worth of user data for a message (a name can be megabytes).
+
+    >>> _cut("x" * 500)[-4:], len(_cut("x" * 500))
+    ('xxx…', 100)
+    """
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _shown(value: Any) -> str:
+    """``repr`` of user data, bounded however deep or long it is (reprlib stops early)."""
+    import reprlib
+
+    return _cut(reprlib.repr(value))
+
+
 def load_manifest(path: str | Path) -> Manifest:
     """Read and check a manifest file; every problem is one sentence (UsageError)."""
     import yaml
@@ -116,10 +168,16 @@ def load_manifest(path: str | Path) -> Manifest:
         raise UsageError(f"Suite manifest '{path}' does not exist; give the path of a YAML "
                          "file or a built-in suite name (see `rolltape suites`).")
     try:
+        size = file.stat().st_size
+        if size > MAX_BYTES:
+            raise _TooLarge(f"is {size:,} bytes, more than a manifest needs "
+                            f"({MAX_BYTES:,} at most); split it into several.")
         text = file.read_text(encoding="utf-8")
         data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
+    except _TooLarge as exc:
+        raise UsageError(f"Suite manifest '{path}' {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"Cannot read suite manifest '{path}' ({exc}).") from None
+        raise UsageError(f"Cannot read suite manifest '{path}' ({_cut(str(exc))}).") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
@@ -136,7 +194,7 @@ def parse_manifest(data: Any, source: str, base: Path | None = None) -> Manifest
     _no_duplicates(data, f"Suite manifest '{source}' names the suite", "")
     tasks: list[Task] = []
     for suite, body in data.items():
-        where = f"{source}: suite '{suite}'"
+        where = f"{source}: suite '{_cut(str(suite))}'"
         _check_name(suite, where, "suite")
         if not isinstance(body, dict):
             raise UsageError(f"{where} must be a mapping with 'tasks'.")
@@ -146,7 +204,8 @@ def parse_manifest(data: Any, source: str, base: Path | None = None) -> Manifest
         _no_duplicates(body["tasks"], f"{where} has the task", "; task names must be unique")
         defaults = {k: _value(k, body[k], where) for k in SUITE_KEYS[1:6] if k in body}
         for name, spec in body["tasks"].items():
-            tasks.append(_task(str(suite), name, spec, defaults, f"{where}, task '{name}'", base))
+            tasks.append(_task(str(suite), name, spec, defaults,
+                               f"{where}, task '{_cut(str(name))}'", base))
     return Manifest(source, tuple(tasks))
 
 
@@ -178,21 +237,21 @@ def _value(key: str, value: Any, where: str) -> Any:
                              f"got {type(value).__name__}.")
         for k, v in value.items():
             if not isinstance(k, str) or not k.isidentifier() or not _plain(v):
-                raise UsageError(f"{where}: kwargs '{k}' must be a Python name with a value "
-                                 "that is a number, string, true/false/null, or a list or "
-                                 "mapping of those.")
+                raise UsageError(f"{where}: kwargs '{_cut(str(k))}' must be a Python name "
+                                 "with a value that is a number, string, true/false/null, or "
+                                 "a list or mapping of those.")
         return dict(value)
     if key in ("episodes", "max_episode_steps"):
         if value is None and key == "max_episode_steps":
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{where}: {key} must be a whole number of at least 1, got "
-                             f"{value!r}.")
+                             f"{_shown(value)}.")
         return value
     if key == "success_key":
         if value is not None and (not isinstance(value, str) or not value):
             raise UsageError(f"{where}: success_key must be the name of an info key (or null "
-                             f"for an env that reports no success), got {value!r}.")
+                             f"for an env that reports no success), got {_shown(value)}.")
         return value
     if key == "success":
         from rolltape.record import check_success_rule
@@ -202,7 +261,7 @@ def _value(key: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 not (0 <= value < math.inf):
             raise UsageError(f"{where}: reward_atol must be a finite number of 0 or more, "
-                             f"got {value!r}.")
+                             f"got {_shown(value)}.")
         return float(value)
     if key == "description":
         return None if value is None else str(value)
@@ -222,24 +281,30 @@ def _plain(value: Any) -> bool:
     return False
 
 
+MAX_NAME = 100  # a name becomes a folder (tapes/<suite>/<task>): far below NAME_MAX
+
+
 def _check_name(name: Any, where: str, what: str) -> None:
+    if isinstance(name, str) and len(name) > MAX_NAME:
+        raise UsageError(f"{where}: the {what} name {_shown(name)} is {len(name)} characters "
+                         f"long; give one of at most {MAX_NAME} (it names a folder).")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise UsageError(f"{where}: the {what} name {name!r} must be a plain word (letters, "
+        raise UsageError(f"{where}: the {what} name {_shown(name)} must be a plain word (letters, "
                          "digits, '_', '-', '.'; it names a folder).")
 
 
 def _known_keys(mapping: dict[str, Any], known: Sequence[str], where: str) -> None:
     for key in mapping:
         if key not in known:
-            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+            close = difflib.get_close_matches(_cut(str(key)), known, n=1, cutoff=0.5)
             hint = f"did you mean '{close[0]}'?" if close else f"use {', '.join(known)}."
-            raise UsageError(f"{where}: unknown key '{key}'; {hint}")
+            raise UsageError(f"{where}: unknown key '{_cut(str(key))}'; {hint}")
 
 
 def _no_duplicates(mapping: Any, what: str, tail: str) -> None:
     dup = getattr(mapping, "duplicates", ())
     if dup:
-        raise UsageError(f"{what} '{dup[0]}' twice{tail}.")
+        raise UsageError(f"{what} '{_cut(dup[0])}' twice{tail}.")
 
 
 def select_tasks(manifest: Manifest, wanted: str | Sequence[str] | None,
@@ -259,7 +324,7 @@ def select_tasks(manifest: Manifest, wanted: str | Sequence[str] | None,
             close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
             hint = f"did you mean '{close[0]}'?" if close else \
                 f"its tasks are {', '.join(dict.fromkeys(t.name for t in manifest.tasks))}."
-            raise UsageError(f"{flag} '{word}' is not a task of {manifest.source}; {hint}")
+            raise UsageError(f"{flag} '{_cut(word)}' is not a task of {manifest.source}; {hint}")
     chosen = tuple(t for t in manifest.tasks if t.name in words or t.key in words)
     return replace(manifest, tasks=chosen)
 
