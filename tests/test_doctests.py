@@ -15,11 +15,8 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter",
          "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.server.address",
          "rolltape.suites.manifest", "rolltape.suites.builtin", "rolltape.suites.results",
-<<<<<<< HEAD
-         "rolltape.outputs.suite_view", "rolltape.record", "rolltape.pass2.formats"]
-=======
-         "rolltape.outputs.suite_view", "rolltape.limits"]
->>>>>>> rel20
+         "rolltape.outputs.suite_view", "rolltape.record", "rolltape.pass2.formats",
+         "rolltape.limits"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

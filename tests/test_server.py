@@ -347,11 +347,8 @@ def test_token_idle_timeout_and_graceful_stop(tmp_path):
         out = s.stop(signal.SIGTERM)
     assert s.proc.returncode == 143  # as any verb stopped by SIGTERM
     assert "closed 1 session(s)" in out  # SIGTERM closed the open env
-<<<<<<< HEAD
     assert "refused 1 request(s) with a missing token so far" in out  # refusals are logged
-=======
     assert "Interrupted (SIGTERM): stopped serving" in out.splitlines()[-1]
->>>>>>> rel20
 
 
 def test_a_hung_env_call_is_cut_by_the_request_timeout():
