@@ -137,3 +137,21 @@ def execute(path: Path, cwd: Path) -> Any:
     NotebookClient(nb, timeout=120, kernel_name="python3",
                    resources={"metadata": {"path": str(cwd)}}).execute()
     return nb
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 3 MiB tmpfs (the tests run as root, in CI too), unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(folder: Path, leave: int) -> Path:
+    """Fill the disk of ``folder`` until ``leave`` bytes are free."""
+    st = os.statvfs(folder)
+    ballast = folder / "ballast"
+    ballast.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+    return ballast

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from rolltape.errors import UsageError
 from rolltape.pass2.backends import (
     DEFAULT_ORDER,
     KNOWN_BACKENDS,
@@ -35,7 +36,6 @@ from rolltape.pass2.backends import (
     parse_backends,
     probe,
 )
-from rolltape.errors import UsageError
 
 OSMESA_FIX = "apt-get install -y --no-install-recommends libosmesa6"
 EGL_FIX = "apt-get install -y --no-install-recommends libegl1 libopengl0 libgl1-mesa-dri"

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from rolltape import bench
 from rolltape.bench.scale import compare_tapes
 from rolltape.errors import UsageError
-
-from conftest import run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 HAS_RAY = importlib.util.find_spec("ray") is not None

@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from rolltape import evaluate
-
 from conftest import ROOT, run_cli
+from rolltape import evaluate
 
 LEVER = "tests.assets.suite_envs:Lever"
 MANIFEST = f"""

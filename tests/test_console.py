@@ -4,13 +4,13 @@ drew, and no noise from render workers. Real runs, the real `rolltape` command."
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import replace
 import io
 import os
 import pty
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 import rolltape.pass2.encode as encode
+from rolltape.errors import UsageError
 from rolltape.pass2.encode import (
     FORMATS,
     BackgroundWriter,
@@ -25,7 +26,6 @@ from rolltape.pass2.encode import (
     open_writer,
     read_frames,
 )
-from rolltape.errors import UsageError
 
 N_FRAMES = 37
 SIZES = [(47, 65), (48, 64)]  # (height, width): odd sizes exercise yuv420p padding

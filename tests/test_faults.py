@@ -19,10 +19,9 @@ from typing import Callable
 
 import pytest
 
+from conftest import count, fill, interruptible, marked
 from rolltape import Tape, evaluate
 from rolltape.errors import RunFailed, UsageError
-
-from conftest import count, interruptible, marked
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = "tests.assets.toy_envs:FaultToy-v0"
@@ -333,24 +332,6 @@ def test_resume_plays_again_a_tape_that_was_cut_short(tmp_path):
     assert [r["return"] for r in again.results.to_json()["episodes_rows"]] == \
         [r["return"] for r in first.results.to_json()["episodes_rows"]]
     assert not [p for p in out.rglob("*") if "partial" in p.name]
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 3 MiB tmpfs (the tests run as root, in CI too), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(folder: Path, leave: int) -> Path:
-    """Fill the disk of ``folder`` until ``leave`` bytes are free."""
-    st = os.statvfs(folder)
-    ballast = folder / "ballast"
-    ballast.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
-    return ballast
 
 
 def test_a_full_disk_during_pass_one_is_one_line_and_keeps_what_finished(small_disk):

@@ -18,8 +18,14 @@ import numpy as np
 import pytest
 
 from rolltape import Tape, UsageError, evaluate
-from rolltape.policies import (CallablePolicy, RandomPolicy, SB3Policy, TapePolicy,
-                               detect_sb3_algo, load_policy)
+from rolltape.policies import (
+    CallablePolicy,
+    RandomPolicy,
+    SB3Policy,
+    TapePolicy,
+    detect_sb3_algo,
+    load_policy,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "tests" / "assets"

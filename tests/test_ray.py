@@ -16,7 +16,6 @@ ray = pytest.importorskip("ray")
 
 from rolltape import RenderRequest, Tape, UsageError, evaluate, render  # noqa: E402
 from rolltape.pass2.encode import count_frames  # noqa: E402
-from rolltape.executors.ray import check_ray  # noqa: E402
 
 ENV_ID = "HalfCheetah-v5"
 RUN = dict(episodes=3, seed=11, max_episode_steps=30, baseline="random", video=1)
@@ -194,8 +193,8 @@ def test_local_executor_never_imports_ray(tmp_path):
 
 
 def test_pass1_work_is_cut_into_small_tasks_covering_every_episode():
-    from rolltape.pass1.rollout import EpisodeJob, PolicyJob, split_jobs
     from rolltape.pass1.remote import cut_into_tasks as _pass1_tasks
+    from rolltape.pass1.rollout import EpisodeJob, PolicyJob, split_jobs
 
     jobs = [PolicyJob(env={"id": ENV_ID}, policy=p,
                       episodes=[EpisodeJob(role, i, i, f"{role}-{i}.npz") for i in range(50)])

@@ -361,7 +361,7 @@ def test_summary_round_trips_and_counts_by_rule() -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):
+def small_disks(tmp_path: Path):
     """Real tmpfs mounts (the tests run as root, in CI too): a 16 KiB one and a read-only
     one, unmounted afterwards."""
     import subprocess
@@ -378,13 +378,13 @@ def small_disk(tmp_path: Path):
 
 
 def test_compare_to_a_bad_out_is_one_sentence_and_leaves_no_half(runs: dict[str, Run],
-                                                                  small_disk: dict[str, Path],
+                                                                  small_disks: dict[str, Path],
                                                                   tmp_path: Path) -> None:
     a, b = str(runs["best"].path), str(runs["suite"].path)
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
-    for out, words in ((a_file, "is a file"), (small_disk["ro"] / "cmp", "Read-only"),
-                       (small_disk["full"], "No space left")):
+    for out, words in ((a_file, "is a file"), (small_disks["ro"] / "cmp", "Read-only"),
+                       (small_disks["full"], "No space left")):
         done = run_cli("compare", a, b, "--out", str(out))
         assert done.returncode == 2, (out, done.stderr)
         assert words in done.stderr and done.stderr.count("\n") == 1, done.stderr

@@ -14,8 +14,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest

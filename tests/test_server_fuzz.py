@@ -9,10 +9,9 @@ from hypothesis import HealthCheck, given, settings
 
 pytest.importorskip("zmq")
 
-from server_strategies import messages  # noqa: E402
-
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.server import EnvServer, ServeConfig  # noqa: E402
+from server_strategies import messages  # noqa: E402
 
 
 @pytest.fixture(scope="module")

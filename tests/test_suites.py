@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ROOT, run_cli
 from rolltape import RenderRequest, Tape, UsageError, evaluate, render
 from rolltape.stats import mean_of_rates, success_percent, wilson_interval
 from rolltape.suites.manifest import load_manifest, select_tasks
-
-from conftest import ROOT, run_cli
 
 PATTERN = "tests.assets.suite_envs:SuccessPattern"
 MANIFEST = f"""

@@ -15,8 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tape_strategies import (BASES, array_edits, flipped, header_edits, load_outcome,
-                             lying_sizes, npy_edits, npz_bytes, truncated)
+from tape_strategies import (
+    BASES,
+    array_edits,
+    flipped,
+    header_edits,
+    load_outcome,
+    lying_sizes,
+    npy_edits,
+    npz_bytes,
+    truncated,
+)
 
 DAMAGE = {"truncated": truncated(), "flipped": flipped(), "lying_sizes": lying_sizes(),
           "header_edits": header_edits(), "array_edits": array_edits(),

@@ -21,12 +21,11 @@ import numpy as np
 import pytest
 
 import rolltape
+from conftest import fill
 from rolltape import RenderRequest, Tape, render
 from rolltape.errors import UsageError
 from rolltape.training.background import RecordingWarning
 from rolltape.training.record import RecordTape, capped_cubic_video_schedule, record_sub_envs
-
-from test_faults import fill, small_disk  # noqa: F401  (a real small tmpfs, a fixture)
 
 ENV = "InvertedPendulum-v5"  # MuJoCo, tiny, random actions end episodes within ~5-20 steps
 SMALL = {"width": 64, "height": 48}
@@ -608,8 +607,10 @@ def test_stop_on_reward_threshold_stops_ppo_and_best_model_is_the_best_eval(
     """SB3's own StopTrainingOnRewardThreshold as callback_on_new_best, unchanged: a real
     PPO run on InvertedPendulum stops at the first evaluation that meets it."""
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import (StopTrainingOnNoModelImprovement,
-                                                    StopTrainingOnRewardThreshold)
+    from stable_baselines3.common.callbacks import (
+        StopTrainingOnNoModelImprovement,
+        StopTrainingOnRewardThreshold,
+    )
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import configure
 

@@ -17,8 +17,16 @@ import pytest
 import rolltape
 from conftest import interruptible, run_cli
 from rolltape import UsageError
-from rolltape.outputs.viewer import (MODEL_SUPPORT, SOURCE_DIR, check_models, export_viewer,
-                             model_files, node_modules_dir, serve, viewer_is_current)
+from rolltape.outputs.viewer import (
+    MODEL_SUPPORT,
+    SOURCE_DIR,
+    check_models,
+    export_viewer,
+    model_files,
+    node_modules_dir,
+    serve,
+    viewer_is_current,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",

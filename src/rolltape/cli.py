@@ -22,11 +22,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
+from rolltape.outputs.summary import (
+    improvement_line,
+    success_rule_text,
+    summary_rows,
+    summary_title,
+)
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import DEFAULT_ORDER
-from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
-from rolltape.outputs.summary import (improvement_line, success_rule_text, summary_rows,
-                                      summary_title)
 from rolltape.server import commands as _server_commands
 
 if TYPE_CHECKING:
@@ -368,8 +372,8 @@ def render(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
-    from rolltape.outputs.artifacts import artifact_paths, check_output_name
     from rolltape.evaluation import check_render_options
+    from rolltape.outputs.artifacts import artifact_paths, check_output_name
     from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
 
     check_choice("--on-divergence", on_divergence, ("warn", "fail"))
@@ -448,7 +452,8 @@ def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers:
                   quiet: bool) -> list[Any]:
     from rolltape.executors.launch import sigterm_raises
     from rolltape.progress import Progress
-    from rolltape.rendering import check_requests, render as render_tapes
+    from rolltape.rendering import check_requests
+    from rolltape.rendering import render as render_tapes
     from rolltape.tape import Tape
 
     # Loading every tape first also reports a bad one before any work or progress bar.
@@ -583,7 +588,8 @@ def doctor(
     timeout: float = typer.Option(60.0, help="Seconds before a probe counts as hung."),
 ) -> None:
     """Probe each GL backend in a subprocess: which work here, why the others fail."""
-    from rolltape.pass2.backends import doctor as run_doctor, first_working, format_doctor
+    from rolltape.pass2.backends import doctor as run_doctor
+    from rolltape.pass2.backends import first_working, format_doctor
 
     results = run_doctor(backends, timeout=timeout)
     out.print(format_doctor(results), highlight=False)

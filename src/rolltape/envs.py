@@ -23,7 +23,7 @@ import inspect
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -216,8 +216,12 @@ def env_package(top: str) -> bool:
     distribution that requires ``gymnasium`` (gymnasium-robotics, gym-pusht, ale-py...).
     The standard library's ``antigravity`` or an unrelated library is none of these."""
     from importlib.machinery import PathFinder
-    from importlib.metadata import (PackageNotFoundError, entry_points,
-                                    packages_distributions, requires)
+    from importlib.metadata import (
+        PackageNotFoundError,
+        entry_points,
+        packages_distributions,
+        requires,
+    )
 
     here = os.path.realpath(os.getcwd())
     path = [p for p in sys.path if os.path.realpath(p or os.curdir) != here]

@@ -26,26 +26,47 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape import stats
-from rolltape.outputs.artifacts import (RunDir, append_jsonl, artifact_paths, git_commit,
-                                        provenance, read_jsonl, write_json, write_text)
-from rolltape.outputs.artifacts import check_writable_folder
-from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
-from rolltape.pass2.cameras import check_layout
 from rolltape.envs import env_spec, json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
-from rolltape.executors.launch import (check_worker_count, signals_deferred, sigterm_raises,
-                                       stop_workers)
-from rolltape.limits import check_folder_name, check_fps, check_gpus, check_run_counts
-from rolltape.progress import Progress
-from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
-from rolltape.record import (SCHEMA_VERSION, Episode, EpisodeKey, Metadata, Results, Run,
-                             Summary, Video, check_success_rule, episodes_of)
-from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render
+from rolltape.executors.launch import (
+    check_worker_count,
+    signals_deferred,
+    sigterm_raises,
+    stop_workers,
+)
 from rolltape.executors.local import Prestart, run_shares
 from rolltape.interpreter import NO_GL
-from rolltape.pass1.rollout import (EPISODE_TIMEOUT, UNITS, Episodes, PolicyJob, playing,
-                                    split_jobs)
+from rolltape.limits import check_folder_name, check_fps, check_gpus, check_run_counts
+from rolltape.outputs.artifacts import (
+    RunDir,
+    append_jsonl,
+    artifact_paths,
+    check_writable_folder,
+    git_commit,
+    provenance,
+    read_jsonl,
+    write_json,
+    write_text,
+)
+from rolltape.pass1.rollout import EPISODE_TIMEOUT, UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
+from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
+from rolltape.pass2.cameras import check_layout
+from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
+from rolltape.progress import Progress
+from rolltape.record import (
+    SCHEMA_VERSION,
+    Episode,
+    EpisodeKey,
+    Metadata,
+    Results,
+    Run,
+    Summary,
+    Video,
+    check_success_rule,
+    episodes_of,
+)
+from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render
 from rolltape.tape import Tape
 
 if TYPE_CHECKING:
@@ -153,8 +174,8 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
     cameras = [c for c in cfg.cameras if c != "default"]
     if not cfg.wants_video or (not cameras and cfg.width is None and cfg.height is None):
         return
-    from rolltape.pass2.cameras import check_drawing_worker
     from rolltape.executors.launch import spawn_worker, stop_worker
+    from rolltape.pass2.cameras import check_drawing_worker
 
     worker = spawn_worker(check_drawing_worker, spec, cfg.width, cfg.height, cameras,
                           env=NO_GL)

@@ -137,8 +137,10 @@ def _lean_actor(model: Any, normalizer: Any | None, deterministic: bool
             std = np.sqrt(rms.var + normalizer.epsilon)
             mean, clip = rms.mean, normalizer.clip_obs
             norm = lambda o: np.clip((o - mean) / std, -clip, clip).astype(np.float32)  # noqa: E731
-    from stable_baselines3.common.distributions import (CategoricalDistribution,
-                                                        DiagGaussianDistribution)
+    from stable_baselines3.common.distributions import (
+        CategoricalDistribution,
+        DiagGaussianDistribution,
+    )
     from stable_baselines3.common.policies import ActorCriticPolicy
 
     is_box = isinstance(act_space, spaces.Box)

@@ -294,7 +294,6 @@ class Summary:
            rules: str | Mapping[tuple[str | None, str | None], str] = "at_end") -> Summary:
         """The summary of ``episodes``, success counted by ``rules`` (one rule, or one per
         task: (suite, task) to rule)."""
-        from rolltape import stats
 
         def rule_of(e: Episode) -> str:
             return rules if isinstance(rules, str) else rules.get(e.key.task_key, "at_end")

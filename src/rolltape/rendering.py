@@ -24,8 +24,7 @@ from typing import Any, Callable, Sequence
 
 from rolltape.envs import check_tape_env_module
 from rolltape.errors import UsageError, check_choice
-from rolltape.executors.launch import stop_workers
-from rolltape.executors.launch import check_worker_count
+from rolltape.executors.launch import check_worker_count, stop_workers
 from rolltape.executors.local import BackendPool, Prestart, warm_workers
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
@@ -33,10 +32,15 @@ from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backend
 from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.encode import format_from_path, open_writer
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
-from rolltape.pass2.replay import (HEADLESS_SDL, MODES, QUALITY, RenderRequest,
-                                   RenderResult, render_worker)
+from rolltape.pass2.replay import (
+    HEADLESS_SDL,
+    MODES,
+    QUALITY,
+    RenderRequest,
+    RenderResult,
+    render_worker,
+)
 from rolltape.tape import sum_rewards
-
 
 MIN_SEGMENT = 50  # frames; shorter segments cost more in process start-up than they save
 

@@ -95,15 +95,28 @@ from rolltape.bench.artifacts import bench_gif_vs_mp4, bench_report_build
 from rolltape.bench.common import ENV_ID, FULL, POLICY_NOTE, QUICK, SEED, Config, Context
 from rolltape.bench.pass1 import bench_pass1_overhead, bench_pass1_video_requested
 from rolltape.bench.pass2 import bench_pass2_throughput, bench_render_quality, bench_render_rss
-from rolltape.bench.served import (bench_served_concurrent_clients, bench_served_eval_pass1,
-                                   bench_served_step_overhead)
-from rolltape.bench.scale import (bench_pass1_workers, bench_pass2_segments,
-                                  bench_pass2_workers, bench_ray_vs_local)
-from rolltape.bench.training import (bench_record_tape_step_cost, bench_training_background_video,
-                                     bench_training_tapes)
+from rolltape.bench.scale import (
+    bench_pass1_workers,
+    bench_pass2_segments,
+    bench_pass2_workers,
+    bench_ray_vs_local,
+)
+from rolltape.bench.served import (
+    bench_served_concurrent_clients,
+    bench_served_eval_pass1,
+    bench_served_step_overhead,
+)
 from rolltape.bench.suites import bench_suite_aggregation, bench_suite_workers
-from rolltape.bench.versus import (bench_end_to_end, bench_pass1_vs_sb3_evaluate_policy,
-                                   bench_small_job)
+from rolltape.bench.training import (
+    bench_record_tape_step_cost,
+    bench_training_background_video,
+    bench_training_tapes,
+)
+from rolltape.bench.versus import (
+    bench_end_to_end,
+    bench_pass1_vs_sb3_evaluate_policy,
+    bench_small_job,
+)
 from rolltape.errors import UsageError
 from rolltape.files import write_text
 

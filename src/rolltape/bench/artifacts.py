@@ -12,9 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rolltape.bench.common import (
+    ENV_ID,
+    SEED,
+    Context,
+    _backends,
+    _median,
+    _record_random_tape,
+    _result,
+    _timed_render,
+    child_env,
+)
 from rolltape.interpreter import python_command
-from rolltape.bench.common import (ENV_ID, SEED, Context, _backends, _median,
-                                   _record_random_tape, _result, _timed_render, child_env)
 
 
 def bench_gif_vs_mp4(ctx: Context) -> dict[str, Any]:

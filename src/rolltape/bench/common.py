@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from rolltape.interpreter import python_command
-from rolltape.interpreter import GL_VARIABLES
+from rolltape.interpreter import GL_VARIABLES, python_command
 
 ENV_ID = "HalfCheetah-v5"
 SEED = 1000

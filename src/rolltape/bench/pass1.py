@@ -13,15 +13,23 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rolltape.bench.common import (ENV_ID, POLICY_NOTE, SEED, Context, _median, _result,
-                                   run_child, track_workers)
+from rolltape.bench.common import (
+    ENV_ID,
+    POLICY_NOTE,
+    SEED,
+    Context,
+    _median,
+    _result,
+    run_child,
+    track_workers,
+)
 
 
 def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
     """record_episode vs a bare policy.act + env.step loop, same env, policy and seeds."""
     from rolltape.envs import env_spec, make_env
-    from rolltape.policies import load_policy
     from rolltape.pass1.rollout import record_episode
+    from rolltape.policies import load_policy
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()

@@ -10,8 +10,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rolltape.bench.common import (ENV_ID, Context, _backends, _median, _record_random_tape,
-                                   _result, _timed_render, run_child, track_workers)
+from rolltape.bench.common import (
+    ENV_ID,
+    Context,
+    _backends,
+    _median,
+    _record_random_tape,
+    _result,
+    _timed_render,
+    run_child,
+    track_workers,
+)
 
 
 def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:

@@ -10,11 +10,23 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from rolltape.bench.common import (ENV_ID, POLICY_NOTE, SEED, Context, _backends, _median,
-                                   _random_tapes, _record_random_tape, _result, _timed_render,
-                                   compare_tapes, run_child, track_workers)
+from rolltape.bench.common import (
+    ENV_ID,
+    POLICY_NOTE,
+    SEED,
+    Context,
+    _backends,
+    _median,
+    _random_tapes,
+    _record_random_tape,
+    _result,
+    _timed_render,
+    compare_tapes,
+    run_child,
+    track_workers,
+)
 
 
 def bench_pass1_workers(ctx: Context) -> dict[str, Any]:

@@ -13,8 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import (ENV_ID, POLICY_NOTE, SEED, Context, _median, _result,
-                                   run_child, track_workers)
+from rolltape.bench.common import (
+    ENV_ID,
+    POLICY_NOTE,
+    SEED,
+    Context,
+    _median,
+    _result,
+    run_child,
+    track_workers,
+)
 
 
 def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:

@@ -28,8 +28,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.fallback import BackendFallback
-from rolltape.executors.launch import (describe_exit, signals_deferred, spawn_worker,
-                                       stop_worker, stop_workers)
+from rolltape.executors.launch import (
+    describe_exit,
+    signals_deferred,
+    spawn_worker,
+    stop_worker,
+    stop_workers,
+)
 
 
 def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[Any, ...], *,

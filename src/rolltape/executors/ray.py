@@ -40,7 +40,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from rolltape.errors import UsageError, RunFailed
+from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.fallback import BackendFallback
 from rolltape.files import write_bytes, write_folder
 

@@ -27,8 +27,9 @@ from typing import Any
 
 from rolltape.errors import UsageError
 from rolltape.files import write_json, write_text  # noqa: F401  (re-exported)
-from rolltape.pass2.formats import TABLE, file_suffixes, names
 from rolltape.interpreter import GL_VARIABLES
+from rolltape.pass2.formats import TABLE, file_suffixes, names
+
 
 def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
     """Append one row and flush, so a reader (or a resume) sees each episode as it ends."""

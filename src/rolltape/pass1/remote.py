@@ -30,8 +30,8 @@ from typing import Any
 from rolltape.envs import forget_mujoco_warnings, mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.files import unmap_paths
-from rolltape.pass1.rollout import PolicyJob, run_policy_job
 from rolltape.interpreter import GL_VARIABLES
+from rolltape.pass1.rollout import PolicyJob, run_policy_job
 
 EPISODES_PER_TASK = 4  # at most; small tasks give progress, each task reloads the policy
 

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import (PhysicsLog, json_safe, make_env, obs_digest,
-                   obs_digests)
+from rolltape.envs import PhysicsLog, json_safe, make_env, obs_digest, obs_digests
 from rolltape.errors import UsageError
 from rolltape.policies import Policy, load_policy
 from rolltape.record import Episode, EpisodeKey

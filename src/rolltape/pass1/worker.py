@@ -14,9 +14,9 @@ from typing import Any
 
 from rolltape.envs import mujoco_warnings
 from rolltape.errors import UsageError
+from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass1.batched import run_batched_job
 from rolltape.pass1.rollout import PolicyJob, last_line, run_policy_job
-from rolltape.interpreter import GL_VARIABLES
 
 
 def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:

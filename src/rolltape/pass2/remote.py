@@ -28,11 +28,14 @@ from typing import Any
 from rolltape.envs import forget_mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.files import unmap_paths
-from rolltape.pass2.backends import (_mujoco_gl_already_read, gl_environment,
-                                     select_backend_in_this_process)
+from rolltape.interpreter import GL_VARIABLES
+from rolltape.pass2.backends import (
+    _mujoco_gl_already_read,
+    gl_environment,
+    select_backend_in_this_process,
+)
 from rolltape.pass2.encode import format_from_path
 from rolltape.pass2.replay import BackendFailure, RenderRequest, _inject_fault, _Replayer
-from rolltape.interpreter import GL_VARIABLES
 
 _REPLAYERS: dict[str | None, _Replayer] = {}
 

@@ -250,8 +250,8 @@ class _Replayer:
         return obs
 
     def run(self, req: RenderRequest) -> RenderResult:
-        from rolltape.pass2.encode import BackgroundWriter, open_writer
         from rolltape.envs import mujoco_warnings
+        from rolltape.pass2.encode import BackgroundWriter, open_writer
         from rolltape.tape import Tape
 
         start = time.perf_counter()

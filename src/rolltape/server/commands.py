@@ -53,7 +53,8 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
             from rolltape.server.protocol import missing_extra
 
             raise missing_extra() from None
-        from rolltape.server.server import ServeConfig, serve as run_server
+        from rolltape.server.server import ServeConfig
+        from rolltape.server.server import serve as run_server
 
         if max_episode_steps is not None and max_episode_steps < 1:
             raise UsageError(f"--max-episode-steps must be at least 1, got {max_episode_steps}.")
@@ -108,8 +109,8 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         from rolltape.files import write_json
         from rolltape.server.address import parse_server
         from rolltape.server.client import describe, served_difference
-        from rolltape.server.protocol import difference_sentence
         from rolltape.server.frames import check_size
+        from rolltape.server.protocol import difference_sentence
 
         for tape in tapes or []:
             if not tape.is_file():

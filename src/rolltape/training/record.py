@@ -28,10 +28,9 @@ import numpy as np
 from rolltape.envs import PhysicsLog, env_spec, mujoco_data, rng_state
 from rolltape.errors import UsageError
 from rolltape.pass1.rollout import kept_obs, tape_fields
-from rolltape.tape import Tape
 from rolltape.pass2.formats import file_suffixes
-from rolltape.training.background import (BackgroundRenderer, VideoDone, VideoJob,
-                                          output_paths, warn)
+from rolltape.tape import Tape
+from rolltape.training.background import BackgroundRenderer, VideoDone, VideoJob, output_paths, warn
 
 INFO_KEY = "tape"  # info[INFO_KEY] at the end of a recorded episode: the tape's path
 _STORABLE = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
