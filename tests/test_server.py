@@ -277,7 +277,27 @@ def test_bad_messages_get_an_error_and_the_server_keeps_serving(server):
         assert reply["error"]
     assert "unknown op" in raw(address, P.encode({"op": "launch"}))["error"]
     assert "cap" in raw(address, b"x" * 70_000)["error"]
+    no_rid = raw(address, P.encode({"op": "step", "sid": "s", "gen": 0, "action": [0.0]}))
+    assert no_rid["error"] == "a 'step' request needs 'rid', an integer"  # not "KeyError"
     assert call(address, "describe")["status"] == P.OK  # still serving
+
+
+def test_a_render_of_a_camera_the_model_lacks_is_refused(server):
+    """Gymnasium's renderer draws its free camera for an unknown name: parity --camera
+    TYPO compared another view than asked."""
+    conn = Connection(server.address, timeout=30)
+    try:
+        desc = conn.call("describe")["descriptor"]
+        sid = conn.call("open", expect=desc)["sid"]
+        gen = conn.call("reset", sid=sid, seed=0)["gen"]
+        bad = conn.call("render", sid=sid, gen=gen, width=32, height=32, camera="trakc")
+        assert bad["status"] == P.ERROR and "no camera 'trakc'" in bad["error"], bad
+        assert "track" in bad["error"]  # HalfCheetah's own camera is named
+        good = conn.call("render", sid=sid, gen=gen, width=32, height=32, camera="track")
+        assert good["status"] == P.OK and good["frame"].shape == (32, 32, 3)
+        conn.call("close", sid=sid, gen=gen)
+    finally:
+        conn.close()
 
 
 def test_stale_busy_and_bad_actions(server):

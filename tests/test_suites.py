@@ -190,6 +190,8 @@ def test_resume_plays_only_the_missing_episodes(run, tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     ("pattern: [", ["not valid YAML"]),
+    ("pattern: {tasks: {a: !!python/object/apply:os.system [echo]}}",
+     ["uses the YAML tag '!!python/object/apply:os.system'", "plain data only"]),
     ("pattern: {tasks: {a: {env: CartPole-v1, episdoes: 3}}}",
      ["bad.yaml", "suite 'pattern'", "task 'a'", "'episdoes'", "did you mean 'episodes'"]),
     ("pattern: {tasks: {a: {kwargs: {}}}}", ["task 'a'", "has no env"]),

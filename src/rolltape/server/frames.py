@@ -46,6 +46,8 @@ class FrameDrawer:
             if camera not in (None, "default"):
                 spec = {**spec, "kwargs": {**(spec.get("kwargs") or {}), "camera_name": camera}}
             env = make_env(spec, render_mode="rgb_array", width=width, height=height)
+            if camera not in (None, "default"):
+                _check_camera(env, camera)
             env.reset(seed=0)
             self._envs[key] = env
         continue_from(env, physics)
@@ -57,3 +59,17 @@ class FrameDrawer:
         for env in self._envs.values():
             env.close()
         self._envs.clear()
+
+
+def _check_camera(env: Any, camera: str) -> None:
+    """Refuse a camera the model does not have: Gymnasium's renderer would draw its free
+    camera instead, so a typo in ``parity --camera`` compared another view than asked."""
+    import mujoco
+
+    model = env.unwrapped.model
+    if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera) == -1:
+        names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i)
+                 for i in range(model.ncam)]
+        env.close()
+        raise UsageError(f"the model has no camera {camera[:60]!r}; its cameras: "
+                         f"{', '.join(filter(None, names)) or 'none (use default)'}")

@@ -243,6 +243,9 @@ def check_request(message: dict[str, Any]) -> dict[str, Any]:
     for key in ("gen", "rid"):
         if type(message.get(key, 0)) is not int:
             raise ProtocolError(f"'{key}' must be an integer")
+        # A session's requests are ordered by them (a mutation is never replayed).
+        if key not in message and op not in ("describe", "stats"):
+            raise ProtocolError(f"a '{op}' request needs '{key}', an integer")
     for key in ("sid", "token"):
         if type(message.get(key)) not in (str, type(None)):
             raise ProtocolError(f"'{key}' must be a string or nil")

@@ -181,6 +181,12 @@ def load_manifest(path: str | Path) -> Manifest:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
+        if isinstance(exc, yaml.constructor.ConstructorError) and "tag" in str(exc.problem):
+            found = re.search(r"'([^']*)'", str(exc.problem))
+            tag = (found.group(1) if found else "?").replace("tag:yaml.org,2002:", "!!")
+            raise UsageError(f"Suite manifest '{path}' uses the YAML tag '{_cut(tag)}'{line}; "
+                             "a manifest holds plain data only (no Python objects): remove "
+                             "the tag.") from None
         raise UsageError(f"Suite manifest '{path}' is not valid YAML{line}; check its "
                          "indentation and quoting.") from None
     return parse_manifest(data, str(path), base=file.resolve().parent)
