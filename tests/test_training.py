@@ -10,6 +10,7 @@ disk (Tape.save raising ENOSPC), which a test cannot cause otherwise.
 from __future__ import annotations
 
 import errno
+import os
 import json
 import subprocess
 import sys
@@ -684,3 +685,83 @@ def test_a_tape_gone_before_its_video_is_logged_does_not_stop_training(tmp_path:
     assert "could not put the newest training video into the logger" in said
     assert "does not exist" in said and model.num_timesteps >= 192
     assert len(tape.recorded) > 3 and tape.failures["video"] >= 2
+
+
+_SCRIPT = """
+import gymnasium as gym, signal, sys
+from rolltape.training.record import RecordTape
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal
+env = RecordTape(gym.make("HalfCheetah-v5", max_episode_steps=1000), sys.argv[1],
+                 episode_trigger=lambda e: True)
+print("recording", flush=True)
+for episode in range(int(sys.argv[2])):
+    env.reset(seed=episode)
+    done = False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        done = terminated or truncated
+"""  # no env.close(): as many training scripts end
+
+
+def _partials(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".partial" in p.name)
+
+
+@pytest.mark.parametrize("end", ["script ends without close", "Ctrl-C"])
+def test_no_half_written_video_stays_however_the_script_ends(tmp_path: Path, end: str) -> None:
+    """Render workers are stopped politely at exit (they remove what they were writing):
+    before, the spawner thread ended at interpreter shutdown and PDEATHSIG killed them
+    mid-write, leaving NAME.partial-PID-0.mp4 in the user's folder."""
+    import signal
+    import time
+
+    folder = tmp_path / "videos"
+    episodes = "3" if end == "script ends without close" else "100000"
+    proc = subprocess.Popen([sys.executable, "-c", _SCRIPT, str(folder), episodes],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "recording"
+        if end == "Ctrl-C":
+            deadline = time.monotonic() + 60
+            while not _partials(folder):  # a video is being written
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert list(folder.glob("*.npz")), stderr  # the tapes were kept
+    assert _partials(folder) == []
+
+
+def test_a_stale_half_written_video_is_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (folder / f"rl-video-episode-0.partial-{dead}-0.mp4").write_bytes(b"half")
+    live = folder / f"rl-video-episode-1.partial-{os.getpid()}-0.mp4"
+    live.write_bytes(b"being written")
+    RecordTape(gym.make("CartPole-v1"), str(folder), render=False).close()
+    assert _partials(folder) == [live.name]
+
+
+def test_a_full_disk_fails_videos_with_one_warning_and_a_count(small_disk: Path) -> None:
+    folder = small_disk / "videos"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = RecordTape(gym.make("CartPole-v1"), str(folder), episode_trigger=lambda e: True,
+                         close_timeout=120, on_full="block")
+        fill(small_disk, 30_000)  # room for the tapes, not for their videos
+        for episode in range(6):
+            env.reset(seed=episode)
+            done = False
+            while not done:
+                _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                done = terminated or truncated
+        env.close()
+    said = [str(w.message) for w in caught if issubclass(w.category, RecordingWarning)]
+    failed = [m for m in said if "could not be rendered (" in m]
+    assert len(failed) == 1 and "No space left" in failed[0], said
+    assert any("videos could not be rendered in all" in m for m in said), said

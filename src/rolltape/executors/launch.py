@@ -23,12 +23,12 @@ Example (not run: it spawns a process):
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -101,7 +101,8 @@ def spawn_worker(target: Callable[..., None], *args: Any,
     return Worker(proc, conn)
 
 
-_spawner: ThreadPoolExecutor | None = None
+_spawn_requests: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+_spawner: threading.Thread | None = None
 _spawner_lock = threading.Lock()
 
 
@@ -111,9 +112,28 @@ def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[byt
     if threading.current_thread() is threading.main_thread():
         return subprocess.Popen(cmd, pass_fds=(fd,), env=env)
     with _spawner_lock:
-        if _spawner is None:  # its one thread idles until the process exits, never ends before
-            _spawner = ThreadPoolExecutor(1, thread_name_prefix="rolltape-spawner")
-    return _spawner.submit(subprocess.Popen, cmd, pass_fds=(fd,), env=env).result()
+        # A daemon thread: it lasts until the process exits. (A ThreadPoolExecutor's thread
+        # is joined and ended at interpreter shutdown, before atexit: its workers were then
+        # SIGKILLed by PDEATHSIG mid-write, leaving half-written videos.)
+        if _spawner is None:
+            _spawner = threading.Thread(target=_spawn_forever, name="rolltape-spawner",
+                                        daemon=True)
+            _spawner.start()
+    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    _spawn_requests.put((cmd, fd, env, done))
+    ok, value = done.get()
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _spawn_forever() -> None:
+    while True:
+        cmd, fd, env, done = _spawn_requests.get()
+        try:
+            done.put((True, subprocess.Popen(cmd, pass_fds=(fd,), env=env)))
+        except BaseException as exc:  # handed to the thread that asked
+            done.put((False, exc))
 
 
 def stop_worker(worker: Worker, grace: float = 2.0) -> None:

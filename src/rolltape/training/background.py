@@ -13,11 +13,15 @@ errors. Never: policies, pass 1, torch or SB3.
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
+import re
+import shutil
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -93,6 +97,7 @@ class BackgroundRenderer:
         self._lock = threading.Lock()
         self._closed = False
         self._diverged_envs: set[str] = set()  # envs whose divergence was reported
+        self.failed = 0  # videos that could not be rendered (the first is said, all counted)
 
     # -- the caller's side -------------------------------------------------------------
     def submit(self, job: VideoJob) -> bool:
@@ -103,6 +108,9 @@ class BackgroundRenderer:
             self._thread = threading.Thread(target=self._loop, name="rolltape-render",
                                             daemon=True)
             self._thread.start()
+            # A script that ends without close(): its render workers are stopped politely
+            # at exit (a killed one would leave its half-written video in the user's folder).
+            atexit.register(_stop_at_exit, weakref.ref(self))
         try:
             self._queue.put(job, block=self.on_full == "block")
         except queue.Full:
@@ -148,6 +156,9 @@ class BackgroundRenderer:
         left_over = self.pending() if self._thread.is_alive() else []
         self._cancel.set()  # render() stops its workers; the batch's videos stay undone
         self._thread.join(30)
+        if self.failed > 1:
+            warn(f"{self.failed} videos could not be rendered in all (the first said why); "
+                 "their tapes are kept for `rolltape render`.")
         return left_over
 
     # -- the render thread -------------------------------------------------------------
@@ -209,8 +220,11 @@ class BackgroundRenderer:
             return  # closed before it was drawn: close() lists it
         if any(r is None for r in mine):
             done.error = error or "the render worker gave no result"
-            warn(f"The video {job.name} could not be rendered ({done.error}); training goes "
-                 f"on and its tape is kept: `rolltape render {' '.join(job.tapes)}`.")
+            self.failed += 1
+            if self.failed == 1:  # a full disk fails every video alike: said once, counted
+                warn(f"The video {job.name} could not be rendered ({done.error}); training "
+                     f"goes on and its tape is kept: `rolltape render {' '.join(job.tapes)}`. "
+                     "Later videos that fail are counted, and said at close.")
         else:
             results = [r for r in mine if r is not None]
             done.results = results
@@ -245,6 +259,43 @@ class BackgroundRenderer:
              f"diverged from training at {result.divergence.describe()}; its video is "
              f"{drawn}, and later divergences of {env_id} are noted in each VideoDone, not "
              "said again.")
+
+
+def _stop_at_exit(ref: weakref.ref[BackgroundRenderer]) -> None:
+    renderer = ref()
+    if renderer is not None and not renderer._closed and renderer._thread is not None:
+        renderer._closed = True
+        renderer._cancel.set()  # render() stops its workers, which remove their partial files
+        renderer._thread.join(15)
+
+
+_PARTIAL = re.compile(r"\.partial-(\d+)(-\d+)?(\.[A-Za-z0-9]+)?$")
+
+
+def remove_stale_partials(folder: Path) -> int:
+    """Delete the half-written videos (``NAME.partial-PID-N.mp4``) of writers whose process
+    is gone (a killed render worker), in ``folder`` only; returns how many."""
+    removed = 0
+    for path in folder.iterdir() if folder.is_dir() else ():
+        found = _PARTIAL.search(path.name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
 
 
 def _part_path(out: str, k: int) -> str:

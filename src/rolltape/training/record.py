@@ -30,7 +30,8 @@ from rolltape.errors import UsageError
 from rolltape.pass1.rollout import kept_obs, tape_fields
 from rolltape.pass2.formats import file_suffixes
 from rolltape.tape import Tape
-from rolltape.training.background import BackgroundRenderer, VideoDone, VideoJob, output_paths, warn
+from rolltape.training.background import (BackgroundRenderer, VideoDone, VideoJob, output_paths,
+                                          remove_stale_partials, warn)
 
 INFO_KEY = "tape"  # info[INFO_KEY] at the end of a recorded episode: the tape's path
 _STORABLE = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
@@ -150,6 +151,7 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
                                  "draws its frames at its own size; drop them.") from None
         self._mujoco = mujoco_data(env) is not None
         self.close_timeout = close_timeout
+        remove_stale_partials(self.video_folder)  # of an earlier run's killed render worker
         self.renderer = BackgroundRenderer(
             workers=render_workers, queue_size=queue_size, on_full=on_full,
             backends=backends, width=width, height=height, fps=fps,
