@@ -10,8 +10,8 @@ disk (Tape.save raising ENOSPC), which a test cannot cause otherwise.
 from __future__ import annotations
 
 import errno
-import os
 import json
+import os
 import subprocess
 import sys
 import warnings

@@ -30,8 +30,14 @@ from rolltape.errors import UsageError
 from rolltape.pass1.rollout import kept_obs, tape_fields
 from rolltape.pass2.formats import file_suffixes
 from rolltape.tape import Tape
-from rolltape.training.background import (BackgroundRenderer, VideoDone, VideoJob, output_paths,
-                                          remove_stale_partials, warn)
+from rolltape.training.background import (
+    BackgroundRenderer,
+    VideoDone,
+    VideoJob,
+    output_paths,
+    remove_stale_partials,
+    warn,
+)
 
 INFO_KEY = "tape"  # info[INFO_KEY] at the end of a recorded episode: the tape's path
 _STORABLE = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
