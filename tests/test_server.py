@@ -361,6 +361,15 @@ def test_token_idle_timeout_and_graceful_stop(tmp_path):
         assert run.returncode == 2 and "token" in run.stderr and "Traceback" not in run.stderr
         assert "is not this server's" in run.stderr  # wrong, not missing: says which
         assert "needs its token" in call(s.address, "describe")["error"]
+        # The token is read before the message is decoded: a stranger's message is refused
+        # unexpanded (here one that decoding would refuse for its unknown extension).
+        import msgpack
+
+        stranger = msgpack.packb({"op": "describe", "rid": 1, "token": "x" * 32,
+                                  "junk": msgpack.ExtType(99, b"\0" * 100_000)})
+        assert raw(s.address, stranger)["status"] == P.UNAUTHORIZED
+        assert P.peek_token(msgpack.packb({"op": "step", "blob": b"x" * 70_000,
+                                           "token": "t" * 32})) is None  # too far in
         assert good.call("open", expect=desc)["status"] == P.OK
         good.close()
     finally:

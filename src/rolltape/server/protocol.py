@@ -126,6 +126,30 @@ def encode(message: dict[str, Any]) -> bytes:
     return packer.pack(message)  # a failed pack empties the buffer (msgpack >= 0.6.1)
 
 
+_PEEK_BYTES = 65536  # a request's token comes in its first fields (see :func:`request`)
+
+
+def peek_token(data: bytes) -> str | None:
+    """The ``token`` of a request, read from its first bytes without decoding the rest
+    (a server with a token refuses a stranger's message before expanding it); None when it
+    is not among the first fields or the bytes are not a msgpack map."""
+    msgpack = _msgpack()
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_PEEK_BYTES, max_str_len=4096,
+                                max_bin_len=4096, max_ext_len=4096, max_array_len=64,
+                                max_map_len=64)
+    unpacker.feed(bytes(memoryview(data)[:_PEEK_BYTES]))
+    try:
+        for _ in range(min(unpacker.read_map_header(), 8)):
+            key = unpacker.unpack()
+            if key == "token":
+                value = unpacker.unpack()
+                return value if isinstance(value, str) else None
+            unpacker.skip()
+    except Exception:  # not a map, a field too long for a peek, cut short: no token seen
+        return None
+    return None
+
+
 def decode(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> dict[str, Any]:
     """A message from msgpack bytes; anything else (pickle, JSON, garbage, a truncated or
     oversized message, an unknown extension, a map with non-string keys) raises

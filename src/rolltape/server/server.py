@@ -263,11 +263,12 @@ class EnvServer:
         """The reply to one request's bytes; never raises for anything a client sends."""
         rid = message = None
         try:
+            if self.token is not None:  # checked before decoding: a stranger's large
+                sent = P.peek_token(payload)  # message is never expanded
+                if not hmac.compare_digest((sent or "").encode(), self.token.encode()):
+                    return self._refuse(None, bool(sent))
             message = P.check_request(P.decode(payload, self.cfg.max_payload))
             rid = message.get("rid", 0)
-            if self.token is not None and not hmac.compare_digest(
-                    (message.get("token") or "").encode(), self.token.encode()):
-                return self._refuse(rid, bool(message.get("token")))
             reply = self._ops[message["op"]](message)
         except P.ProtocolError as exc:
             reply = {"status": P.ERROR, "error": str(exc)}
