@@ -765,3 +765,35 @@ def test_a_full_disk_fails_videos_with_one_warning_and_a_count(small_disk: Path)
     failed = [m for m in said if "could not be rendered (" in m]
     assert len(failed) == 1 and "No space left" in failed[0], said
     assert any("videos could not be rendered in all" in m for m in said), said
+
+
+def test_a_killed_render_worker_leaves_no_half_written_video(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """A render worker SIGKILLed while writing (the OOM killer, a user's kill): its video
+    fails (or is drawn again) and its half-written file is removed, training goes on."""
+    import signal
+    import time
+
+    from conftest import marked
+
+    mark = f"killed-worker-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setenv("ROLLTAPE_TEST_RUN", mark)  # the render workers inherit it
+    folder = tmp_path / "videos"
+    env = RecordTape(gym.make("HalfCheetah-v5", max_episode_steps=400), str(folder),
+                     episode_trigger=lambda e: e == 0, close_timeout=120, **SMALL)
+    env.reset(seed=0)
+    for _ in range(400):
+        env.step(env.action_space.sample())
+    env.reset(seed=1)  # episode 0's video is queued
+    deadline = time.monotonic() + 60
+    while not _partials(folder):
+        assert time.monotonic() < deadline, "no video was being written"
+        time.sleep(0.02)
+    for pid, argv in marked(mark).items():
+        if any("render_worker" in a for a in argv):
+            os.kill(pid, signal.SIGKILL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecordingWarning)
+        env.close()
+    assert _partials(folder) == [] and (folder / "rl-video-episode-0.npz").is_file()

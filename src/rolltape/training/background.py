@@ -187,6 +187,9 @@ class BackgroundRenderer:
             finally:
                 with self._lock:
                     self._busy = []
+                # A render worker killed mid-video left its half-written file: remove it.
+                for folder in {Path(out).parent for job in batch for out in job.outputs}:
+                    remove_stale_partials(folder)
             if self._cancel.is_set():
                 break
 
