@@ -37,6 +37,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -429,9 +430,19 @@ class Results:
     def all_episodes(self) -> tuple[Episode, ...]:
         return self.episodes + self.baseline
 
-    @property
+    @cached_property  # read per task and per chart: built once
     def by_key(self) -> dict[EpisodeKey, Episode]:
         return {e.key: e for e in self.all_episodes}
+
+    def rule_of(self, task: tuple[str | None, str | None]) -> str:
+        """The headline success rule of ``task``: the run's, or for a suite whose tasks
+        chose differently ('per task'), that task's own (its resolved manifest's)."""
+        if self.success_rule != "per task":
+            return self.success_rule
+        for t in (self.manifest or {}).get("tasks") or []:
+            if (t.get("suite"), t.get("name")) == task:
+                return str(t.get("success") or "at_end")
+        return "at_end"
 
     @property
     def tasks(self) -> list[tuple[str | None, str | None]]:

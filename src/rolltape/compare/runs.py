@@ -109,17 +109,7 @@ class LoadedRun:
 
     def successes(self, keys: list[Key]) -> list[bool | None]:
         """Each episode's success by the run's headline rule (its task's, for a suite)."""
-        return [self.rows[k].success(self.rule(k)) for k in keys]
-
-    def rule(self, key: Key) -> str:
-        """The headline success rule of the episode at ``key`` (at_end or once)."""
-        results = self.run.results
-        if results.success_rule != "per task":
-            return results.success_rule
-        for t in (results.manifest or {}).get("tasks") or []:
-            if (t.get("suite"), t.get("name")) == key[:2]:
-                return str(t.get("success") or "at_end")
-        return "at_end"
+        return [self.rows[k].success(self.run.results.rule_of(k[:2])) for k in keys]
 
 
 def check_tapes(run: Run) -> None:

@@ -362,8 +362,7 @@ def _episode_table(results: Results, videos: list[dict[str, Any]]) -> list[dict[
     rows = []
     for e in results.episodes:
         b = episodes.get(e.key.counterpart("baseline"))
-        success = e.success(results.success_rule) if results.success_rule in ("at_end", "once") \
-            else e.success(_task_rule(results, e))
+        success = e.success(results.rule_of(e.key.task_key))
         rows.append({
             "index": e.key.index, "seed": e.key.seed, "return": num(e.ret),
             "task": f"{e.key.task_name} · " if e.key.task_name else "", "anchor": e.key.anchor,
@@ -377,14 +376,6 @@ def _episode_table(results: Results, videos: list[dict[str, Any]]) -> list[dict[
             "video": shown.get(e.key, {}).get("src"),
         })
     return rows
-
-
-def _task_rule(results: Results, episode: Episode) -> str:
-    """The headline rule of a suite episode's task (as the suite's per-task numbers say)."""
-    for t in (results.suite or {}).get("per_task", []):
-        if (t["suite"], t["task"]) == episode.key.task_key:
-            return str(t.get("success_rule", "at_end"))
-    return "at_end"
 
 
 def _seeds(meta: Mapping[str, Any], results: Results) -> list[tuple[str, str]]:
