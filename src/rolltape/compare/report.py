@@ -506,12 +506,13 @@ def write_comparison(runs: list[LoadedRun], out: str | os.PathLike[str], *,
     result["strip"] = strip
     html_result = {**result, "entries": [{**e, "folder": str(root / e["folder"])}
                                          for e in result["entries"]]}
-    # Both made before either is written, and neither left alone: the pair is one result.
-    files = {"comparison.json": json.dumps(_json_safe(result), indent=2, allow_nan=False) + "\n",
-             "comparison.html": _html(html_result, root)}
     written: list[Path] = []
     try:
         root.mkdir(parents=True, exist_ok=True)
+        # Both made before either is written, and neither left alone: the pair is one result.
+        files = {"comparison.json": json.dumps(_json_safe(result), indent=2,
+                                               allow_nan=False) + "\n",
+                 "comparison.html": _html(html_result, root)}
         for name, text in files.items():
             written.append(write_text(root / name, text))
     except OSError as exc:
