@@ -578,6 +578,17 @@ def compare(
     from rolltape.compare.runs import load_runs, sweep_runs
     from rolltape.outputs.artifacts import refuse_existing
 
+    if len(runs) == 1 and (runs[0] / "recipes.json").is_file():  # eval --recipe's folder
+        from rolltape.compare.recipes import summary_lines, write_recipe_comparison
+
+        if reference is not None:
+            raise UsageError("--reference normalizes policies' scores; a recipe comparison "
+                             "has none to normalize, drop it.")
+        if output is not None and output != runs[0]:
+            refuse_existing(output / "comparison.json", overwrite)
+        for line in summary_lines(write_recipe_comparison(runs[0], output)):
+            out.print(line, highlight=False, markup=False)
+        return
     loaded = load_runs(runs)
     own = len(runs) == 1 and sweep_runs(runs[0]) is not None  # rebuild a sweep's own
     if output is None:
