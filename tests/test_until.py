@@ -49,6 +49,8 @@ def test_an_easy_pair_is_decided_early_and_saves_most_of_the_budget(tmp_path):
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["episodes"] == result["episodes"]
     assert (out / "until.svg").read_text().startswith("<svg")
+    page = (out / "comparison.html").read_text()
+    assert "Stopping (--until decided)" in page and page.count("<svg") >= 2
 
 
 def test_a_hard_pair_runs_to_max_episodes(tmp_path):

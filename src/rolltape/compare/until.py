@@ -303,7 +303,17 @@ def evaluate_until(env: str | None, policies: list[str], until: Until, *,
                                    episodes=n, resume=True, **options).comparison
     result = _record(until, trace, [e.label for e in entries], comparison)
     write_json(root / "until.json", result)
-    write_text(root / "until.svg", width_chart(result))
+    chart = width_chart(result)
+    write_text(root / "until.svg", chart)
+    page = root / "comparison.html"
+    if comparison is not None and page.is_file():  # the picture where the verdicts are
+        text = page.read_text()
+        if "</main>" in text:
+            from html import escape
+
+            section = (f"<h2>Stopping (--until {escape(result['until'])})</h2><p>"
+                       f"{escape(result['reason'])}.</p><figure>{chart}</figure>")
+            write_text(page, text.replace("</main>", section + "</main>", 1))
     return result
 
 
