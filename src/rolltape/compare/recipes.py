@@ -93,8 +93,7 @@ def evaluate_recipes(env: str | None, texts: list[str], *, out: str | os.PathLik
                      **options: Any) -> dict[str, Any]:
     """Evaluate every run of every recipe on the same seeds, then compare the recipes.
     ``options`` are :func:`rolltape.evaluate`'s. Returns comparison.json's content."""
-    from rolltape.compare.sweep import _evaluate_all
-    from rolltape.outputs.artifacts import check_writable_folder, refuse_existing
+    from rolltape.compare.sweep import _evaluate_all, prepare_root
 
     if vecnormalize is not None:
         raise UsageError("--vecnormalize applies to one checkpoint; a recipe's runs use the "
@@ -103,15 +102,7 @@ def evaluate_recipes(env: str | None, texts: list[str], *, out: str | os.PathLik
         raise UsageError("--baseline is not part of a recipe comparison; drop it (evaluate "
                          "random as a recipe of its own to see it beside them).")
     recipes = parse_recipes(texts)
-    if overwrite and resume:
-        raise UsageError("--overwrite and --resume contradict each other: --resume continues "
-                         "the run in --out, --overwrite starts it again; pass one.")
-    root = Path(out)
-    check_writable_folder(root)
-    if not resume:
-        refuse_existing(root, overwrite)
-    created = next((p for p in reversed([root, *root.parents]) if not p.exists()), None)
-    root.mkdir(parents=True, exist_ok=True)
+    root, created = prepare_root(out, overwrite=overwrite, resume=resume)
     write_json(root / MANIFEST, {
         "env": env, "suite": options.get("suite"), "tasks": options.get("tasks"),
         "episodes": episodes, "seed": options.get("seed", 0),
@@ -201,7 +192,10 @@ def recipe_result(root: str | os.PathLike[str]) -> dict[str, Any]:
     pairs = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            pairs.append({"a": a, "b": b, **recipe_comparison(scores[a], scores[b])})
+            pair = recipe_comparison(scores[a], scores[b])
+            named = {"A better": f"{a} better", "B better": f"{b} better"}
+            pair["verdict"] = named.get(pair["verdict"], pair["verdict"])
+            pairs.append({"a": a, "b": b, **pair})
     return {"kind": "recipes", "env": manifest.get("env"), "suite": manifest.get("suite"),
             "measure": measure, "episodes": manifest.get("episodes"),
             "seed": manifest.get("seed"),
@@ -305,12 +299,10 @@ def _html(result: dict[str, Any]) -> str:
                      "<th class='text'>verdict</th></tr>")
         for p in result["pairs"]:
             poi, d = p["probability_of_improvement"], p["difference"]
-            verdict = {"A better": f"{p['a']} better", "B better": f"{p['b']} better"}.get(
-                p["verdict"], p["verdict"])
             parts.append(f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}</td>"
                          f"<td>{_fmt(poi['p'])} {_ci(poi['ci'])}</td>"
                          f"<td>{_fmt(d['value'])} {_ci(d['ci'])}</td>"
-                         f"<td class='text'>{escape(verdict)}</td></tr>")
+                         f"<td class='text'>{escape(p['verdict'])}</td></tr>")
         parts.append("</table>")
     parts.append("<h2>Training runs</h2>")
     first = next(iter(result["recipes"].values()))
@@ -330,9 +322,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         if r["note"]:
             lines.append(f"    {r['note']}")
     for p in result["pairs"]:
-        verdict = {"A better": f"{p['a']} better", "B better": f"{p['b']} better"}.get(
-            p["verdict"], p["verdict"])
-        lines.append(f"  {p['a']} vs {p['b']}: {verdict}; difference "
+        lines.append(f"  {p['a']} vs {p['b']}: {p['verdict']}; difference "
                      f"{_fmt(p['difference']['value'])} {_ci(p['difference']['ci'])} "
                      f"(two-level bootstrap), P({p['a']} > {p['b']}) over runs "
                      f"{_fmt(p['probability_of_improvement']['p'])}")
