@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rolltape import server_commands as _server_commands
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.outputs.summary import (
     improvement_line,
@@ -31,7 +32,6 @@ from rolltape.outputs.summary import (
 )
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import DEFAULT_ORDER
-from rolltape.server import commands as _server_commands
 
 if TYPE_CHECKING:
     from rolltape.record import Results
@@ -687,7 +687,7 @@ def view(
         server.server_close()
 
 
-# `serve` and `parity` live with the env server (rolltape.server.commands).
+# `serve` and `parity` live with the env server (rolltape.server_commands).
 _server_commands.register(app, parse_kwargs,
                           lambda line: out.print(line, highlight=False, markup=False))
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape import executors, stats
+from rolltape.address import is_served
 from rolltape.envs import env_spec, json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.executors.base import Executor, ShareWork
@@ -243,6 +244,9 @@ class EvalConfig(RenderOptions):
                              "--suite too, or one served env as tcp://HOST:PORT/ENV_ID.")
         if self.suite is not None and self.batched_inference:
             raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
+        if self.batched_inference and is_served(self.env or ""):
+            raise UsageError("--batched-inference steps local env processes; drop it to step a "
+                             "served env (--workers W opens W sessions).")
         if self.suite is not None and self.env_kwargs:
             raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
                              "in its manifest.")
@@ -361,9 +365,12 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         config = replace(config, workers=total)
     spec = targets[0].spec
     if spec.get("served"):  # tcp://HOST:PORT/ENV: pass 1 steps there, pass 2 draws here
-        from rolltape.server.client import check_served_run
+        from rolltape.server.client import check_server
 
-        config = check_served_run([t.spec for t in targets], config)
+        for target in targets:  # each served before any work
+            check_server(target.spec)
+        if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
+            config = replace(config, env=spec["id"])
     for target in targets:
         check_drawing(target.spec, config)
     config.runner.check()
@@ -439,7 +446,7 @@ def _targets(cfg: EvalConfig) -> list[Target]:
     targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
                for t in manifest.tasks]
     if cfg.served is not None:  # each task steps on the server's env of its name
-        from rolltape.server.client import served_task_spec
+        from rolltape.address import served_task_spec
 
         targets = [replace(t, spec=served_task_spec(t.spec, cfg.served, t.task.key))
                    for t in targets if t.task is not None]
