@@ -130,3 +130,33 @@ def test_returns_without_bounds_are_refused_with_the_fix(tmp_path):
     assert done.returncode == 2
     assert "--return-bounds" in done.stderr and "Traceback" not in done.stderr
     assert not out.exists()  # the batch it played to find out is not left behind
+
+
+SUITE = """
+pattern:
+  tasks:
+    end: {env: "tests.assets.suite_envs:SuccessPattern", kwargs: {report: end, at: 2}}
+    never: {env: "tests.assets.suite_envs:SuccessPattern", kwargs: {report: never}}
+"""
+
+
+def test_a_suite_stops_when_every_task_is_narrow_each_in_its_own_measure(tmp_path):
+    manifest = tmp_path / "two.yaml"
+    manifest.write_text(SUITE)
+    out = tmp_path / "suite"
+    done = run_cli("eval", "--suite", str(manifest), "--until", "width<45", "--return-bounds",
+                   "-6,0", "--max-episodes", "200", "--out", str(out), "-q", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    result = until_json(out)
+    tasks = result["looks"][-1]["tasks"]
+    assert tasks["pattern/end"]["measure"] == "success"  # seeds divisible by 3 succeed
+    assert tasks["pattern/never"]["measure"] == "return"  # no success key: its returns
+    assert result["stopped"] and all(t["width"] < 45 for t in tasks.values())
+    # The success task is the slow one: the look before, it was still too wide.
+    assert result["looks"][-2]["tasks"]["pattern/end"]["width"] >= 45
+    n = result["episodes"]
+    assert result["episodes_spent"] == {"pattern/end": n, "pattern/never": n}
+    rate = sum(1 for i in range(n) if i % 3 == 0) / n * 100
+    assert tasks["pattern/end"]["estimate"] == pytest.approx(rate)
+    lo, hi = tasks["pattern/end"]["anytime"]
+    assert lo < rate < hi

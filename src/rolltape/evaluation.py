@@ -456,7 +456,7 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     manifest = targets[0].manifest
     envs = {"env": spec["id"], "env_kwargs": spec["kwargs"],
             "max_episode_steps": spec["max_episode_steps"]} if manifest is None else \
-        {"suite": manifest.to_dict()}
+        {"suite": _without_counts(manifest.to_dict())}
     if manifest is not None:
         write_json(root / "manifest.json", manifest.to_dict())  # the resolved manifest
     run.check_config({**envs, "env_versions": spec["versions"], "policy": cfg.policy,
@@ -510,6 +510,14 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
         raise DivergenceError(f"{len(outcome.diverged)} replay(s) diverged from pass 1: "
                               + " ".join(w for w in warnings if "diverged" in w))
     return outcome
+
+
+def _without_counts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A suite's resolved manifest without its tasks' episode counts: as for one env, a
+    resumed run may play more episodes (episode i is seed + i, so those played stay as
+    they are; ``eval --until`` grows a run batch by batch)."""
+    tasks = [{k: v for k, v in t.items() if k != "episodes"} for t in manifest["tasks"]]
+    return {**manifest, "tasks": tasks}
 
 
 def _rules(targets: list[Target]) -> dict[tuple[Any, Any], str]:
