@@ -160,3 +160,4 @@ def test_a_suite_stops_when_every_task_is_narrow_each_in_its_own_measure(tmp_pat
     assert tasks["pattern/end"]["estimate"] == pytest.approx(rate)
     lo, hi = tasks["pattern/end"]["anytime"]
     assert lo < rate < hi
+    assert "Stopping (--until width&lt;45)" in (out / "report.html").read_text()

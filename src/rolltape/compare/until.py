@@ -305,15 +305,15 @@ def evaluate_until(env: str | None, policies: list[str], until: Until, *,
     write_json(root / "until.json", result)
     chart = width_chart(result)
     write_text(root / "until.svg", chart)
-    page = root / "comparison.html"
-    if comparison is not None and page.is_file():  # the picture where the verdicts are
-        text = page.read_text()
-        if "</main>" in text:
-            from html import escape
+    # The picture where the numbers are: the comparison's page, or the one run's report.
+    page = root / ("comparison.html" if comparison is not None else "report.html")
+    text = page.read_text() if page.is_file() else ""
+    if "</main>" in text:
+        from html import escape
 
-            section = (f"<h2>Stopping (--until {escape(result['until'])})</h2><p>"
-                       f"{escape(result['reason'])}.</p><figure>{chart}</figure>")
-            write_text(page, text.replace("</main>", section + "</main>", 1))
+        section = (f"<h2>Stopping (--until {escape(result['until'])})</h2><p>"
+                   f"{escape(result['reason'])}.</p><figure>{chart}</figure>")
+        write_text(page, text.replace("</main>", section + "</main>", 1))
     return result
 
 
