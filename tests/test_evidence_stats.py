@@ -108,10 +108,10 @@ def _simulate_recipes(rng, runs, episodes, run_sd, episode_sd, seed_sd, gap):
 
 def test_two_level_bootstrap_covers_the_true_recipe_difference_at_about_nominal_rate():
     rng = np.random.default_rng(2)
-    trials, gap = 200, 1.0
+    trials, gap = 400, 1.0
     covered = episode_only = 0
     for k in range(trials):
-        a, b = _simulate_recipes(rng, runs=8, episodes=10, run_sd=1.0, episode_sd=1.0,
+        a, b = _simulate_recipes(rng, runs=10, episodes=10, run_sd=1.0, episode_sd=1.0,
                                  seed_sd=2.0, gap=gap)
         lo, hi = recipe_comparison({"t": a}, {"t": b}, n_resamples=300, seed=k)["difference"]["ci"]
         covered += lo <= gap <= hi
@@ -120,8 +120,11 @@ def test_two_level_bootstrap_covers_the_true_recipe_difference_at_about_nominal_
         boot = d[rng.integers(0, d.size, (300, d.size))].mean(axis=1)
         elo, ehi = np.quantile(boot, [0.025, 0.975])
         episode_only += elo <= gap <= ehi
-    assert 0.90 <= covered / trials <= 0.99, covered / trials
-    assert episode_only / trials < 0.80, episode_only / trials
+    # 0.92 here (400 experiments: +-0.014): a percentile bootstrap over 10 runs is a little
+    # short of 95%, as rliable's over runs is, since 10 runs show less spread than the
+    # population they come from; what one checkpoint's interval says covers 0.39.
+    assert 0.89 <= covered / trials <= 0.99, covered / trials
+    assert episode_only / trials < 0.60, episode_only / trials
 
 
 @pytest.fixture(scope="module")
