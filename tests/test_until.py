@@ -161,3 +161,15 @@ def test_a_suite_stops_when_every_task_is_narrow_each_in_its_own_measure(tmp_pat
     lo, hi = tasks["pattern/end"]["anytime"]
     assert lo < rate < hi
     assert "Stopping (--until width&lt;45)" in (out / "report.html").read_text()
+
+
+def test_a_failed_episode_stops_the_looks_and_keeps_the_run_for_resume(tmp_path):
+    out = tmp_path / "fail"
+    done = run_cli("eval", "tests.assets.toy_envs:FaultToy-v0", "--env-kwargs",
+                   "fault='raise_step'", "--env-kwargs", "at_seed=12", "--until", "width<10",
+                   "--max-episodes", "40", "--out", str(out), "--no-report", "-q", cwd=ROOT)
+    assert done.returncode == 1, done.stderr
+    assert "episode 12 (seed 12)" in done.stderr and "--resume" in done.stderr
+    assert "Traceback" not in done.stderr and not (out / "until.json").exists()
+    kept = Run.load(out).results  # the batches played are kept, not removed
+    assert len(kept.episodes) == 19 and len(kept.failed) == 1

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.errors import UsageError
+from rolltape.errors import RunFailed, UsageError
 from rolltape.files import write_json, write_text
 from rolltape.record import Episode, Results, Run
 from rolltape.stats import bootstrap_ci, wilson_interval
@@ -219,11 +219,13 @@ def _measure_returns(results: Results, task: str, episodes: list[Episode],
 # ----------------------------------------------------------------------------- the loop
 
 
-def _played(folder: Path) -> int:
-    """Episodes per task in a finished run folder (0 when there is none)."""
-    if not (folder / "results.json").is_file():
-        return 0
-    results = Run.load(folder).results
+def _finished(folder: Path) -> Results | None:
+    """The results of the finished run in ``folder``, or None when there is none."""
+    return Run.load(folder).results if (folder / "results.json").is_file() else None
+
+
+def _played(results: Results) -> int:
+    """Episodes of the task that has the fewest."""
     counts = [sum(1 for e in results.episodes if e.key.task_key == t) for t in results.tasks]
     return min(counts) if counts else 0
 
@@ -233,11 +235,16 @@ def _ensure(env: str | None, policy: str, folder: Path, n: int, vecnormalize: st
     """The run in ``folder`` with at least n episodes per task (played when missing)."""
     from rolltape.evaluation import evaluate
 
-    if _played(folder) >= n:
-        return Run.load(folder).results
+    done = _finished(folder)
+    if done is not None and _played(done) >= n:
+        return done
     quiet = {**options, "video": 0, "report": False, "viewer": False}
     run = evaluate(env, policy, out=folder, episodes=n, vecnormalize=vecnormalize,
                    overwrite=overwrite and first, resume=not (first and overwrite), **quiet)
+    if run.results.failed:  # the kept episodes stay for --resume (not a usage error)
+        said = next((w for w in run.results.warnings if "failed" in w), "")
+        raise RunFailed(f"in '{folder}': {said or 'episodes failed.'} --until looks at every "
+                        "episode of a batch, so it stopped there.")
     return run.results
 
 
