@@ -173,3 +173,19 @@ def test_a_failed_episode_stops_the_looks_and_keeps_the_run_for_resume(tmp_path)
     assert "Traceback" not in done.stderr and not (out / "until.json").exists()
     kept = Run.load(out).results  # the batches played are kept, not removed
     assert len(kept.episodes) == 19 and len(kept.failed) == 1
+
+
+def test_a_margin_decides_a_pair_equivalent_once_the_interval_fits_inside_it(tmp_path):
+    out = tmp_path / "eq"
+    done = run_cli("eval", "CartPole-v1", "-p", "tests.assets.policies:cartpole_left", "-p",
+                   "tests.assets.policies:cartpole_right", "--until", "decided", "--margin",
+                   "100", "--max-episodes", "100", "--return-bounds", "0,500", "--out",
+                   str(out), "-q", "--no-report", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    result = until_json(out)
+    last = result["looks"][-1]["tasks"]["CartPole-v1"]
+    assert result["stopped"] and result["episodes"] < 100
+    assert last["verdict"] == "equivalent within 100"
+    assert -100 <= last["anytime"][0] and last["anytime"][1] <= 100
+    before = result["looks"][-2]["tasks"]["CartPole-v1"]["anytime"]
+    assert before[0] < -100 or before[1] > 100  # one look earlier it did not fit yet
