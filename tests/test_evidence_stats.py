@@ -161,7 +161,7 @@ def test_probability_of_improvement_over_runs_equals_rliables(score_matrices):
     from rliable import library, metrics
 
     a, b = score_matrices
-    ours = recipe_comparison(a, b, n_resamples=2000, seed=6)
+    ours = recipe_comparison(a, b, n_resamples=1000, seed=6)
     ra = np.stack([a[t].mean(axis=1) for t in "xyz"], axis=1)
     rb = np.stack([b[t].mean(axis=1) for t in "xyz"], axis=1)
     poi = ours["probability_of_improvement"]
@@ -169,9 +169,9 @@ def test_probability_of_improvement_over_runs_equals_rliables(score_matrices):
     np.random.seed(5)
     _, ci = library.get_interval_estimates(
         {"ab": [ra, rb]}, lambda x, y: np.array([metrics.probability_of_improvement(x, y)]),
-        reps=2000)
+        reps=1000)
     width = ci["ab"][1, 0] - ci["ab"][0, 0]
-    assert poi["ci"] == pytest.approx([ci["ab"][0, 0], ci["ab"][1, 0]], abs=0.15 * width)
+    assert poi["ci"] == pytest.approx([ci["ab"][0, 0], ci["ab"][1, 0]], abs=0.2 * width)
     assert ours["difference"]["value"] == pytest.approx(
         np.mean([a[t].mean() - b[t].mean() for t in "xyz"]))
 

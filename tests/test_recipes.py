@@ -27,7 +27,7 @@ SEED = 7
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("recipes")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "train_recipes.py"), "--out",
-                    str(out), "--seeds", "3", "--timesteps", "2048"], check=True, cwd=out,
+                    str(out), "--seeds", "3", "--timesteps", "1024"], check=True, cwd=out,
                    env={**os.environ, "SB3_LOGDIR": str(out / "log")}, capture_output=True)
     return out
 
@@ -61,7 +61,7 @@ def test_each_run_is_evaluated_on_the_same_seeds_with_its_own_statistics(compare
     for recipe in ("fast", "slow"):
         for k, entry in enumerate(manifest["recipes"][recipe]):
             stats = Path(entry["vecnormalize"])
-            assert stats == trained / recipe / f"seed{k}" / "rl_model_vecnormalize_2048_steps.pkl"
+            assert stats == trained / recipe / f"seed{k}" / "rl_model_vecnormalize_1024_steps.pkl"
             config = json.loads((out / entry["folder"] / "metadata.json").read_text())["config"]
             assert config["vecnormalize"] == str(stats)
             _run_scores(out, recipe)  # asserts the seeds
