@@ -18,7 +18,7 @@ import pytest
 from conftest import run_cli
 from rolltape.record import Run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 EPISODES = 10
 SEED = 7
 

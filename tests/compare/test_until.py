@@ -19,7 +19,7 @@ import pytest
 from conftest import interruptible, run_cli
 from rolltape.record import Run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 BALANCE = "tests.assets.policies:cartpole_balance"
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
 
