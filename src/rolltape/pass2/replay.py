@@ -340,12 +340,15 @@ class _Replayer:
             camera_hint=hint,
         )
 
-    def _resim(self, tape: Any, env: Any, req: RenderRequest, first: int, stop: int,
-               reset: Callable[[], Any], emit: Callable[[int], None]
+    def _resim(self, tape: Any, env: Any, req: RenderOptions, first: int, stop: int,
+               reset: Callable[[], Any], emit: Callable[[int], None],
+               observe: Callable[[int, Any, Any], None] | None = None
                ) -> tuple[Divergence | None, list[float]]:
         """Step the recorded actions, comparing each step with pass 1; draw frames
         first..stop-1. Without a physics state to continue from (a window of a tape of
-        another env), the frames before ``first`` are simulated from the reset, not drawn."""
+        another env), the frames before ``first`` are simulated from the reset, not drawn.
+        ``observe(index, obs, info)`` sees the reset observation (index 0, info None) and
+        each step's (an export keeps them: :mod:`rolltape.pass2.export`)."""
         from rolltape.envs import continue_from, obs_digest
 
         divergence: Divergence | None = None
@@ -355,6 +358,8 @@ class _Replayer:
             if (tape.obs_digest is not None and obs is not None
                     and obs_digest(obs) != int(tape.obs_digest[0])):
                 divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
+            if observe is not None:
+                observe(0, obs, None)
             if first == 0:
                 emit(0)
             begin = 0
@@ -363,8 +368,10 @@ class _Replayer:
             begin = first - 1
         rewards = []
         for t in range(begin, stop - 1):
-            obs, reward, term, trunc, _ = env.step(tape.actions[t])
+            obs, reward, term, trunc, info = env.step(tape.actions[t])
             rewards.append(float(reward))
+            if observe is not None:
+                observe(t + 1, obs, info)
             if divergence is None:
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = _compare_step(tape, t, float(reward), bool(term),
@@ -504,7 +511,10 @@ def render_worker(backend: str | None, niceness: int, start_niceness: int, conn:
             job_id, req = msg
             current[0] = job_id
             try:
-                conn.send(("done", job_id, replayer.run(req)))
+                # A job that is not a render (an export's) plays itself on this replayer.
+                done = (replayer.run(req) if isinstance(req, RenderRequest)
+                        else req.perform(replayer))
+                conn.send(("done", job_id, done))
             except BackendFailure as exc:
                 conn.send(("backend_failed", job_id, str(exc)))
                 return

@@ -1,0 +1,196 @@
+"""Pass 2 for datasets, the worker's side: replay a tape and keep what it regenerates.
+
+A tape holds actions and digests, not observations. An export job replays one tape in a
+render worker with the verification every render uses (:meth:`_Replayer._resim`: each
+step's reward, flags and observation digest against pass 1) and keeps each regenerated
+observation, the success flag of each step's ``info`` and, when cameras are asked for, the
+frames of the same replay, encoded as they come (LeRobot's AV1 settings). A verified
+episode is written as one ``.npz`` (and one mp4 per camera) into the export's staging
+folder; an episode that does not verify writes nothing and says where it diverged.
+
+Observations are stored as the env returned them: an array observation as ``obs``, a dict
+(or tuple) observation as one array per leaf, ``obs/KEY/SUBKEY``.
+
+:func:`probe_worker` runs first, in a process of its own: it builds each env without
+drawing and sends back its spaces, spec and frame rate, so the orchestrator (which never
+imports MuJoCo) can refuse what a dataset cannot hold before any episode is played.
+
+May import: envs, tape, errors, files, the render side (replay, cameras, encode). Never:
+policies, pass 1, torch or SB3, the orchestrator, an executor, outputs.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rolltape.errors import UsageError
+from rolltape.files import write_bytes
+from rolltape.pass2.replay import RenderOptions, forbidden_modules
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What replaying one tape for a dataset gave."""
+
+    tape: str
+    verified: bool
+    divergence: str | None  # the first divergent step, in words, when not verified
+    steps: int
+    seconds: float
+    files: tuple[str, ...] = ()  # the episode's npz and its videos (none when not verified)
+    torch_loaded: bool = False  # isolation check, as a render's
+    forbidden_loaded: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportJob(RenderOptions):
+    """One tape to replay for a dataset: ``out`` is the episode's ``.npz``, ``videos`` one
+    mp4 per camera of :attr:`cameras` (none: observations only), at ``fps``."""
+
+    tape: str
+    out: str
+    videos: tuple[str, ...] = ()
+    fps: float = 30.0
+    success_key: str | None = "is_success"
+    video_options: dict[str, str] = field(default_factory=dict)
+
+    def perform(self, replayer: Any) -> ExportResult:
+        """Replay the tape on ``replayer`` (a render worker's, whose envs it reuses)."""
+        from rolltape.envs import check_tape_env_module
+        from rolltape.pass2.cameras import CameraRig
+        from rolltape.pass2.encode import BackgroundWriter, open_av1_writer
+        from rolltape.pass2.replay import _check_same_env
+        from rolltape.tape import Tape
+
+        start = time.perf_counter()
+        tape = Tape.load(self.tape)
+        if tape.start_step or tape.window is not None:
+            raise UsageError(f"Tape '{self.tape}' begins mid-episode (a training recording), "
+                             "so it cannot be a dataset episode; export an eval run's tapes.")
+        check_tape_env_module(tape.env_id, self.tape)
+        draw = bool(self.videos)
+        key, env = replayer._env(dict(tape.env), self, draw)
+        _check_same_env(tape, env, self.tape)
+        rig = CameraRig(env, self.cameras) if draw else None
+        writers = [BackgroundWriter(open_av1_writer(p, self.fps, overwrite=True,
+                                                    options=self.video_options or None))
+                   for p in self.videos]
+        observations: list[Any] = []
+        success = np.zeros(tape.length + 1, dtype=bool)
+
+        def observe(index: int, obs: Any, info: Any) -> None:
+            observations.append(_copy(obs))
+            if info is not None and self.success_key is not None:
+                success[index] = bool(info.get(self.success_key, False))
+
+        def emit(index: int) -> None:
+            if rig is not None:
+                for frame, writer in zip(rig.frames(), writers):
+                    writer.write(frame)
+
+        try:
+            divergence, _ = replayer._resim(
+                tape, env, self, 0, tape.length + 1,
+                lambda: replayer._reset(key, env, tape, draw, self.quality), emit, observe)
+            if divergence is not None:
+                for w in writers:
+                    w.abort()
+                return ExportResult(self.tape, False, divergence.describe(), tape.length,
+                                    time.perf_counter() - start,
+                                    torch_loaded="torch" in sys.modules,
+                                    forbidden_loaded=forbidden_modules())
+            arrays = {f"obs{name}": np.stack(rows) for name, rows in
+                      _leaves(observations).items()}
+            arrays.update(actions=tape.actions, rewards=tape.rewards,
+                          terminated=tape.terminated, truncated=tape.truncated,
+                          success=success)
+            for w in writers:
+                w.close()
+        except BaseException:
+            for w in writers:
+                w.abort()
+            raise
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        write_bytes(self.out, buffer.getvalue())  # last: its presence says "episode done"
+        return ExportResult(self.tape, True, None, tape.length, time.perf_counter() - start,
+                            files=(self.out, *self.videos), torch_loaded="torch" in sys.modules,
+                            forbidden_loaded=forbidden_modules())
+
+
+def _copy(obs: Any) -> Any:
+    """The observation, detached from the env's buffers (some envs return views)."""
+    if isinstance(obs, dict):
+        return {k: _copy(v) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_copy(v) for v in obs)
+    return np.array(obs, copy=True)
+
+
+def _leaves(rows: list[Any]) -> dict[str, list[Any]]:
+    """Per-step observations as one list per leaf: '' for an array observation,
+    '/KEY/...' for the leaves of a dict or tuple one (keys in the space's order)."""
+    out: dict[str, list[Any]] = {}
+
+    def walk(value: Any, name: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{name}/{k}")
+        elif isinstance(value, tuple):
+            for k, v in enumerate(value):
+                walk(v, f"{name}/{k}")
+        else:
+            out.setdefault(name, []).append(value)
+
+    for row in rows:
+        walk(row, "")
+    return out
+
+
+def nest(arrays: dict[str, np.ndarray], space: Any) -> Any:
+    """An episode's stored ``obs...`` arrays back in the shape of ``space`` (an array, or
+    dicts and tuples of them)."""
+    from gymnasium import spaces
+
+    def build(sub: Any, name: str) -> Any:
+        if isinstance(sub, spaces.Dict):
+            return {k: build(s, f"{name}/{k}") for k, s in sub.spaces.items()}
+        if isinstance(sub, spaces.Tuple):
+            return tuple(build(s, f"{name}/{k}") for k, s in enumerate(sub.spaces))
+        return arrays[name]
+
+    return build(space, "obs")
+
+
+def probe_worker(specs: list[dict[str, Any]], cameras: list[str], conn: Any) -> None:
+    """Entry point of a spawned process: build each env spec without drawing and send,
+    per spec, (observation space, action space, Gymnasium EnvSpec, frame rate), or the one
+    line saying what cannot be drawn (a camera the env lacks)."""
+    from rolltape.envs import make_env
+    from rolltape.pass2.cameras import check_cameras
+
+    try:
+        out = []
+        for spec in specs:
+            env = make_env(spec)
+            try:
+                if cameras:
+                    check_cameras(env, cameras)
+                fps = float(env.metadata.get("render_fps") or 30)
+                out.append((env.observation_space, env.action_space, env.spec, fps))
+            finally:
+                env.close()
+        conn.send(("ok", out))
+    except UsageError as exc:
+        conn.send(("usage_error", str(exc)))
+    except Exception as exc:
+        conn.send(("usage_error", f"Cannot build the env to export: {type(exc).__name__}: "
+                                  f"{exc}."))
+    finally:
+        conn.close()
