@@ -1,7 +1,7 @@
 """``rolltape export``: a run's verified tapes become a dataset (Minari or LeRobotDataset).
 
 A tape holds actions and observation digests, not observations. Export replays each
-chosen tape in render workers (:mod:`rolltape.export.episodes`), keeps the observations
+chosen tape in render workers (:mod:`rolltape.datasets.episodes`), keeps the observations
 (and camera frames) that verify against pass 1, leaves out and names the episodes that do
 not, and writes the dataset in a staging folder beside its destination, which is renamed
 into place when it is whole. An interrupted export keeps its staging folder; the same
@@ -43,6 +43,7 @@ class ExportOutcome:
     episodes: int
     steps: int
     left_out: list[tuple[str, str]] = field(default_factory=list)
+    resumed: int = 0  # episodes an interrupted export had replayed already
 
 
 def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike[str] | None = None,
@@ -59,8 +60,8 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     is its repo id (default ``rolltape/<folder name>``); ``cameras`` become
     ``observation.images.<camera>`` videos at ``fps`` (default: the env's), ``width`` x
     ``height``. ``workers`` render processes replay the tapes."""
+    from rolltape.datasets import episodes as eps
     from rolltape.executors.launch import check_worker_count
-    from rolltape.export import episodes as eps
     from rolltape.pass2.backends import DEFAULT_ORDER
 
     check_choice("--to", to, FORMATS)
@@ -82,16 +83,16 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     env_of = {c.episode.key.task_key: p for c, p in zip(firsts, probed)}
     writer: Any
     if to == "minari":
-        from rolltape.export import minari as writer
+        from rolltape.datasets import minari as writer
     else:
-        from rolltape.export import lerobot as writer
+        from rolltape.datasets import lerobot as writer
     writer.check_spaces(env_of, record)
     frame_rate = fps or probed[0][3]
     config = {"format": to, "id": dataset_id, "run": str(record.path.resolve()),
               "results_sha256": sha256_of(record.path / "results.json"), "role": role,
               "episodes": [c.episode.key.to_json() for c in chosen],
               "cameras": list(cameras), "fps": frame_rate, "width": width, "height": height}
-    eps.prepare_staging(staging, config)
+    resumed = eps.prepare_staging(staging, config)
     success_keys = _success_keys(record)
     replayed = eps.replay_all(
         chosen, staging, cameras=cameras, width=width, height=height, fps=frame_rate,
@@ -114,14 +115,14 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     _move_into_place(writer.built_folder(built, dataset_id), final, overwrite)
     writer.after_move(built, final, dataset_id)
     shutil.rmtree(staging, ignore_errors=True)
-    return ExportOutcome(final, to, len(kept), steps, left_out)
+    return ExportOutcome(final, to, len(kept), steps, left_out, resumed)
 
 
 def _destination(to: str, run: Run, out: str | os.PathLike[str] | None,
                  dataset_id: str | None) -> tuple[Path, Path, str]:
     """(final folder, staging folder beside it, dataset id)."""
     if to == "minari":
-        from rolltape.export.minari import check_id
+        from rolltape.datasets.minari import check_id
 
         if not dataset_id:
             raise UsageError("--to minari needs --id NAMESPACE/NAME-vN (like "

@@ -160,9 +160,10 @@ class Replayed:
                 "verified": self.verified, "divergence": self.divergence}
 
 
-def prepare_staging(staging: Path, config: dict[str, Any]) -> None:
+def prepare_staging(staging: Path, config: dict[str, Any]) -> int:
     """Make (or keep, to resume) the staging folder of an export with ``config``: one left
-    by an interrupted export of the same choices is kept, any other is emptied."""
+    by an interrupted export of the same choices is kept, any other is emptied. Returns
+    how many episodes the kept one had replayed."""
     marker = staging / "config.json"
     if staging.is_dir():
         try:
@@ -170,10 +171,12 @@ def prepare_staging(staging: Path, config: dict[str, Any]) -> None:
         except (OSError, ValueError):
             same = False
         if same:
-            return
+            log = staging / "replays.jsonl"
+            return len(log.read_text().splitlines()) if log.is_file() else 0
         shutil.rmtree(staging)
     (staging / "episodes").mkdir(parents=True)
     write_json(marker, config)
+    return 0
 
 
 def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str],

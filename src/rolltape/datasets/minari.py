@@ -143,8 +143,8 @@ def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging
           cameras: list[str], fps: float) -> int:
     """Write the dataset under ``built`` (a datasets folder) in a process of its own;
     return its number of steps."""
+    from rolltape.datasets.episodes import episode_file
     from rolltape.executors.launch import spawn_worker, stop_worker
-    from rolltape.export.episodes import episode_file
     from rolltape.interpreter import NO_GL
 
     obs_space, act_space, env_spec, _ = next(iter(env_of.values()))
