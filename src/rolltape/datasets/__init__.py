@@ -88,6 +88,11 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
         from rolltape.datasets import lerobot as writer
     writer.check_spaces(env_of, record)
     frame_rate = fps or probed[0][3]
+    if to == "lerobot":  # LeRobot's fps is an integer (its info.json, its video clocks)
+        if fps is not None and fps != int(fps):
+            raise UsageError(f"--fps {fps:g}: a LeRobotDataset's frame rate is a whole number "
+                             "of frames per second; give one, like --fps 30.")
+        frame_rate = float(max(1, round(frame_rate)))
     config = {"format": to, "id": dataset_id, "run": str(record.path.resolve()),
               "results_sha256": sha256_of(record.path / "results.json"), "role": role,
               "episodes": [c.episode.key.to_json() for c in chosen],
@@ -97,7 +102,8 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     replayed = eps.replay_all(
         chosen, staging, cameras=cameras, width=width, height=height, fps=frame_rate,
         success_keys=lambda c: success_keys.get(c.episode.key.task_key, "is_success"),
-        workers=workers, backends=backends or DEFAULT_ORDER, on_done=on_episode)
+        workers=workers, backends=backends or DEFAULT_ORDER, last_frame=to == "minari",
+        on_done=on_episode)
     kept = [r for r in replayed if r.verified]
     left_out = [(r.chosen.episode.key.label, r.divergence or "it did not verify")
                 for r in replayed if not r.verified]

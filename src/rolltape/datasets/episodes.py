@@ -182,7 +182,8 @@ def prepare_staging(staging: Path, config: dict[str, Any]) -> int:
 def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str],
                width: int | None, height: int | None, fps: float,
                success_keys: Callable[[Chosen], str | None], workers: int,
-               backends: str | Sequence[str], timeout: float = 600.0,
+               backends: str | Sequence[str], last_frame: bool = True,
+               timeout: float = 600.0,
                on_done: Callable[[Replayed], None] | None = None) -> list[Replayed]:
     """Replay each chosen episode (those ``replays.jsonl`` already holds are kept) in
     ``workers`` render workers; return how each went, in the dataset's order."""
@@ -192,7 +193,6 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
     from rolltape.pass2.cameras import separate_path
     from rolltape.pass2.export import ExportJob
     from rolltape.pass2.replay import render_worker
-    from rolltape.rendering import _worker_environment
 
     log = staging / "replays.jsonl"
     done: dict[int, Replayed] = {}
@@ -207,7 +207,7 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
                       videos=tuple(separate_path(str(staging / "episodes" / f"{c.stem}.mp4"),
                                                  cam) for cam in cameras),
                       cameras=tuple(cameras), width=width, height=height, fps=fps,
-                      success_key=success_keys(c)) for c in todo]
+                      success_key=success_keys(c), last_frame=last_frame) for c in todo]
 
     def finished(i: int, result: Any) -> None:
         replayed = Replayed(todo[i], result.verified, result.divergence,
@@ -224,7 +224,7 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
         pool = BackendPool(render_worker, (0, 0), jobs, parse_backends(backends),
                            max(1, min(workers, len(jobs))), timeout,
                            needs_backend=[bool(cameras)] * len(jobs),
-                           environment=_worker_environment, on_progress=lambda i, n: None,
+                           environment=_export_environment, on_progress=lambda i, n: None,
                            on_done=finished, cwd_on_path=False)
         pool.run()
         problems = [text if kind == "usage_error" else
@@ -235,6 +235,19 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
         if problems:
             raise UsageError(" ".join(dict.fromkeys(problems)))
     return [done[c.index] for c in chosen]
+
+
+def _export_environment(backend: str | None, workers: int) -> dict[str, str]:
+    """A render worker's variables (:func:`rolltape.rendering._worker_environment`), with
+    SVT-AV1's banner of settings per video (on stderr, from C) down to its errors."""
+    import os
+
+    from rolltape.rendering import _worker_environment
+
+    env = _worker_environment(backend, workers)
+    if "SVT_LOG" not in os.environ:
+        env["SVT_LOG"] = "1"
+    return env
 
 
 def episode_file(staging: Path, chosen: Chosen) -> Path:

@@ -59,6 +59,9 @@ class ExportJob(RenderOptions):
     fps: float = 30.0
     success_key: str | None = "is_success"
     video_options: dict[str, str] = field(default_factory=dict)
+    # LeRobot's frames are (observation, action) pairs: a video holds the frames of the
+    # observations each step acted on, not the last one (False). Minari keeps every one.
+    last_frame: bool = True
 
     def perform(self, replayer: Any) -> ExportResult:
         """Replay the tape on ``replayer`` (a render worker's, whose envs it reuses)."""
@@ -83,6 +86,9 @@ class ExportJob(RenderOptions):
                    for p in self.videos]
         observations: list[Any] = []
         success = np.zeros(tape.length + 1, dtype=bool)
+        frames = tape.length + 1 if self.last_frame else tape.length
+        sampled = set(sample_indices(frames)) if draw else set()
+        samples: list[list[np.ndarray]] = [[] for _ in self.videos]  # for image statistics
 
         def observe(index: int, obs: Any, info: Any) -> None:
             observations.append(_copy(obs))
@@ -90,9 +96,11 @@ class ExportJob(RenderOptions):
                 success[index] = bool(info.get(self.success_key, False))
 
         def emit(index: int) -> None:
-            if rig is not None:
-                for frame, writer in zip(rig.frames(), writers):
+            if rig is not None and index < frames:
+                for k, (frame, writer) in enumerate(zip(rig.frames(), writers)):
                     writer.write(frame)
+                    if index in sampled:
+                        samples[k].append(_downsample(frame))
 
         try:
             divergence, _ = replayer._resim(
@@ -110,6 +118,11 @@ class ExportJob(RenderOptions):
             arrays.update(actions=tape.actions, rewards=tape.rewards,
                           terminated=tape.terminated, truncated=tape.truncated,
                           success=success)
+            for k, frames_of_camera in enumerate(samples):
+                # LeRobot's image statistics: per channel, over sampled frames, in [0, 1].
+                images = np.stack(frames_of_camera).transpose(0, 3, 1, 2) / 255.0
+                for name, value in feature_stats(images, axis=(0, 2, 3)).items():
+                    arrays[f"image_stats/{k}/{name}"] = value
             for w in writers:
                 w.close()
         except BaseException:
@@ -122,6 +135,48 @@ class ExportJob(RenderOptions):
         return ExportResult(self.tape, True, None, tape.length, time.perf_counter() - start,
                             files=(self.out, *self.videos), torch_loaded="torch" in sys.modules,
                             forbidden_loaded=forbidden_modules())
+
+
+#: The quantiles LeRobot's statistics hold (q01, q10, q50, q90, q99).
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+
+
+def feature_stats(array: np.ndarray, axis: int | tuple[int, ...] = 0) -> dict[str, np.ndarray]:
+    """min, max, mean, std, count and quantiles of ``array`` over ``axis`` (0: per element
+    of a vector feature; (0, 2, 3): per channel of (N, C, H, W) images, kept as (C, 1, 1)),
+    as LeRobot's ``meta/stats.json`` holds them.
+
+    >>> feature_stats(np.array([[0.0, 1.0], [2.0, 3.0]]))["mean"].tolist()
+    [1.0, 2.0]
+    """
+    keep = not isinstance(axis, int)
+    values = np.asarray(array, dtype=np.float64)
+    out = {"min": values.min(axis=axis, keepdims=keep), "max": values.max(axis=axis, keepdims=keep),
+           "mean": values.mean(axis=axis, keepdims=keep),
+           "std": values.std(axis=axis, keepdims=keep),
+           "count": np.array([values.shape[0]], dtype=np.int64)}
+    for q in QUANTILES:
+        out[f"q{round(q * 100):02d}"] = np.quantile(values, q, axis=axis, keepdims=keep)
+    if keep:  # (1, C, 1, 1) -> (C, 1, 1)
+        out = {k: (v[0] if k != "count" else v) for k, v in out.items()}
+    return out
+
+
+def sample_indices(length: int) -> list[int]:
+    """The frames LeRobot samples from an episode of ``length`` frames for image statistics
+    (evenly spaced; 100 of them up to ~500 frames, growing as length^0.75 after)."""
+    count = min(length, max(100, min(10_000, int(length ** 0.75))))
+    return np.round(np.linspace(0, length - 1, count)).astype(int).tolist()
+
+
+def _downsample(frame: np.ndarray) -> np.ndarray:
+    """A frame as LeRobot's statistics see it: a side of 300 pixels or more is strided
+    down to about 150."""
+    height, width = frame.shape[:2]
+    if max(height, width) < 300:
+        return frame.copy()
+    step = int(width / 150) if width > height else int(height / 150)
+    return frame[::step, ::step].copy()
 
 
 def _copy(obs: Any) -> Any:
