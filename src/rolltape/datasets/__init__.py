@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rolltape.errors import UsageError, check_choice
+from rolltape.errors import Interrupted, UsageError, check_choice
 from rolltape.files import sha256_of
 from rolltape.record import Run
 
@@ -61,7 +61,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     ``observation.images.<camera>`` videos at ``fps`` (default: the env's), ``width`` x
     ``height``. ``workers`` render processes replay the tapes."""
     from rolltape.datasets import episodes as eps
-    from rolltape.executors.launch import check_worker_count
+    from rolltape.executors.launch import check_worker_count, stop_worker, stop_workers
     from rolltape.pass2.backends import DEFAULT_ORDER
 
     check_choice("--to", to, FORMATS)
@@ -78,31 +78,68 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     if final.exists() and not overwrite:
         raise UsageError(f"Dataset '{final}' already exists; pass --overwrite to replace it, "
                          "or choose another --id/--out.")
-    firsts = _first_of_each_task(chosen)
-    probed = eps.probe([eps.tape_env(c) for c in firsts], cameras)
-    env_of = {c.episode.key.task_key: p for c, p in zip(firsts, probed)}
     writer: Any
     if to == "minari":
         from rolltape.datasets import minari as writer
     else:
         from rolltape.datasets import lerobot as writer
-    writer.check_spaces(env_of, record)
-    frame_rate = fps or probed[0][3]
-    if to == "lerobot":  # LeRobot's fps is an integer (its info.json, its video clocks)
-        if fps is not None and fps != int(fps):
-            raise UsageError(f"--fps {fps:g}: a LeRobotDataset's frame rate is a whole number "
-                             "of frames per second; give one, like --fps 30.")
-        frame_rate = float(max(1, round(frame_rate)))
-    config = {"format": to, "id": dataset_id, "run": str(record.path.resolve()),
-              "results_sha256": sha256_of(record.path / "results.json"), "role": role,
-              "episodes": [c.episode.key.to_json() for c in chosen],
-              "cameras": list(cameras), "fps": frame_rate, "width": width, "height": height}
-    resumed = eps.prepare_staging(staging, config)
+    backends = backends or DEFAULT_ORDER
+    # Started first, so that their interpreters and imports overlap the env probe (render
+    # workers) and the replays (the dataset writer); stopped however the export ends.
+    started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras))
+    helper = writer.start()
+    try:
+        firsts = _first_of_each_task(chosen)
+        probed = eps.probe([eps.tape_env(c) for c in firsts], cameras)
+        env_of = {c.episode.key.task_key: p for c, p in zip(firsts, probed)}
+        writer.check_spaces(env_of, record)
+        frame_rate = fps or probed[0][3]
+        if to == "lerobot":  # LeRobot's fps is an integer (its info.json, its video clocks)
+            if fps is not None and fps != int(fps):
+                raise UsageError(f"--fps {fps:g}: a LeRobotDataset's frame rate is a whole "
+                                 "number of frames per second; give one, like --fps 30.")
+            frame_rate = float(max(1, round(frame_rate)))
+        config = {"format": to, "id": dataset_id, "run": str(record.path.resolve()),
+                  "results_sha256": sha256_of(record.path / "results.json"), "role": role,
+                  "episodes": [c.episode.key.to_json() for c in chosen],
+                  "cameras": list(cameras), "fps": frame_rate, "width": width,
+                  "height": height}
+        resumed = eps.prepare_staging(staging, config)
+        try:
+            steps, kept, left_out = _replay_and_write(
+                writer, helper, record, chosen, staging, final, dataset_id, env_of,
+                cameras=list(cameras), width=width, height=height, fps=frame_rate,
+                workers=workers, backends=backends, started=started, on_episode=on_episode,
+                overwrite=overwrite, last_frame=to == "minari")
+        except (KeyboardInterrupt, Interrupted):
+            raise  # the staging folder stays: the same command resumes from it
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # nothing half-written is left
+            raise
+    finally:
+        stop_workers(started)
+        if helper is not None:
+            stop_worker(helper)
+    shutil.rmtree(staging, ignore_errors=True)
+    return ExportOutcome(final, to, len(kept), steps, left_out, resumed)
+
+
+def _replay_and_write(writer: Any, helper: Any, record: Run, chosen: Sequence[Any],
+                      staging: Path, final: Path, dataset_id: str,
+                      env_of: dict[Any, tuple[Any, ...]], *, cameras: list[str],
+                      width: int | None, height: int | None, fps: float, workers: int,
+                      backends: str | Sequence[str], started: Sequence[Any],
+                      on_episode: Callable[[Any], None] | None, overwrite: bool,
+                      last_frame: bool) -> tuple[int, list[Any], list[tuple[str, str]]]:
+    """Replay the chosen episodes, write the dataset in the staging folder and move it into
+    place; (steps, episodes kept, episodes left out and why)."""
+    from rolltape.datasets import episodes as eps
+
     success_keys = _success_keys(record)
     replayed = eps.replay_all(
-        chosen, staging, cameras=cameras, width=width, height=height, fps=frame_rate,
+        chosen, staging, cameras=cameras, width=width, height=height, fps=fps,
         success_keys=lambda c: success_keys.get(c.episode.key.task_key, "is_success"),
-        workers=workers, backends=backends or DEFAULT_ORDER, last_frame=to == "minari",
+        workers=workers, backends=backends, last_frame=last_frame, started=started,
         on_done=on_episode)
     kept = [r for r in replayed if r.verified]
     left_out = [(r.chosen.episode.key.label, r.divergence or "it did not verify")
@@ -116,12 +153,11 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
         shutil.rmtree(built)
     steps = writer.write(built, dataset_id=dataset_id, run=record, replayed=replayed,
                          staging=staging, env_of=env_of,
-                         provenance=_provenance(record, replayed), cameras=list(cameras),
-                         fps=frame_rate)
+                         provenance=_provenance(record, replayed), cameras=cameras,
+                         fps=fps, worker=helper)
     _move_into_place(writer.built_folder(built, dataset_id), final, overwrite)
     writer.after_move(built, final, dataset_id)
-    shutil.rmtree(staging, ignore_errors=True)
-    return ExportOutcome(final, to, len(kept), steps, left_out, resumed)
+    return steps, kept, left_out
 
 
 def _destination(to: str, run: Run, out: str | os.PathLike[str] | None,

@@ -183,10 +183,11 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
                width: int | None, height: int | None, fps: float,
                success_keys: Callable[[Chosen], str | None], workers: int,
                backends: str | Sequence[str], last_frame: bool = True,
-               timeout: float = 600.0,
+               timeout: float = 600.0, started: Sequence[Any] = (),
                on_done: Callable[[Replayed], None] | None = None) -> list[Replayed]:
     """Replay each chosen episode (those ``replays.jsonl`` already holds are kept) in
     ``workers`` render workers; return how each went, in the dataset's order."""
+    from rolltape.executors.launch import stop_workers
     from rolltape.executors.local import BackendPool
     from rolltape.outputs.artifacts import append_jsonl, read_jsonl
     from rolltape.pass2.backends import parse_backends
@@ -220,12 +221,16 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
         if on_done is not None:
             on_done(replayed)
 
-    if jobs:
-        pool = BackendPool(render_worker, (0, 0), jobs, parse_backends(backends),
+    if not jobs:
+        stop_workers(started)
+    else:
+        # Observations only: no job draws, so workers run with no GL backend (order ()).
+        order = parse_backends(backends) if cameras else ()
+        pool = BackendPool(render_worker, (0, 0), jobs, order,
                            max(1, min(workers, len(jobs))), timeout,
                            needs_backend=[bool(cameras)] * len(jobs),
                            environment=_export_environment, on_progress=lambda i, n: None,
-                           on_done=finished, cwd_on_path=False)
+                           on_done=finished, cwd_on_path=False, started=started)
         pool.run()
         problems = [text if kind == "usage_error" else
                     f"Replaying '{jobs[j].tape}' failed: {text.splitlines()[0]}"
@@ -235,6 +240,18 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
         if problems:
             raise UsageError(" ".join(dict.fromkeys(problems)))
     return [done[c.index] for c in chosen]
+
+
+def start_workers(count: int, backends: str | Sequence[str], draw: bool) -> list[Any]:
+    """Render workers for :func:`replay_all`, started now (their interpreters and imports
+    overlap the env probe): on the first GL backend when drawing, else on none."""
+    from rolltape.executors.local import warm_workers
+    from rolltape.pass2.backends import parse_backends
+    from rolltape.pass2.replay import render_worker
+
+    backend = parse_backends(backends)[0] if draw else None
+    return warm_workers(render_worker, backend, (0, 0), count,  # type: ignore[arg-type]
+                        _export_environment, cwd_on_path=False)
 
 
 def _export_environment(backend: str | None, workers: int) -> dict[str, str]:

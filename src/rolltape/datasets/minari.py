@@ -64,11 +64,23 @@ def check_id(dataset_id: str) -> None:
                          "NAMESPACE/NAME-vN.")
 
 
-def write_worker(job: dict[str, Any], conn: Any) -> None:
-    """Entry point of a spawned process: write the Minari dataset ``job`` describes under
-    ``job["root"]`` (a datasets folder in the export's staging), streaming its episodes.
-    Sends ("done", total steps) or ("error", text)."""
+def write_worker(conn: Any) -> None:
+    """Entry point of a spawned process, started while the tapes replay: import Minari, then
+    write the Minari dataset of the job it is sent under ``job["root"]`` (a datasets folder
+    in the export's staging), streaming its episodes. Sends ("done", total steps) or
+    ("error", text)."""
     try:
+        import minari  # noqa: F401  (imported while the replays run)
+
+        from rolltape.envs import _collect_mujoco_warnings
+
+        # Minari builds the env itself: MuJoCo's XML warnings are kept (as every rolltape
+        # process keeps them), not printed nor written to MUJOCO_LOG.TXT in the user's folder.
+        _collect_mujoco_warnings()
+
+        job = conn.recv()
+        if job is None:
+            return  # the export stopped before it had a dataset to write
         conn.send(("done", _write(job)))
     except Exception as exc:
         import traceback
@@ -138,14 +150,21 @@ def built_folder(built: Any, dataset_id: str) -> Any:
     return built / dataset_id
 
 
+def start() -> Any:
+    """The process that will write the dataset, started now so that its imports (Minari,
+    Gymnasium, MuJoCo) overlap the replays; :func:`write` gives it its job."""
+    from rolltape.executors.launch import spawn_worker
+    from rolltape.interpreter import NO_GL
+
+    return spawn_worker(write_worker, env=NO_GL, cwd_on_path=False)
+
+
 def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging: Any,
           env_of: dict[Any, tuple[Any, ...]], provenance: dict[str, Any],
-          cameras: list[str], fps: float) -> int:
-    """Write the dataset under ``built`` (a datasets folder) in a process of its own;
+          cameras: list[str], fps: float, worker: Any) -> int:
+    """Write the dataset under ``built`` (a datasets folder) in ``worker`` (:func:`start`);
     return its number of steps."""
     from rolltape.datasets.episodes import episode_file
-    from rolltape.executors.launch import spawn_worker, stop_worker
-    from rolltape.interpreter import NO_GL
 
     obs_space, act_space, env_spec, _ = next(iter(env_of.values()))
     summary = run.results.summary
@@ -173,13 +192,11 @@ def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging
                       r.row()) for r in replayed if r.verified],
     }
     built.mkdir(parents=True, exist_ok=True)
-    worker = spawn_worker(write_worker, job, env=NO_GL, cwd_on_path=False)
     try:
+        worker.conn.send(job)
         kind, payload = worker.conn.recv()
-    except EOFError:
+    except (EOFError, OSError):
         kind, payload = "error", "the process writing the Minari dataset died"
-    finally:
-        stop_worker(worker)
     if kind != "done":
         raise RuntimeError(f"Writing the Minari dataset failed: {payload}")
     return int(payload)
