@@ -61,7 +61,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     ``observation.images.<camera>`` videos at ``fps`` (default: the env's), ``width`` x
     ``height``. ``workers`` render processes replay the tapes."""
     from rolltape.datasets import episodes as eps
-    from rolltape.executors.launch import check_worker_count, stop_worker, stop_workers
+    from rolltape.executors.launch import check_worker_count, stop_workers
     from rolltape.pass2.backends import DEFAULT_ORDER
 
     check_choice("--to", to, FORMATS)
@@ -84,13 +84,12 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     else:
         from rolltape.datasets import lerobot as writer
     backends = backends or DEFAULT_ORDER
-    # Started first, so that their interpreters and imports overlap the env probe (render
-    # workers) and the replays (the dataset writer); stopped however the export ends.
+    # Started first, so that their interpreters start while this one reads the run; the
+    # first one builds the envs to check them (eps.probe). Stopped however the export ends.
     started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras))
-    helper = writer.start()
     try:
         firsts = _first_of_each_task(chosen)
-        probed = eps.probe([eps.tape_env(c) for c in firsts], cameras)
+        probed = eps.probe([eps.tape_env(c) for c in firsts], cameras, started)
         env_of = {c.episode.key.task_key: p for c, p in zip(firsts, probed)}
         writer.check_spaces(env_of, record)
         frame_rate = fps or probed[0][3]
@@ -107,7 +106,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
         resumed = eps.prepare_staging(staging, config)
         try:
             steps, kept, left_out = _replay_and_write(
-                writer, helper, record, chosen, staging, final, dataset_id, env_of,
+                writer, record, chosen, staging, final, dataset_id, env_of,
                 cameras=list(cameras), width=width, height=height, fps=frame_rate,
                 workers=workers, backends=backends, started=started, on_episode=on_episode,
                 overwrite=overwrite, last_frame=to == "minari")
@@ -118,13 +117,11 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
             raise
     finally:
         stop_workers(started)
-        if helper is not None:
-            stop_worker(helper)
     shutil.rmtree(staging, ignore_errors=True)
     return ExportOutcome(final, to, len(kept), steps, left_out, resumed)
 
 
-def _replay_and_write(writer: Any, helper: Any, record: Run, chosen: Sequence[Any],
+def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
                       staging: Path, final: Path, dataset_id: str,
                       env_of: dict[Any, tuple[Any, ...]], *, cameras: list[str],
                       width: int | None, height: int | None, fps: float, workers: int,
@@ -154,7 +151,7 @@ def _replay_and_write(writer: Any, helper: Any, record: Run, chosen: Sequence[An
     steps = writer.write(built, dataset_id=dataset_id, run=record, replayed=replayed,
                          staging=staging, env_of=env_of,
                          provenance=_provenance(record, replayed), cameras=cameras,
-                         fps=fps, worker=helper)
+                         fps=fps)
     _move_into_place(writer.built_folder(built, dataset_id), final, overwrite)
     writer.after_move(built, final, dataset_id)
     return steps, kept, left_out

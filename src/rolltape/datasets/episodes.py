@@ -117,16 +117,33 @@ def describe_selection(only: str | None, min_return: float | None,
     return ", ".join(parts) or "every episode"
 
 
-def probe(specs: list[dict[str, Any]], cameras: Sequence[str]) -> list[tuple[Any, ...]]:
+def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any]
+          ) -> list[tuple[Any, ...]]:
     """Per env spec: (observation space, action space, Gymnasium EnvSpec, frame rate),
-    built in a process of its own (importing MuJoCo here would fix its GL backend); a
-    camera the env lacks is a UsageError."""
+    built by the first of the ``started`` render workers (importing MuJoCo here would fix
+    its GL backend), or by a process of its own when it cannot start; a camera the env
+    lacks is a UsageError."""
     from rolltape.executors.launch import spawn_worker, stop_worker
     from rolltape.interpreter import NO_GL
-    from rolltape.pass2.export import probe_worker
+    from rolltape.pass2.export import ProbeJob, probe_worker
 
-    worker = spawn_worker(probe_worker, specs, [c for c in cameras if c != "default"],
-                          env=NO_GL, cwd_on_path=False)
+    named = tuple(c for c in cameras if c != "default")
+    if started:
+        worker = started[0]
+        try:
+            worker.conn.send((-1, ProbeJob(tuple(specs), named)))
+            while True:
+                kind, _, payload = worker.conn.recv()
+                if kind == "done":
+                    return payload  # type: ignore[no-any-return]
+                if kind == "usage_error":
+                    raise UsageError(payload)
+                if kind != "progress":
+                    break  # its backend cannot start, or it failed: probe on its own
+        except (EOFError, OSError):
+            pass
+        stop_worker(started.pop(0))
+    worker = spawn_worker(probe_worker, specs, list(named), env=NO_GL, cwd_on_path=False)
     try:
         kind, payload = worker.conn.recv()
     except EOFError:

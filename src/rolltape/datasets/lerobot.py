@@ -124,11 +124,6 @@ def check_spaces(env_of: dict[Any, tuple[Any, ...]], run: Any) -> None:
                          f"tasks differ ({listed}); export each task's run on its own.")
 
 
-def start() -> None:
-    """Nothing to start: the dataset is written by the exporting process."""
-    return None
-
-
 def built_folder(built: Path, dataset_id: str) -> Path:
     return built
 
@@ -139,7 +134,7 @@ def after_move(built: Path, final: Path, dataset_id: str) -> None:
 
 def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], staging: Path,
           env_of: dict[Any, tuple[Any, ...]], provenance: dict[str, Any],
-          cameras: list[str], fps: float, worker: None = None) -> int:
+          cameras: list[str], fps: float) -> int:
     """Write the dataset into folder ``built``, one episode at a time; return its frames."""
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -1,10 +1,10 @@
 """Minari datasets, written by the ``minari`` package itself.
 
-:func:`write_worker` runs in a process of its own (it builds the env, as Minari does to
-check its spaces and reference scores, and the orchestrator never imports MuJoCo): it makes
-the dataset with ``minari.create_dataset_from_buffers`` (no episodes yet: its env spec,
-eval env spec, algorithm name, author, code permalink and reference scores) in the
-export's staging folder, then streams the verified episodes into its storage one at a time
+:func:`write` makes the dataset with ``minari.create_dataset_from_buffers`` (no episodes
+yet: eval env spec, algorithm name, author, code permalink, description, requirements) in
+the export's staging folder, records the env spec and reference scores in its metadata as
+Minari does (given no env, Minari does not build one: the orchestrator never imports
+MuJoCo), then streams the verified episodes into its storage one at a time
 (``storage.update_episodes``), so memory stays flat however many episodes there are. The
 orchestrator moves the finished dataset into place.
 
@@ -12,8 +12,8 @@ Each episode's ``infos`` hold per-step arrays (``success``: the run's success ke
 step, False at the reset) and its metadata says which rolltape episode it is (seed, role,
 index, tape sha256, verification).
 
-May import: errors, the render side's episode reader (pass2.export.nest), numpy; minari,
-gymnasium and pyarrow inside the worker only. Never: policies, torch.
+May import: errors, the render side's episode reader (pass2.export.nest), numpy; minari
+and gymnasium lazily. Never: policies, torch, mujoco.
 """
 
 from __future__ import annotations
@@ -64,54 +64,40 @@ def check_id(dataset_id: str) -> None:
                          "NAMESPACE/NAME-vN.")
 
 
-def write_worker(conn: Any) -> None:
-    """Entry point of a spawned process, started while the tapes replay: import Minari, then
-    write the Minari dataset of the job it is sent under ``job["root"]`` (a datasets folder
-    in the export's staging), streaming its episodes. Sends ("done", total steps) or
-    ("error", text)."""
-    try:
-        import minari  # noqa: F401  (imported while the replays run)
-
-        from rolltape.envs import _collect_mujoco_warnings
-
-        # Minari builds the env itself: MuJoCo's XML warnings are kept (as every rolltape
-        # process keeps them), not printed nor written to MUJOCO_LOG.TXT in the user's folder.
-        _collect_mujoco_warnings()
-
-        job = conn.recv()
-        if job is None:
-            return  # the export stopped before it had a dataset to write
-        conn.send(("done", _write(job)))
-    except Exception as exc:
-        import traceback
-
-        conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-    finally:
-        conn.close()
-
-
 def _write(job: dict[str, Any]) -> int:
-    os.environ["MINARI_DATASETS_PATH"] = job["root"]  # this process only: where Minari writes
+    """Make the dataset with minari and stream the episodes into its storage."""
     import minari
     from minari.data_collector.episode_buffer import EpisodeBuffer
 
     from rolltape.pass2.export import nest
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Minari's reminders about fields left None
-        scores = {}
-        if job["ref_min_score"] is not None and job["ref_max_score"] is not None:
-            scores = {"ref_min_score": job["ref_min_score"],
-                      "ref_max_score": job["ref_max_score"]}
-        dataset = minari.create_dataset_from_buffers(
-            job["dataset_id"], [], env=job["env_spec"], eval_env=job["env_spec"],
-            algorithm_name=job["algorithm_name"], author=job["author"],
-            code_permalink=job["code_permalink"], description=job["description"],
-            observation_space=job["observation_space"], action_space=job["action_space"],
-            requirements=job["requirements"], data_format="arrow",
-            jpeg_encoding=False,  # observations exactly as the env returned them
-            **scores)
+    before = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = job["root"]  # where Minari makes the dataset
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Minari's reminders about fields left None
+            # No env given: Minari would build it (importing MuJoCo here, which the
+            # orchestrator never does) only to read spaces rolltape already has; its spec
+            # and the reference scores are then set as Minari itself records them.
+            dataset = minari.create_dataset_from_buffers(
+                job["dataset_id"], [], eval_env=job["env_spec"],
+                algorithm_name=job["algorithm_name"], author=job["author"],
+                code_permalink=job["code_permalink"], description=job["description"],
+                observation_space=job["observation_space"],
+                action_space=job["action_space"], requirements=job["requirements"],
+                data_format="arrow",
+                jpeg_encoding=False)  # observations exactly as the env returned them
+    finally:
+        if before is None:
+            del os.environ["MINARI_DATASETS_PATH"]
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = before
     storage = dataset.storage
+    extra: dict[str, Any] = {"env_spec": job["env_spec"].to_json()}
+    if job["ref_min_score"] is not None and job["ref_max_score"] is not None:
+        extra.update(ref_min_score=job["ref_min_score"], ref_max_score=job["ref_max_score"],
+                     num_episodes_average_score=job["scored_episodes"])
+    storage.update_metadata(extra)
     steps = 0
     for k, (path, seed, options, meta) in enumerate(job["episodes"]):
         with np.load(path) as npz:
@@ -150,20 +136,10 @@ def built_folder(built: Any, dataset_id: str) -> Any:
     return built / dataset_id
 
 
-def start() -> Any:
-    """The process that will write the dataset, started now so that its imports (Minari,
-    Gymnasium, MuJoCo) overlap the replays; :func:`write` gives it its job."""
-    from rolltape.executors.launch import spawn_worker
-    from rolltape.interpreter import NO_GL
-
-    return spawn_worker(write_worker, env=NO_GL, cwd_on_path=False)
-
-
 def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging: Any,
           env_of: dict[Any, tuple[Any, ...]], provenance: dict[str, Any],
-          cameras: list[str], fps: float, worker: Any) -> int:
-    """Write the dataset under ``built`` (a datasets folder) in ``worker`` (:func:`start`);
-    return its number of steps."""
+          cameras: list[str], fps: float) -> int:
+    """Write the dataset under ``built`` (a datasets folder); return its number of steps."""
     from rolltape.datasets.episodes import episode_file
 
     obs_space, act_space, env_spec, _ = next(iter(env_of.values()))
@@ -187,19 +163,13 @@ def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging
         # run's random baseline and the policy, on the same seeds.
         "ref_min_score": summary["baseline"].mean if "baseline" in summary else None,
         "ref_max_score": summary["policy"].mean if "baseline" in summary else None,
+        "scored_episodes": summary["policy"].n,
         "provenance": {k: v for k, v in provenance.items() if k != "episodes"},
         "episodes": [(str(episode_file(staging, r.chosen).resolve()), r.chosen.episode.key.seed, None,
                       r.row()) for r in replayed if r.verified],
     }
     built.mkdir(parents=True, exist_ok=True)
-    try:
-        worker.conn.send(job)
-        kind, payload = worker.conn.recv()
-    except (EOFError, OSError):
-        kind, payload = "error", "the process writing the Minari dataset died"
-    if kind != "done":
-        raise RuntimeError(f"Writing the Minari dataset failed: {payload}")
-    return int(payload)
+    return _write(job)
 
 
 def after_move(built: Any, final: Any, dataset_id: str) -> None:

@@ -11,9 +11,10 @@ folder; an episode that does not verify writes nothing and says where it diverge
 Observations are stored as the env returned them: an array observation as ``obs``, a dict
 (or tuple) observation as one array per leaf, ``obs/KEY/SUBKEY``.
 
-:func:`probe_worker` runs first, in a process of its own: it builds each env without
-drawing and sends back its spaces, spec and frame rate, so the orchestrator (which never
-imports MuJoCo) can refuse what a dataset cannot hold before any episode is played.
+:class:`ProbeJob` runs first, in the first render worker (or :func:`probe_worker`, a
+process of its own): it builds each env without drawing and sends back its spaces, spec
+and frame rate, so the orchestrator (which never imports MuJoCo) can refuse what a dataset
+cannot hold before any episode is played.
 
 May import: envs, tape, errors, files, the render side (replay, cameras, encode). Never:
 policies, pass 1, torch or SB3, the orchestrator, an executor, outputs.
@@ -223,25 +224,37 @@ def nest(arrays: dict[str, np.ndarray], space: Any) -> Any:
     return build(space, "obs")
 
 
-def probe_worker(specs: list[dict[str, Any]], cameras: list[str], conn: Any) -> None:
-    """Entry point of a spawned process: build each env spec without drawing and send,
-    per spec, (observation space, action space, Gymnasium EnvSpec, frame rate), or the one
-    line saying what cannot be drawn (a camera the env lacks)."""
-    from rolltape.envs import make_env
-    from rolltape.pass2.cameras import check_cameras
+@dataclass(frozen=True)
+class ProbeJob:
+    """Build each env spec without drawing and answer, per spec, (observation space, action
+    space, Gymnasium EnvSpec, frame rate); a camera the env lacks is a UsageError. Sent to
+    a render worker before its replays (or run by :func:`probe_worker`)."""
 
-    try:
+    specs: tuple[dict[str, Any], ...]
+    cameras: tuple[str, ...]
+
+    def perform(self, replayer: Any = None) -> list[tuple[Any, ...]]:
+        from rolltape.envs import make_env
+        from rolltape.pass2.cameras import check_cameras
+
         out = []
-        for spec in specs:
+        for spec in self.specs:
             env = make_env(spec)
             try:
-                if cameras:
-                    check_cameras(env, cameras)
+                if self.cameras:
+                    check_cameras(env, self.cameras)
                 fps = float(env.metadata.get("render_fps") or 30)
                 out.append((env.observation_space, env.action_space, env.spec, fps))
             finally:
                 env.close()
-        conn.send(("ok", out))
+        return out
+
+
+def probe_worker(specs: list[dict[str, Any]], cameras: list[str], conn: Any) -> None:
+    """Entry point of a spawned process that runs one :class:`ProbeJob`: sends ("ok",
+    answers) or ("usage_error", the one line)."""
+    try:
+        conn.send(("ok", ProbeJob(tuple(specs), tuple(cameras)).perform()))
     except UsageError as exc:
         conn.send(("usage_error", str(exc)))
     except Exception as exc:
