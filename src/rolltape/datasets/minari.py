@@ -26,6 +26,8 @@ import numpy as np
 
 from rolltape.errors import UsageError
 
+BATCH_STEPS = 20_000  # steps handed to Minari's storage at once
+
 #: The spaces Minari can store (its ``serialize_space`` knows them).
 STORABLE = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Dict", "Tuple", "Text")
 
@@ -99,19 +101,37 @@ def _write(job: dict[str, Any]) -> int:
                      num_episodes_average_score=job["scored_episodes"])
     storage.update_metadata(extra)
     steps = 0
+    batch: list[Any] = []
+    metas: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        # Minari rewrites its metadata and walks the dataset's files after every call, so
+        # episodes go in batches (of bounded size: memory stays flat), not one by one.
+        if batch:
+            storage.update_episodes(batch)
+            storage.update_episode_metadata(metas, [b.id for b in batch])
+            batch.clear()
+            metas.clear()
+
+    pending = 0
     for k, (path, seed, options, meta) in enumerate(job["episodes"]):
         with np.load(path) as npz:
             arrays = {name: npz[name] for name in npz.files}
-        storage.update_episodes([EpisodeBuffer(
+        batch.append(EpisodeBuffer(
             id=k, seed=seed, options=options,
             observations=nest(arrays, job["observation_space"]),
             actions=arrays["actions"], rewards=arrays["rewards"],
             terminations=arrays["terminated"], truncations=arrays["truncated"],
             # A list: Minari stores a per-step scalar from a list (an array of
             # scalars it stores with an empty shape it cannot read back).
-            infos={"success": arrays["success"].tolist()})])
-        storage.update_episode_metadata([{"rolltape": meta}], [k])
+            infos={"success": arrays["success"].tolist()}))
+        metas.append({"rolltape": meta})
         steps += int(arrays["rewards"].shape[0])
+        pending += int(arrays["rewards"].shape[0])
+        if pending >= BATCH_STEPS:
+            flush()
+            pending = 0
+    flush()
     storage.update_metadata({"rolltape": job["provenance"]})
     return steps
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from rolltape.errors import UsageError
 from rolltape.files import write_bytes
-from rolltape.pass2.replay import RenderOptions, forbidden_modules
+from rolltape.pass2.replay import RenderOptions, first_wrong_digest, forbidden_modules
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,14 @@ class ExportJob(RenderOptions):
         try:
             divergence, _ = replayer._resim(
                 tape, env, self, 0, tape.length + 1,
-                lambda: replayer._reset(key, env, tape, draw, self.quality), emit, observe)
+                lambda: replayer._reset(key, env, tape, draw, self.quality), emit, observe,
+                digests_later=True)
+            # The observations' digests, all at once; the first divergence of either kind.
+            wrong = first_wrong_digest(tape, observations, self.rtol, self.atol)
+            if wrong is not None and (divergence is None or wrong.step < divergence.step
+                                      or (wrong.step == divergence.step
+                                          and wrong.field == "reset observation")):
+                divergence = wrong
             if divergence is not None:
                 for w in writers:
                     w.abort()
