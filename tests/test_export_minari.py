@@ -146,8 +146,8 @@ def test_min_return_and_role_choose_episodes(cheetah_run, tmp_path, monkeypatch)
         "baseline"}
 
 
-def test_an_episode_that_does_not_verify_is_left_out_and_named(cartpole_run, tmp_path,
-                                                               monkeypatch):
+def test_episodes_that_do_not_verify_are_left_out_and_named(cartpole_run, tmp_path,
+                                                            monkeypatch):
     run_dir = tmp_path / "run"
     shutil.copytree(cartpole_run.path, run_dir)
     run = Run.load(run_dir)
@@ -156,14 +156,23 @@ def test_an_episode_that_does_not_verify_is_left_out_and_named(cartpole_run, tmp
     rewards = tape.rewards.copy()
     rewards[2] += 0.5
     dataclasses.replace(tape, rewards=rewards).save(bad)
+    # Another whose observation digest after step 4 (and reward at step 6) is not pass 1's:
+    # the first divergence is named.
+    odd = run.tape_path(run.results.episodes[3])
+    tape = Tape.load(odd)
+    digests, rewards = tape.obs_digest.copy(), tape.rewards.copy()
+    digests[5] ^= 1
+    rewards[6] += 1.0
+    dataclasses.replace(tape, obs_digest=digests, rewards=rewards).save(odd)
     out = export(run, to="minari", dataset_id="cartpole-v0", out=tmp_path / "ds")
-    assert out.episodes == 3
-    assert len(out.left_out) == 1
-    label, why = out.left_out[0]
+    assert out.episodes == 2
+    assert len(out.left_out) == 2
+    (label, why), (label3, why3) = out.left_out
     assert "episode 1 (seed 4)" in label and "step 2: reward" in why
+    assert "episode 3 (seed 6)" in label3 and why3.startswith("step 4: observation"), why3
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "ds"))
     data = minari.load_dataset("cartpole-v0")
-    assert [m["seed"] for m in data.storage.get_episode_metadata(range(3))] == [3, 5, 6]
+    assert [m["seed"] for m in data.storage.get_episode_metadata(range(2))] == [3, 5]
     rows = data.storage.metadata["rolltape"]
     assert "episodes" not in rows  # per-episode facts are in each episode's metadata
 
