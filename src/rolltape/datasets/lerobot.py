@@ -192,8 +192,8 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
                 target = built / VIDEO_PATH.format(video_key=key, chunk_index=chunk,
                                                    file_index=file)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(separate_path(str(staging / "episodes" / f"{r.chosen.stem}.mp4"),
-                                         camera), target)
+                _link(separate_path(str(staging / "episodes" / f"{r.chosen.stem}.mp4"),
+                                    camera), target)
                 row.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": file,
                             f"videos/{key}/from_timestamp": 0.0,
                             f"videos/{key}/to_timestamp": steps / fps})
@@ -352,6 +352,17 @@ def _write_tasks(path: Path, tasks: dict[str, int]) -> None:
     table = pa.table({"task_index": pa.array(list(tasks.values()), pa.int64()),
                       "task": pa.array(list(tasks), pa.string())})
     pq.write_table(table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)}), path)
+
+
+def _link(source: str, target: Path) -> None:
+    """Put an episode's video into the dataset, keeping the staging copy (an export
+    stopped while writing resumes from the staging folder): a hard link, else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, target)
 
 
 def _video_size(path: str) -> tuple[int, int]:
