@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rolltape import server_commands as _server_commands
 from rolltape.datasets import command as _dataset_commands
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.outputs.summary import (
@@ -32,7 +33,6 @@ from rolltape.outputs.summary import (
 )
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import DEFAULT_ORDER
-from rolltape.server import commands as _server_commands
 
 if TYPE_CHECKING:
     from rolltape.record import Results
@@ -210,8 +210,9 @@ def eval_(
         baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         workers=workers, batched_inference=batched_inference, executor=executor,
-        ray_address=ray_address,
-        ray_render_gpus=ray_render_gpus, render_workers=render_workers,
+        executor_options={k: v for k, v in (("address", ray_address),
+                                            ("render_gpus", ray_render_gpus)) if v},
+        render_workers=render_workers,
         render_early=render_early, video=video,
         video_format=video_format, width=width, height=height, cameras=tuple(camera or ()),
         layout=layout, overlay=overlay, mode=mode,
@@ -687,7 +688,7 @@ def view(
         server.server_close()
 
 
-# `serve` and `parity` live with the env server (rolltape.server.commands).
+# `serve` and `parity` live with the env server (rolltape.server_commands).
 _server_commands.register(app, parse_kwargs,
                           lambda line: out.print(line, highlight=False, markup=False))
 # `export` lives with the dataset writers (rolltape.datasets.command).
