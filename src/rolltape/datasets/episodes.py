@@ -4,8 +4,7 @@ Episodes are chosen from the run's typed record (:class:`rolltape.record.Run`): 
 then ``--only success`` (by the run's headline success rule for the episode's task),
 ``--min-return`` and ``--episodes`` (indices of that role's episodes). Each chosen tape is
 replayed by an :class:`~rolltape.pass2.export.ExportJob` in K render workers (the local
-:class:`~rolltape.executors.local.BackendPool`, with the GL backend fallback of every
-render); what a replay regenerates lands in the export's staging folder, one ``.npz`` (and
+executor's render pool, with the GL backend fallback of every render); what a replay regenerates lands in the export's staging folder, one ``.npz`` (and
 one mp4 per camera) per episode, and a line of ``replays.jsonl`` says how it went.
 
 Resuming: the staging folder outlives an interrupted export. Rerun with the same choices
@@ -123,9 +122,8 @@ def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any
     built by the first of the ``started`` render workers (importing MuJoCo here would fix
     its GL backend), or by a process of its own when it cannot start; a camera the env
     lacks is a UsageError."""
-    from rolltape.executors.launch import spawn_worker, stop_worker
-    from rolltape.interpreter import NO_GL
-    from rolltape.pass2.export import ProbeJob, probe_worker
+    from rolltape.interpreter import NO_GL, ChildFailed, run_once, stop_worker
+    from rolltape.pass2.export import ProbeJob, probe_envs
 
     named = tuple(c for c in cameras if c != "default")
     if started:
@@ -143,17 +141,14 @@ def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any
         except (EOFError, OSError):
             pass
         stop_worker(started.pop(0))
-    worker = spawn_worker(probe_worker, specs, list(named), env=NO_GL, cwd_on_path=False)
     try:
-        kind, payload = worker.conn.recv()
-    except EOFError:
-        raise UsageError("The process that builds the env to export died; run `rolltape "
-                         "verify` on one of the tapes to see why.") from None
-    finally:
-        stop_worker(worker)
-    if kind != "ok":
-        raise UsageError(payload)
-    return payload  # type: ignore[no-any-return]
+        return run_once(probe_envs, list(specs), named, env=NO_GL,  # type: ignore[no-any-return]
+                        timeout=600, cwd_on_path=False)
+    except ChildFailed as exc:
+        if exc.exception == "UsageError":
+            raise UsageError(str(exc)) from None
+        raise UsageError(f"The process that builds the env to export failed ({exc}); run "
+                         "`rolltape verify` on one of the tapes to see why.") from None
 
 
 def tape_env(chosen: Chosen) -> dict[str, Any]:
@@ -204,13 +199,12 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
                on_done: Callable[[Replayed], None] | None = None) -> list[Replayed]:
     """Replay each chosen episode (those ``replays.jsonl`` already holds are kept) in
     ``workers`` render workers; return how each went, in the dataset's order."""
-    from rolltape.executors.launch import stop_workers
-    from rolltape.executors.local import BackendPool
+    from rolltape import executors
+    from rolltape.interpreter import stop_workers
     from rolltape.outputs.artifacts import append_jsonl, read_jsonl
     from rolltape.pass2.backends import parse_backends
     from rolltape.pass2.cameras import separate_path
     from rolltape.pass2.export import ExportJob
-    from rolltape.pass2.replay import render_worker
 
     log = staging / "replays.jsonl"
     done: dict[int, Replayed] = {}
@@ -243,11 +237,10 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
     else:
         # Observations only: no job draws, so workers run with no GL backend (order ()).
         order = parse_backends(backends) if cameras else ()
-        pool = BackendPool(render_worker, (0, 0), jobs, order,
-                           max(1, min(workers, len(jobs))), timeout,
-                           needs_backend=[bool(cameras)] * len(jobs),
-                           environment=_export_environment, on_progress=lambda i, n: None,
-                           on_done=finished, cwd_on_path=False, started=started)
+        pool = executors.get("local").render_pool(
+            export_work(bool(cameras), len(jobs)), jobs, order,
+            max(1, min(workers, len(jobs))), timeout, on_progress=lambda i, n: None,
+            on_done=finished, warm=started)
         pool.run()
         problems = [text if kind == "usage_error" else
                     f"Replaying '{jobs[j].tape}' failed: {text.splitlines()[0]}"
@@ -259,16 +252,31 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
     return [done[c.index] for c in chosen]
 
 
-def start_workers(count: int, backends: str | Sequence[str], draw: bool) -> list[Any]:
-    """Render workers for :func:`replay_all`, started now (their interpreters and imports
-    overlap the env probe): on the first GL backend when drawing, else on none."""
-    from rolltape.executors.local import warm_workers
-    from rolltape.pass2.backends import parse_backends
+def export_work(draw: bool, jobs: int = 0) -> Any:
+    """Export jobs as the local executor runs them: the render worker (which plays an
+    :class:`~rolltape.pass2.export.ExportJob` itself), with no GL backend unless they draw,
+    importing nothing from the current folder (a tape is data)."""
+    from rolltape.executors import RenderWork
     from rolltape.pass2.replay import render_worker
 
+    return RenderWork(worker=render_worker, args=(0, 0), task=_not_remote, ship=lambda job: None,
+                      environment=_export_environment, needs_backend=[draw] * jobs,
+                      cwd_on_path=False)
+
+
+def _not_remote(*_: Any) -> tuple[str, Any, Any]:
+    return ("usage_error", "rolltape export runs on the local executor.", None)
+
+
+def start_workers(count: int, backends: str | Sequence[str], draw: bool) -> list[Any]:
+    """Render workers for :func:`replay_all`, started now (their interpreters and imports
+    overlap reading the run): on the first GL backend when drawing, else on none."""
+    from rolltape import executors
+    from rolltape.pass2.backends import parse_backends
+
     backend = parse_backends(backends)[0] if draw else None
-    return warm_workers(render_worker, backend, (0, 0), count,  # type: ignore[arg-type]
-                        _export_environment, cwd_on_path=False)
+    return executors.get("local").warm_render_workers(
+        export_work(draw), backend, count)  # type: ignore[arg-type]
 
 
 def _export_environment(backend: str | None, workers: int) -> dict[str, str]:

@@ -11,7 +11,7 @@ folder; an episode that does not verify writes nothing and says where it diverge
 Observations are stored as the env returned them: an array observation as ``obs``, a dict
 (or tuple) observation as one array per leaf, ``obs/KEY/SUBKEY``.
 
-:class:`ProbeJob` runs first, in the first render worker (or :func:`probe_worker`, a
+:class:`ProbeJob` runs first, in the first render worker (or :func:`probe_envs`, in a
 process of its own): it builds each env without drawing and sends back its spaces, spec
 and frame rate, so the orchestrator (which never imports MuJoCo) can refuse what a dataset
 cannot hold before any episode is played.
@@ -257,15 +257,7 @@ class ProbeJob:
         return out
 
 
-def probe_worker(specs: list[dict[str, Any]], cameras: list[str], conn: Any) -> None:
-    """Entry point of a spawned process that runs one :class:`ProbeJob`: sends ("ok",
-    answers) or ("usage_error", the one line)."""
-    try:
-        conn.send(("ok", ProbeJob(tuple(specs), tuple(cameras)).perform()))
-    except UsageError as exc:
-        conn.send(("usage_error", str(exc)))
-    except Exception as exc:
-        conn.send(("usage_error", f"Cannot build the env to export: {type(exc).__name__}: "
-                                  f"{exc}."))
-    finally:
-        conn.close()
+def probe_envs(specs: list[dict[str, Any]], cameras: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """:class:`ProbeJob` as a function, for a process of its own
+    (:func:`rolltape.interpreter.run_once`)."""
+    return ProbeJob(tuple(specs), tuple(cameras)).perform()
