@@ -88,7 +88,7 @@ def _num(v: Any, what: str) -> float | None:
 
 def _flag(v: Any, what: str) -> bool | None:
     _need(v is None or isinstance(v, bool), f"{what} must be true, false or null")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _text(v: Any, what: str, optional: bool = True) -> str | None:
@@ -100,12 +100,12 @@ def _text(v: Any, what: str, optional: bool = True) -> str | None:
 
 def _dict(v: Any, what: str) -> dict[str, Any] | None:
     _need(v is None or isinstance(v, dict), f"{what} must be an object or null")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _list(v: Any, what: str) -> list[Any]:
     _need(isinstance(v, list), f"{what} must be a list")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 @dataclass(frozen=True, order=True)

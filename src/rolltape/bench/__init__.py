@@ -302,14 +302,12 @@ def _headroom(r: dict[str, Any]) -> float:
 def draw_chart(report: dict[str, Any], path: Path) -> dict[str, Any]:
     """One row per benchmark on one axis: its distance from its target as a factor (1 on the
     dashed line is exactly on target, right of it is met), labelled with the judged value."""
-    try:
-        import matplotlib
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
-    except ImportError:
-        return {"path": None, "error": "matplotlib is not installed (pip install matplotlib)"}
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
+
     rows = [(n, r) for n, r in report["benchmarks"].items() if not r.get("error")]
     if not rows:
         return {"path": None, "error": "no benchmark finished"}

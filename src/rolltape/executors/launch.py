@@ -124,7 +124,7 @@ def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[byt
     ok, value = done.get()
     if not ok:
         raise value
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _spawn_forever() -> None:

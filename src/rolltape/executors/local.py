@@ -98,7 +98,7 @@ def warm_workers(target: Callable[..., None], backend: str, args: tuple[Any, ...
                          cwd_on_path=cwd_on_path) for _ in range(workers)]
 
 
-class Prestart(list):  # type: ignore[type-arg]
+class Prestart(list[Any]):
     """Workers to start ahead of their jobs (:func:`warm_workers`), but only once the run is
     known to go ahead: empty until :meth:`start` (called again, it does nothing). A run
     refused by its first worker (a checkpoint that does not load) starts none."""
