@@ -188,9 +188,9 @@ def check_comparable(runs: list[LoadedRun]) -> None:
         failed = run.run.results.failed
         if failed:
             f = failed[0]
-            where = f"{f['suite']}/{f['task']} " if f.get("suite") else ""
+            task = f"{f['suite']}/{f['task']} " if f.get("suite") else ""
             raise UsageError(f"'{run.path}' has {len(failed)} failed episode(s) (the first: "
-                             f"{f.get('role')} {where}episode {f.get('index')}, seed "
+                             f"{f.get('role')} {task}episode {f.get('index')}, seed "
                              f"{f.get('seed')}); play them again with that eval's command and "
                              "--resume, then compare.")
     for run in runs[1:]:

@@ -191,7 +191,7 @@ def signals_deferred() -> Iterator[None]:
         raise KeyboardInterrupt if caught[0] == signal.SIGINT else Interrupted(caught[0])
 
 
-def _restore(handlers: Mapping[int, Any]) -> None:
+def _restore(handlers: Mapping[signal.Signals, Any]) -> None:
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
 

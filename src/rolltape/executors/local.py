@@ -26,8 +26,8 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.base import Message, RenderWork, ShareWork
@@ -60,7 +60,8 @@ def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[A
     heard = {w.conn: time.monotonic() for w in workers}
     try:
         while running:
-            for conn in wait(list(running), timeout=min(timeout, 5.0)):
+            # wait() answers with some of the objects it was given: these Connections.
+            for conn in cast("list[Connection]", wait(list(running), timeout=min(timeout, 5.0))):
                 worker = running[conn]
                 try:
                     kind, payload = conn.recv()
@@ -222,6 +223,7 @@ class BackendPool:
             self._backend_died(slot, payload)
             return
         i, slot.job = slot.job, None
+        assert i is not None, "a worker answered with no job given to it"
         if kind == "done":
             self.on_done(i, payload)
         else:

@@ -143,7 +143,8 @@ class _DropMessage(logging.Filter):
 
 def _connect_failure(address: str, exc: BaseException) -> str:
     """One sentence for a failed ray.init; the real cause is often a few exceptions deep."""
-    chain, seen = [], exc
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
     while seen is not None and len(chain) < 8:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
