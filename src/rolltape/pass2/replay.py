@@ -292,6 +292,7 @@ class _Replayer:
 
         def emit(index: int) -> None:
             if draw:
+                assert rig is not None  # made whenever it draws
                 views = rig.frames()
                 if req.layout != "separate":
                     views = [compositor(views)]
