@@ -442,8 +442,9 @@ def _targets(cfg: EvalConfig) -> list[Target]:
                              cfg.max_episode_steps, cfg.success)
     for task in manifest.tasks:
         check_installed(task)
-        check_video(cfg.video, task.episodes)
-    targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
+        check_video(cfg.video, task.episodes or cfg.episodes)  # with_defaults set it
+    targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes or cfg.episodes,
+                      t, manifest)
                for t in manifest.tasks]
     if cfg.served is not None:  # each task steps on the server's env of its name
         from rolltape.address import served_task_spec
@@ -740,7 +741,7 @@ def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pre
             counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
             # Long episodes are split across workers, so one video can use them all.
             workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
-    steps = [t.spec.get("max_episode_steps") for t in targets]
+    steps: list[int] = [t.spec.get("max_episode_steps") or 0 for t in targets]
     if all(steps):  # no more than the segments every episode could be cut into
         episodes = sum(t.episodes for t in targets)
         workers = min(workers, episodes * max(1, (max(steps) + 1) // MIN_SEGMENT))
@@ -762,7 +763,8 @@ def _pass2(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg: Eval
     names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
     (``tasks``: which the user's manifest named), verified to its ``reward_atol``."""
     def folder(e: Episode) -> Path:
-        return root / "videos" / e.key.suite / e.key.task if e.key.suite else root / "videos"
+        suite, task = e.key.task_key
+        return root / "videos" / suite / task if suite and task else root / "videos"
 
     def task_of(e: Episode) -> Task | None:
         target = (tasks or {}).get(e.key.task_key)
@@ -777,7 +779,7 @@ def _pass2(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg: Eval
            "atol": max(cfg.atol, getattr(task_of(rows[i]), "reward_atol", 0.0))},
         # Named by the user (on the command line or in their manifest), so its module may
         # be their own file.
-        env_id=cfg.env if task_of(rows[i]) is None else task_of(rows[i]).env,
+        env_id=cfg.env if (task := task_of(rows[i])) is None else task.env,
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i].length + 1 for i in picked])
@@ -919,7 +921,9 @@ def _results(spec: dict[str, Any], targets: list[Target], played: dict[str, list
 def _number_warnings(results: Results) -> list[str]:
     """Say what the numbers leave out: episodes with non-finite returns, failed episodes,
     suite tasks that never reported success."""
-    notes = list((results.suite or {}).pop("warnings", []))
+    # Taken out of the suite's numbers (suite_summary's dict) into the run's warnings.
+    suite = results.suite
+    notes = list(suite.pop("warnings", []) if isinstance(suite, dict) else [])
     for role, s in results.summary.items():
         if s.nonfinite_returns:
             notes.append(f"{s.nonfinite_returns} of {s.episodes} {role} episode(s) had a "

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Iterator, Mapping, Sequence, cast
+from typing import Any, Callable, Generator, Mapping, Sequence, cast
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.base import Message, RenderWork, ShareWork
@@ -44,7 +44,7 @@ from rolltape.executors.launch import (
 def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[Any, ...], *,
                env: Mapping[str, str | None], timeout: float, units: tuple[str, ...],
                stalled: Callable[[int, int], str], timeout_name: str = "its timeout"
-               ) -> Iterator[tuple[str, Any]]:
+               ) -> Generator[tuple[str, Any], None, None]:
     """Run ``target(share, *args, conn)`` for each share in its own worker and yield its
     ``(kind, payload)`` messages as they arrive, until each has sent ("done", ...).
 
@@ -241,7 +241,7 @@ class LocalExecutor:
     def check(self) -> None:
         return None  # nothing to connect to
 
-    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Iterator[Message]:
+    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Generator[Message, None, None]:
         return run_shares(work.worker, shares, work.args, env=work.env, timeout=work.timeout,
                           units=work.units, stalled=work.stalled,
                           timeout_name=work.timeout_name)
