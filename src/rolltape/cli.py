@@ -203,7 +203,8 @@ def eval_(
         raise UsageError(f"--reference '{reference}' names one of several policies; give "
                          "two or more --policy, or leave --reference off.")
     run = (_eval_many if many else evaluate)(
-        env, policies if many else policies[0], episodes=episodes, seed=seed,
+        # The list goes to _eval_many, one policy to evaluate: one call, two signatures.
+        env, policies if many else policies[0], episodes=episodes, seed=seed,  # type: ignore[arg-type]
         suite=suite, tasks=tasks, served=served, **({"reference": reference} if many else {}),
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
@@ -764,7 +765,9 @@ def usage_line(exc: Exception) -> str:
         similar = getattr(exc, "possibilities", None)
         guess = f" (did you mean {' or '.join(sorted(similar))}?)" if similar else ""
         return f"no option {getattr(exc, 'option_name', '')}{guess}; try `{where} --help`."
-    message = " ".join(exc.format_message().split())  # a choice list spans lines
+    # A ClickException (ClickError: typer may vendor click, so not importable by name);
+    # a choice list spans lines.
+    message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
     return f"{message.rstrip('.')}; try `{where} --help`."
 
 

@@ -57,7 +57,7 @@ def seed_text(seeds: list[int]) -> str:
     return ", ".join(str(s) for s in seeds)
 
 
-def describe_policy(policy: dict[str, Any] | None, fallback: str = "") -> str:
+def describe_policy(policy: Mapping[str, Any] | None, fallback: str = "") -> str:
     """A short name for the policy: 'random policy', 'SB3 PPO · ppo.zip', ..."""
     if not policy:
         return fallback or "unknown policy"

@@ -48,7 +48,7 @@ import re
 import shutil
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import IO, ClassVar
@@ -711,7 +711,7 @@ def open_writer(
 
 
 def join_videos(
-    parts: list[str | os.PathLike[str]], path: str | os.PathLike[str], *, overwrite: bool = False
+    parts: Sequence[str | os.PathLike[str]], path: str | os.PathLike[str], *, overwrite: bool = False
 ) -> int:
     """Joins mp4 or webm files made by :func:`open_writer` into one, end to end, without
     decoding: their compressed packets are copied with shifted timestamps, as
