@@ -138,9 +138,9 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
             obs, infos = envs.reset(seed=seeds, options=options)
             rows = list(iterate(space, obs))
             for s in np.flatnonzero(slots):
-                if playing[s] is not None:
-                    playing[s].first_obs = kept_obs(rows[s])
-                    playing[s].states.append(infos[_INFO_KEY][s][0])
+                if (fresh := playing[s]) is not None:
+                    fresh.first_obs = kept_obs(rows[s])
+                    fresh.states.append(infos[_INFO_KEY][s][0])
             return obs, rows
 
         obs, rows = reset(np.ones(num_envs, dtype=bool))
