@@ -249,13 +249,16 @@ def _fmt(r: dict[str, Any], key: str) -> str:
 
 def format_table(report: dict[str, Any]) -> Any:
     """The report as a rich Table."""
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     quick = " (--quick: tiny sizes, numbers are not meaningful)" if report["quick"] else ""
     table = Table(title=f"rolltape bench{quick}")
     table.add_column("benchmark", no_wrap=True)  # a name is what a reader greps for: whole
-    for col, justify in (("baseline", "left"), ("measured", "left"),
-                         ("value", "right"), ("target", "right"), ("result", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("baseline", "left"), ("measured", "left"), ("value", "right"), ("target", "right"),
+        ("result", "left"))
+    for col, justify in columns:
         table.add_column(col, justify=justify)
     for name, r in report["benchmarks"].items():
         target = "-" if r.get("target") is None else f"{r['op']} {_fmt(r, 'target')}"
