@@ -40,7 +40,7 @@ from rolltape.envs import check_tape_env_module
 from rolltape.errors import UsageError
 from rolltape.pass2.backends import select_backend_in_this_process
 from rolltape.pass2.cameras import CameraRig, Compositor, draw_overlay, separate_path
-from rolltape.tape import sum_rewards
+from rolltape.tape import Tape, sum_rewards
 
 MODES = ("resim", "restore", "auto")
 #: Render workers draw off screen. Classic-control envs draw with pygame, whose SDL would
@@ -224,7 +224,7 @@ class _Replayer:
                                        width=req.width, height=req.height)
         return key, self._envs[key]
 
-    def _reset(self, key: str, env: Any, tape: Any, draw: bool, quality: str) -> Any:
+    def _reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str) -> Any:
         """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer.
         Returns the reset observation, or None for a tape that begins mid-episode."""
         obs = _reset_as_recorded(env, tape)
@@ -252,7 +252,6 @@ class _Replayer:
     def run(self, req: RenderRequest) -> RenderResult:
         from rolltape.envs import mujoco_warnings
         from rolltape.pass2.encode import BackgroundWriter, open_writer
-        from rolltape.tape import Tape
 
         start = time.perf_counter()
         tape = Tape.load(req.tape)
@@ -341,7 +340,7 @@ class _Replayer:
             camera_hint=hint,
         )
 
-    def _resim(self, tape: Any, env: Any, req: RenderRequest, first: int, stop: int,
+    def _resim(self, tape: Tape, env: Any, req: RenderRequest, first: int, stop: int,
                reset: Callable[[], Any], emit: Callable[[int], None]
                ) -> tuple[Divergence | None, list[float]]:
         """Step the recorded actions, comparing each step with pass 1; draw frames
@@ -360,6 +359,7 @@ class _Replayer:
                 emit(0)
             begin = 0
         else:
+            assert tape.physics is not None  # else it replays from the reset
             continue_from(env, tape.physics[first - 1])
             begin = first - 1
         rewards = []
@@ -377,18 +377,19 @@ class _Replayer:
                 break  # ended early: already reported as a divergence at this step
         return divergence, rewards
 
-    def _restore(self, tape: Any, env: Any, first: int, stop: int, reset: Callable[[], Any],
+    def _restore(self, tape: Tape, env: Any, first: int, stop: int, reset: Callable[[], Any],
                  emit: Callable[[int], None]) -> None:
         """Draw the recorded states themselves, no simulation."""
         from rolltape.envs import restore_state
 
+        assert tape.qpos is not None and tape.qvel is not None  # restore needs has_state
         reset()
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
 
 
-def _reset_as_recorded(env: Any, tape: Any) -> Any:
+def _reset_as_recorded(env: Any, tape: Tape) -> Any:
     """Reset the env into the state the tape begins in, and return the reset observation
     (None when the tape begins mid-episode, where no reset observation was recorded).
 
@@ -418,7 +419,7 @@ def _flat(writers: list[list[Any]]) -> list[Any]:
     return [w for stream in writers for w in stream]
 
 
-def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs: Any,
+def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, obs: Any,
                   rtol: float, atol: float) -> Divergence | None:
     from rolltape.envs import obs_digest
 
@@ -440,7 +441,7 @@ def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs
     return None
 
 
-def _check_same_env(tape: Any, env: Any, path: str) -> None:
+def _check_same_env(tape: Tape, env: Any, path: str) -> None:
     """Refuse to replay a tape on an env whose action or state shapes differ from its own."""
     from rolltape.envs import mujoco_data
 
@@ -451,7 +452,8 @@ def _check_same_env(tape: Any, env: Any, path: str) -> None:
     mismatch = None
     if shape != recorded:
         mismatch = f"actions of shape {recorded}, the env takes {shape}"
-    elif tape.has_state and data is not None and tape.qpos.shape[1] != data.qpos.shape[0]:
+    elif (tape.qpos is not None and tape.qvel is not None  # has_state, spelled for mypy
+          and data is not None and tape.qpos.shape[1] != data.qpos.shape[0]):
         mismatch = f"{tape.qpos.shape[1]} position coordinates, the env has {data.qpos.shape[0]}"
     if mismatch:
         raise UsageError(
