@@ -130,9 +130,10 @@ def select_episodes(selection: int | str | Sequence[int],
     check_video(selection, n)
     # Highest return first, lowest index first among equals (and the same for worst); an
     # episode whose return is not a finite number (None) is neither best nor worst.
-    ranked = [i for i in range(n) if returns[i] is not None]
-    best = sorted(ranked, key=lambda i: (-returns[i], i))  # type: ignore[operator]
-    worst = sorted(ranked, key=lambda i: (returns[i], i))
+    finite = {i: r for i in range(n) if (r := returns[i]) is not None}
+    ranked = list(finite)
+    best = sorted(finite, key=lambda i: (-finite[i], i))
+    worst = sorted(finite, key=lambda i: (finite[i], i))
     n_ranked = len(ranked)
     picked: list[int] = []
     for kind, k in video_picks(selection):
