@@ -374,7 +374,8 @@ class RayExecutor:
     def check(self) -> None:
         check_ray(self.address)
 
-    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Generator[tuple[str, Any], None, None]:
+    def run_shares(self, work: ShareWork, shares: Sequence[Any]
+                   ) -> Generator[tuple[str, Any], None, None]:
         if work.task is None:
             raise UsageError("This work runs in worker processes of this machine only; drop "
                              "--executor ray.")

@@ -711,7 +711,8 @@ def open_writer(
 
 
 def join_videos(
-    parts: Sequence[str | os.PathLike[str]], path: str | os.PathLike[str], *, overwrite: bool = False
+    parts: Sequence[str | os.PathLike[str]], path: str | os.PathLike[str], *,
+    overwrite: bool = False,
 ) -> int:
     """Joins mp4 or webm files made by :func:`open_writer` into one, end to end, without
     decoding: their compressed packets are copied with shifted timestamps, as
