@@ -179,17 +179,13 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
     cameras = [c for c in cfg.cameras if c != "default"]
     if not cfg.wants_video or (not cameras and cfg.width is None and cfg.height is None):
         return
-    from rolltape.executors.launch import spawn_worker, stop_worker
-    from rolltape.pass2.cameras import check_drawing_worker
+    from rolltape.interpreter import ChildFailed, run_once
+    from rolltape.pass2.cameras import drawing_problem
 
-    worker = spawn_worker(check_drawing_worker, spec, cfg.width, cfg.height, cameras,
-                          env=NO_GL)
     try:
-        problem = worker.conn.recv()
-    except EOFError:
+        problem = run_once(drawing_problem, spec, cfg.width, cfg.height, cameras, env=NO_GL)
+    except ChildFailed:
         problem = None  # it died: pass 1 builds the same env and reports why
-    finally:
-        stop_worker(worker)
     if problem:
         raise UsageError(problem)
 
