@@ -374,7 +374,7 @@ def render(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
-    from rolltape.evaluation import check_render_options
+    from rolltape.config import check_render_options
     from rolltape.outputs.artifacts import artifact_paths, check_output_name
     from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
 
@@ -419,7 +419,7 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
-    from rolltape.evaluation import check_render_options
+    from rolltape.config import check_render_options
     from rolltape.pass2.replay import RenderRequest
 
     check_render_options(rtol=rtol, atol=atol)
