@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rolltape import server_commands as _server_commands
+from rolltape.datasets import command as _dataset_commands
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.outputs.summary import (
     improvement_line,
@@ -691,6 +692,10 @@ def view(
 # `serve` and `parity` live with the env server (rolltape.server_commands).
 _server_commands.register(app, parse_kwargs,
                           lambda line: out.print(line, highlight=False, markup=False))
+# `export` lives with the dataset writers (rolltape.datasets.command).
+_dataset_commands.register(app, lambda line: out.print(line, highlight=False, markup=False),
+                           lambda line: err.print(f"rolltape: {line}", highlight=False,
+                                                  markup=False, soft_wrap=True))
 
 
 def main(argv: list[str] | None = None) -> int:
