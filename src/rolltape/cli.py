@@ -249,7 +249,8 @@ def eval_(
             out.print(line, highlight=False, markup=False)
         return
     run = (_eval_many if many else evaluate)(
-        env, policies if many else policies[0], episodes=episodes,
+        # The list goes to _eval_many, one policy to evaluate: one call, two signatures.
+        env, policies if many else policies[0], episodes=episodes,  # type: ignore[arg-type]
         **({"reference": reference} if many else {}), **options)
     if run is None:  # several policies: _eval_many printed them
         return
@@ -808,7 +809,9 @@ def usage_line(exc: Exception) -> str:
         similar = getattr(exc, "possibilities", None)
         guess = f" (did you mean {' or '.join(sorted(similar))}?)" if similar else ""
         return f"no option {getattr(exc, 'option_name', '')}{guess}; try `{where} --help`."
-    message = " ".join(exc.format_message().split())  # a choice list spans lines
+    # A ClickException (ClickError: typer may vendor click, so not importable by name);
+    # a choice list spans lines.
+    message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
     return f"{message.rstrip('.')}; try `{where} --help`."
 
 

@@ -475,7 +475,9 @@ def _results(spec: dict[str, Any], targets: list[Target], played: dict[str, list
 def _number_warnings(results: Results) -> list[str]:
     """Say what the numbers leave out: episodes with non-finite returns, failed episodes,
     suite tasks that never reported success."""
-    notes = list((results.suite or {}).pop("warnings", []))
+    # Taken out of the suite's numbers (suite_summary's dict) into the run's warnings.
+    suite = results.suite
+    notes = list(suite.pop("warnings", []) if isinstance(suite, dict) else [])
     for role, s in results.summary.items():
         if s.nonfinite_returns:
             notes.append(f"{s.nonfinite_returns} of {s.episodes} {role} episode(s) had a "
