@@ -251,7 +251,7 @@ def eval_(
     run = (_eval_many if many else evaluate)(
         # The list goes to _eval_many, one policy to evaluate: one call, two signatures.
         env, policies if many else policies[0], episodes=episodes,  # type: ignore[arg-type]
-        **({"reference": reference} if many else {}), **options)
+        **({"reference": reference} if many else {}), **options)  # type: ignore[arg-type]
     if run is None:  # several policies: _eval_many printed them
         return
     print_run(run.results, run.path)

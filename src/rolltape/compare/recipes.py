@@ -251,7 +251,7 @@ def runs_chart(result: dict[str, Any], task: str) -> str:
         interval = tuple(r["mean"]["ci"]) if one else None
         strips.append(Strip(name, values, PALETTE[k % len(PALETTE)],
                             tips=[f"{f}: {v:.4g}" for f, v in zip(folders, values)],
-                            center=center, interval=interval))  # type: ignore[arg-type]
+                            center=center, interval=interval))
     unit = "success rate" if result["measure"] == "success" else "mean return"
     return strip_chart(strips, title=f"Training runs per recipe: {task}",
                        desc=f"each dot one training run's {unit} over the same "
