@@ -21,7 +21,6 @@ import json
 import math
 import os
 import time
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -362,20 +361,6 @@ def _task_forest(result: dict[str, Any], base: set[str]) -> str:
                               right=right, width=width, row_height=20, uid="task-forest")
 
 
-_CSS = """
-body{margin:0;font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,Arial,sans-serif;color:#1f2328}
-main{max-width:1240px;margin:0 auto;padding:28px}
-h1{font-size:1.6rem;margin:0 0 4px}h2{font-size:1.2rem;margin:36px 0 10px;border-bottom:1px solid #d8dee4;padding-bottom:4px}
-.sub{color:#57606a;margin:0}table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
-th,td{padding:6px 10px;border-bottom:1px solid #d8dee4;text-align:right;vertical-align:top}
-th{background:#f6f8fa;color:#57606a;font-size:.86rem}th:first-child,td:first-child{text-align:left}
-td.text{text-align:left}.better{color:#1a7f37;font-weight:600}.worse{color:#cf222e;font-weight:600}
-.none{color:#57606a;font-weight:600}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:18px}
-figure{margin:0}figure svg{max-width:100%;height:auto}figcaption{color:#57606a;font-size:.88rem;max-width:560px}.warn{background:#fff8c5;padding:8px 12px;border-radius:6px}
-video{width:min(100%,640px);image-rendering:pixelated;border:1px solid #d8dee4;border-radius:6px}
-"""
-
-
 def _g(x: Any, sign: bool = False) -> str:
     """A number to 3 significant digits (returns span 0.001 to 10,000), n/a for None."""
     if x is None:
@@ -403,93 +388,30 @@ def _verdict_class(verdict: str) -> str:
 
 
 def _html(result: dict[str, Any], out: Path) -> str:
+    """comparison.html, from its template (the run report's stylesheet)."""
+    from rolltape.outputs.report import _environment, _version
+
     ident = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}"
                       for k, v in result["identity"].items() if v not in ({}, None))
-    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-             f"<title>comparison · {escape(ident)}</title><style>{_CSS}</style></head><body><main>",
-             f"<h1>Comparison of {len(result['entries'])} policies</h1>",
-             f"<p class='sub'>{escape(ident)} · {result['episodes']} episodes each, on the same "
-             f"seeds ({result['seeds'][0]}…{result['seeds'][-1]}) · written "
-             f"{escape(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}</p>"]
-    for w in result["warnings"]:
-        parts.append(f"<p class='warn'>{escape(w)}</p>")
-    parts.append("<h2>Verdicts</h2><table><tr><th>comparison</th><th>returns</th>"
-                 "<th>mean difference [95% CI]</th><th>P(first &gt; second) [95% CI]</th>"
-                 "<th>detectable difference</th><th>success</th></tr>")
-    for p in result["pairs"]:
-        r, s = p["returns"], p["success"]
-        poi = r["probability_of_improvement"]
-        task = f" <span class='sub'>[{escape(p['task'])}]</span>" if p["task"] else ""
-        success = "n/a" if s is None else (
-            f"<span class='{_verdict_class(s['verdict'])}'>{escape(s['verdict'])}</span><br>"
-            f"{s['a_rate']:.0%} vs {s['b_rate']:.0%}, McNemar p {s['pvalue']:.3g}")
-        parts.append(
-            f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}{task}</td>"
-            f"<td class='text'><span class='{_verdict_class(r['verdict'])}'>"
-            f"{escape(r['verdict'])}</span><br><span class='sub'>{escape(r['sentence'])}</span></td>"
-            f"<td>{_g(r['mean_diff'], sign=True)}<br>{_gi(r['diff_ci'], sign=True)}</td>"
-            f"<td>{num(poi['p'])}<br>{interval(poi['ci'])}</td>"
-            f"<td>{_g(r['minimum_detectable_difference'])}</td><td>{success}</td></tr>")
-    if result.get("suite_pairs"):
-        parts.append(f"</table><h2>Across the {len(result['tasks'])} tasks</h2><p class='sub'>"
-                     "P(first &gt; second) on each task, averaged over tasks (rliable's "
-                     "probability of improvement), with a stratified bootstrap 95% interval."
-                     "</p><table><tr><th>comparison</th><th>P(first &gt; second) [95% CI]</th>"
-                     "</tr>")
-        for p in result["suite_pairs"]:
-            poi = p["probability_of_improvement"]
-            parts.append(f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}</td>"
-                         f"<td>{num(poi['p'])} {interval(poi['ci'])}</td></tr>")
-    parts.append("</table><h2>Policies</h2>")
-    if len(result["tasks"]) > 1:
-        parts.append(f"<p class='sub'>Returns pooled over the {len(result['tasks'])} tasks "
-                     "(their scales differ): compare per task in the verdicts above, or with "
-                     "the normalized aggregates.</p>")
-    parts.append("<table><tr><th>policy</th><th>training steps</th>"
-                 "<th>mean [95% CI]</th><th>IQM [95% CI]</th><th>min / max</th>"
-                 "<th>success</th><th>run</th></tr>")
+    entries = []
     for e in result["entries"]:
-        s = e["summary"]
         folder = Path(e["folder"])
-        href = escape(Path(os.path.relpath(folder, out)).as_posix() + "/report.html")
-        success = "n/a" if s.get("success_rate") is None else \
-            f"{s['success_rate']:.0%} {_percent_interval(s['success_ci'])}"
-        report = (f"<a href='{href}'>report</a>" if (folder / "report.html").is_file()
-                  and not e["baseline"] else "")
-        parts.append(f"<tr><td class='text'>{escape(e['label'])}<br><span class='sub'>"
-                     f"{escape(e['policy'])}</span></td><td>{e['steps'] if e['steps'] is not None else '—'}</td>"
-                     f"<td>{_g(s.get('mean'))}<br>{_gi(s.get('mean_ci'))}</td>"
-                     f"<td>{_g(s.get('iqm'))}<br>{_gi(s.get('iqm_ci'))}</td>"
-                     f"<td>{_g(s.get('min'))} / {_g(s.get('max'))}</td><td>{success}</td>"
-                     f"<td>{report}</td></tr>")
-    parts.append("</table>")
-    if result.get("aggregates"):
-        parts.append(f"<h2>Normalized aggregates</h2><p class='sub'>Random = 0, "
-                     f"'{escape(str(result['reference']))}' = 1; stratified bootstrap 95% "
-                     "intervals (episodes resampled within each task).</p><table><tr>"
-                     "<th>policy</th><th>IQM</th><th>mean</th><th>median</th>"
-                     "<th>optimality gap</th></tr>")
-        for label, agg in result["aggregates"].items():
-            cells = "".join(f"<td>{num(agg[k]['value'])}<br>{interval(agg[k]['ci'])}</td>"
-                            for k in ("iqm", "mean", "median", "optimality_gap"))
-            parts.append(f"<tr><td class='text'>{escape(label)}</td>{cells}</tr>")
-        parts.append("</table>")
+        shown = (folder / "report.html").is_file() and not e["baseline"]
+        entries.append({**e, "report": Path(os.path.relpath(folder, out)).as_posix()
+                        + "/report.html" if shown else None})
     strip = result.get("strip")
     if strip and strip.get("path"):
-        status = "verified: every part replayed exactly what pass 1 earned" if strip["verified"] \
-            else "NOT verified: " + "; ".join(strip.get("problems") or [])
-        href = escape(Path(os.path.relpath(out / strip["path"], out)).as_posix())
-        task = f" of task {escape(strip['task'])}" if strip.get("task") else ""
-        parts.append(f"<h2>Across checkpoints</h2><p class='sub'>Seed {strip['seed']}{task}, each "
-                     f"checkpoint's episode in turn ({escape(', '.join(strip['labels']))}); "
-                     f"{escape(status)}.</p><video controls muted loop preload='metadata' "
-                     f"src='{href}'></video>")
-    parts.append("<h2>Pictures</h2><div class='grid'>")
-    for title, caption, svg in _charts(result):
-        parts.append(f"<figure><h3>{escape(title)}</h3>{svg}<figcaption>{escape(caption)}"
-                     "</figcaption></figure>")
-    parts.append("</div></main></body></html>")
-    return "\n".join(parts)
+        status = "verified: every part replayed exactly what pass 1 earned" \
+            if strip["verified"] else "NOT verified: " + "; ".join(strip.get("problems") or [])
+        strip = {**strip, "status": status,
+                 "href": Path(os.path.relpath(out / strip["path"], out)).as_posix()}
+    else:
+        strip = None
+    return _environment().get_template("comparison.html.j2").render(
+        r=result, ident=ident, entries=entries, strip=strip, charts=_charts(result),
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), rolltape_version=_version(),
+        g=_g, gi=_gi, num=num, interval=interval, percent_interval=_percent_interval,
+        verdict_class=_verdict_class)
 
 
 def write_comparison(runs: list[LoadedRun], out: str | os.PathLike[str], *,
