@@ -52,7 +52,7 @@ TRUST_HELP = ("MODULE: replay tapes whose env id names this module (MODULE:EnvId
 BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 
 
-def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
+def parse_kwargs(pairs: list[str] | None, flag: str = "--env-kwargs") -> dict[str, Any]:
     """KEY=VALUE pairs. A value is a Python literal (False, None, 1.5, (0.5, 2.0), 'abc')
     or JSON (true, null, [1, 2]); a bare word is refused rather than guessed to be a string
     (continuous=False must not become the string 'False'), so strings are quoted."""
@@ -61,13 +61,24 @@ def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
-            raise UsageError(f"--env-kwargs '{pair}' must look like KEY=VALUE with KEY a "
+            raise UsageError(f"{flag} '{pair}' must look like KEY=VALUE with KEY a "
                              "Python name.")
-        kwargs[key] = _literal(text.strip(), pair)
+        kwargs[key] = _literal(text.strip(), pair, flag)
     return kwargs
 
 
-def _literal(text: str, pair: str) -> Any:
+def parse_wrappers(texts: list[str] | None) -> tuple[dict[str, Any], ...]:
+    """``--wrapper`` values: a preset (atari) or MODULE:CLASS, then ``,KEY=VALUE`` arguments."""
+    from rolltape.pass1.wrappers import split_wrapper
+
+    out = []
+    for text in texts or []:
+        target, pairs = split_wrapper(text)
+        out.append({"target": target, "kwargs": parse_kwargs(pairs, "--wrapper")})
+    return tuple(out)
+
+
+def _literal(text: str, pair: str, flag: str = "--env-kwargs") -> Any:
     for parse in (ast.literal_eval, json.loads):
         try:
             value = parse(text)
@@ -75,11 +86,11 @@ def _literal(text: str, pair: str) -> Any:
             continue  # json.JSONDecodeError is a ValueError
         if _storable(value):
             return value
-        raise UsageError(f"--env-kwargs '{pair}': the value must be a number, string, "
+        raise UsageError(f"{flag} '{pair}': the value must be a number, string, "
                          "True/False/None, or a list, tuple or dict of those (finite numbers).")
     key = pair.partition("=")[0]
-    raise UsageError(f"--env-kwargs '{pair}' is neither a Python literal nor JSON; quote a "
-                     f"string: --env-kwargs \"{key}='{text}'\".")
+    raise UsageError(f"{flag} '{pair}' is neither a Python literal nor JSON; quote a "
+                     f"string: {flag} \"{key}='{text}'\".")
 
 
 def _storable(value: Any) -> bool:
@@ -144,6 +155,12 @@ def eval_(
                    "normalized aggregates; random scores 0."),
     stochastic: bool = typer.Option(False, help="Sample actions instead of the deterministic ones."),
     env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs", help="KEY=VALUE, repeatable."),
+    wrapper: Optional[List[str]] = typer.Option(
+        None, "--wrapper", help="Policy-side wrapper, repeatable: a preset (atari: SB3's "
+                                "AtariWrapper) or MODULE:CLASS[,KEY=VALUE...]; the tape records "
+                                "the base env."),
+    frame_stack: int = typer.Option(0, help="Stack N observations for the policy, as SB3's "
+                                            "VecFrameStack does."),
     max_episode_steps: Optional[int] = typer.Option(None, help="Override the env's time limit."),
     workers: int = typer.Option(1, "--workers", "-w", help="Pass-1 processes (tapes are identical for any count)."),
     batched_inference: bool = typer.Option(
@@ -208,6 +225,8 @@ def eval_(
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
+        **({"wrappers": parse_wrappers(wrapper), "frame_stack": frame_stack}
+           if wrapper or frame_stack else {}),
         workers=workers, batched_inference=batched_inference, executor=executor,
         ray_address=ray_address,
         ray_render_gpus=ray_render_gpus, render_workers=render_workers,

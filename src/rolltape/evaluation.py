@@ -50,6 +50,8 @@ from rolltape.outputs.artifacts import (
 )
 from rolltape.pass1.rollout import EPISODE_TIMEOUT, UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
+from rolltape.pass1.wrappers import check_wrapper_use, wrapper_entries
+from rolltape.pass1.wrappers import describe as describe_wrappers
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
@@ -203,6 +205,8 @@ class EvalConfig(RenderOptions):
     vecnormalize: str | None = None
     algo: str | None = None
     deterministic: bool = True
+    wrappers: tuple[Any, ...] = ()  # policy-side: presets, MODULE:CLASS or {target, kwargs}
+    frame_stack: int = 0  # policy-side, as SB3's VecFrameStack (0 or 1: none)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
     workers: int = 1
@@ -276,6 +280,8 @@ class EvalConfig(RenderOptions):
                              f"{self.episode_timeout}.")
         check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
+        check_wrapper_use(self.wrappers, self.frame_stack, batched=self.batched_inference,
+                          served=bool(self.served) or str(self.env or "").startswith("tcp://"))
         from rolltape.policies import sb3_checkpoint
 
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
@@ -452,6 +458,9 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     run.check_config({**envs, "env_versions": spec["versions"], "policy": cfg.policy,
                       "vecnormalize": cfg.vecnormalize, "algo": cfg.algo, "seed": cfg.seed,
                       "deterministic": cfg.deterministic, "baseline": cfg.baseline,
+                      **({"wrappers": describe_wrappers(wrapper_entries(
+                          cfg.wrappers, cfg.frame_stack))} if cfg.wrappers or cfg.frame_stack > 1
+                         else {}),
                       **_input_digests(cfg)})
     timings: dict[str, float] = {}
     with Progress(show_progress) as bar, _warm_render_workers(cfg, targets) as warm:
@@ -551,7 +560,8 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     deterministic=cfg.deterministic if mine else False,
                     needs_rgb_array=cfg.wants_video,
                     extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
-                    success_key="is_success" if task is None else task.success_key))
+                    success_key="is_success" if task is None else task.success_key,
+                    wrappers=wrapper_entries(cfg.wrappers, cfg.frame_stack) if mine else ()))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}

@@ -6,7 +6,7 @@ float64; actions stay the exact array passed to ``env.step``). :func:`run_policy
 it for one job; :mod:`rolltape.pass1.worker` is the process that runs them (the
 orchestrator picks the executor that starts it).
 
-May import: envs, tape, policies, errors. Never: an executor, the render side, outputs.
+May import: envs, tape, policies, pass1.wrappers, errors. Never: an executor, the render side, outputs.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 
 from rolltape.envs import PhysicsLog, json_safe, make_env, obs_digest, obs_digests
 from rolltape.errors import UsageError
+from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, load_policy
 from rolltape.record import Episode, EpisodeKey
 from rolltape.tape import Tape, finite_or_none
@@ -81,6 +82,7 @@ class PolicyJob:
     needs_rgb_array: bool = False  # a video was asked for: refuse an env that cannot draw
     extra_meta: dict[str, Any] = field(default_factory=dict)  # a suite's {"suite", "task"}
     success_key: str | None = "is_success"  # the info key that says success (None: none)
+    wrappers: tuple[dict[str, Any], ...] = ()  # policy-side wrappers (pass1.wrappers entries)
 
 
 def record_episode(env: Any, policy: Policy, seed: int | None,
@@ -235,31 +237,46 @@ def save_episode(job: PolicyJob, ep: EpisodeJob, policy: dict[str, Any],
     send(("episode", episode_row(tape, ep)))
 
 
-def run_policy_job(job: PolicyJob, send: Any) -> None:
-    """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
+def open_policy_env(job: PolicyJob) -> tuple[Any, WrappedEnv | None]:
+    """(base env, the env through the job's wrappers or None when it has none)."""
     env = open_env(job.env)
     try:
+        return env, WrappedEnv.build(env, job.wrappers) if job.wrappers else None
+    except BaseException:
+        env.close()
+        raise
+
+
+def run_policy_job(job: PolicyJob, send: Any) -> None:
+    """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
+    env, wrapped = open_policy_env(job)
+    try:
         refuse_if_it_cannot_draw(job, env)
-        policy = load_policy(job.policy, env, vecnormalize=job.vecnormalize, algo=job.algo,
+        policy = load_policy(job.policy, wrapped.env if wrapped else env,
+                             vecnormalize=job.vecnormalize, algo=job.algo,
                              deterministic=job.deterministic)
+        if wrapped is not None:  # stored in every tape and the run's metadata
+            policy.description["wrappers"] = wrapped.names
         send(("policy", {"role": job.episodes[0].role if job.episodes else None,
                          **policy.description}))
         for ep in job.episodes:
             try:
-                fields = record_episode(env, policy, ep.seed, job.reset_options,
-                                        job.success_key)
+                fields = (record_wrapped_episode(wrapped, policy, ep.seed, job.reset_options,
+                                                 job.success_key) if wrapped is not None else
+                          record_episode(env, policy, ep.seed, job.reset_options,
+                                         job.success_key))
             except (UsageError, OSError, MemoryError):
                 raise  # bad input or a broken machine: not this episode's fault
             except Exception as exc:  # the env (or policy) failed this episode alone
                 # A suite's indices repeat across tasks: the task says which episode.
                 send(("episode_failed", {**job.extra_meta, "role": ep.role, "index": ep.index,
                                          "seed": ep.seed, "error": last_line(exc)}))
-                env.close()
-                env = open_env(job.env)  # the failed env may be half-way through a step
+                (wrapped or env).close()
+                env, wrapped = open_policy_env(job)  # the failed env may be half-way through
                 continue
             save_episode(job, ep, policy.description, fields, send)
     finally:
-        env.close()
+        (wrapped or env).close()
 
 
 def last_line(exc: BaseException) -> str:
