@@ -82,6 +82,7 @@ def env_spec(
             name = None  # "module:factory": a class or factory of that module
     else:
         name = env_id
+        register_atari(name)
     if name is not None and name not in gym.registry:
         close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}?" if close else "see `gymnasium.pprint_registry()`."
@@ -139,6 +140,27 @@ def _load_user_env(env_id: str) -> str:
     if gym_id not in gym.registry or gym.registry[gym_id].entry_point is not creator:
         gym.register(id=gym_id, entry_point=creator)
     return gym_id
+
+
+def is_atari(env_id: str) -> bool:
+    """An id of ale-py's Atari games (``ALE/Pong-v5``, ``PongNoFrameskip-v4``)."""
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id or \
+        env_id.endswith("Deterministic-v4")
+
+
+def register_atari(env_id: str) -> None:
+    """Register ale-py's games when ``env_id`` is one of them and not yet known (Gymnasium 1
+    loads no plugins by itself); one sentence naming the extra when ale-py is missing."""
+    import gymnasium as gym
+
+    if env_id in gym.registry or not is_atari(env_id):
+        return
+    try:
+        import ale_py
+    except ImportError:
+        raise UsageError(f"Env '{env_id}' is an Atari game; install ale-py with `pip install "
+                         "'rolltape[atari]'` (its wheel ships the ROMs).") from None
+    gym.register_envs(ale_py)
 
 
 def _module_factory(env_id: str) -> str:
@@ -274,6 +296,8 @@ def make_env(
     gym_id = _load_user_env(spec["id"])
     if ":" in gym_id:
         importlib.import_module(gym_id.partition(":")[0])
+    else:
+        register_atari(gym_id)
     kwargs = decode_kwargs(dict(spec.get("kwargs") or {}))
     if spec.get("max_episode_steps") is not None:
         kwargs["max_episode_steps"] = int(spec["max_episode_steps"])

@@ -126,8 +126,8 @@ def import_wrapper(target: str) -> Any:
     return cls
 
 
-def policy_env(base: Any, entries: Any) -> tuple[Any, Any]:
-    """``(env the policy sees, tap)``: ``entries`` wrapped over a recording tap on ``base``."""
+def recording_tap(base: Any) -> Any:
+    """A ``gymnasium.Wrapper`` right over ``base`` that keeps one tape episode of it."""
     import gymnasium as gym
 
     from rolltape.envs import PhysicsLog
@@ -194,7 +194,11 @@ def policy_env(base: Any, entries: Any) -> tuple[Any, Any]:
     if not isinstance(base, gym.Env):
         raise UsageError("--wrapper and --frame-stack need an env built here; a served env "
                          "(tcp://...) is stepped remotely, so drop them or evaluate locally.")
-    tap = Tap(base)
+    return Tap(base)
+
+
+def wrap(tap: Any, entries: Any) -> Any:
+    """The env the policy sees: ``entries`` wrapped, in order, over ``tap``."""
     env: Any = tap
     for e in entries:
         if e["target"] == FRAME_STACK:
@@ -205,9 +209,9 @@ def policy_env(base: Any, entries: Any) -> tuple[Any, Any]:
             env = cls(env, **e["kwargs"])
         except Exception as exc:  # the user's wrapper refused its arguments or this env
             raise UsageError(f"--wrapper '{e['target']}' could not wrap env "
-                             f"'{base.spec.id if base.spec else base}' "
+                             f"'{tap.spec.id if tap.spec else tap}' "
                              f"({type(exc).__name__}: {exc}); check its arguments.") from None
-    return env, tap
+    return env
 
 
 def SB3FrameStack(env: Any, n_stack: int) -> Any:  # noqa: N802 (a wrapper, named as one)
@@ -241,12 +245,20 @@ class WrappedEnv:
 
     env: Any
     tap: Any
+    entries: tuple[dict[str, Any], ...]
     names: list[str]
 
     @classmethod
     def build(cls, base: Any, entries: Any) -> WrappedEnv:
-        env, tap = policy_env(base, entries)
-        return cls(env, tap, describe(entries))
+        tap = recording_tap(base)
+        return cls(wrap(tap, entries), tap, tuple(entries), describe(entries))
+
+    def fresh(self) -> Any:
+        """New wrappers over the same base env, for a new episode: a wrapper's state must not
+        carry over (SB3's EpisodicLifeEnv ignores a seeded reset while it thinks a game goes
+        on, so a reused chain could start an episode from the last one's game)."""
+        self.env = wrap(self.tap, self.entries)
+        return self.env
 
     def close(self) -> None:
         self.env.close()
@@ -257,7 +269,7 @@ def record_wrapped_episode(wrapped: WrappedEnv, policy: Any, seed: int | None,
                            success_key: str | None = "is_success") -> dict[str, Any]:
     """:func:`rolltape.pass1.rollout.record_episode` through wrappers: the policy acts on the
     wrapped observations, the tape is the base env's whole episode."""
-    env, tap = wrapped.env, wrapped.tap
+    env, tap = wrapped.fresh(), wrapped.tap
     tap.begin(success_key)
     obs, _ = env.reset(seed=seed, options=options)
     policy.reset(seed)
