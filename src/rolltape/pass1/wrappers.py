@@ -18,7 +18,7 @@ when it waits for Monitor's ``info["episode"]``.
 ``--frame-stack N`` stacks as SB3's ``VecFrameStack`` does (its own ``StackedObservations``:
 zeros before the first frame, the last axis of images), reset with the wrappers.
 
-May import: envs, errors, pass1.rollout's helpers lazily; gymnasium and SB3 lazily (the
+May import: envs, errors, pass1.fields; gymnasium and SB3 lazily (the
 orchestrator only parses and checks names). Never: the render side, executors, outputs.
 """
 
@@ -131,7 +131,7 @@ def recording_tap(base: Any) -> Any:
     import gymnasium as gym
 
     from rolltape.envs import PhysicsLog
-    from rolltape.pass1.rollout import kept_obs, success_flag
+    from rolltape.pass1.fields import kept_obs, success_flag, tape_fields
 
     class Tap(gym.Wrapper):
         """Right over the base env: keeps one tape episode of it (begin, then fields)."""
@@ -183,8 +183,6 @@ def recording_tap(base: Any) -> Any:
             return obs, reward, term, trunc, info
 
         def fields(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any]:
-            from rolltape.pass1.rollout import tape_fields
-
             physics = self.physics.arrays() if self.physics is not None else (None, None, None)
             out = tape_fields(seed, options, self.first, self.steps, physics,
                               self.info.get(self.key), self.info.get("metrics"), self.started)
