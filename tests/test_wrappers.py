@@ -4,12 +4,15 @@ whole game, the returns are Monitor's (under the wrappers, unclipped)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import av
 import numpy as np
 import pytest
 from tests.conftest import run_cli
 
 from rolltape import Tape, evaluate
+from rolltape.errors import UsageError
 
 ATARI = "BreakoutNoFrameskip-v4"
 
@@ -116,6 +119,23 @@ def test_atari_matches_evaluate_policy_and_video_verifies(atari_ppo: str, tmp_pa
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     assert len(frames) == best.length + 1 and frames[0].shape == (210, 160, 3)
     assert np.ptp(frames[-1]) > 0  # the screen, not a blank frame
+    # --mode restore draws from the emulator states in the tape: the same frames.
+    best_tape = tmp_path / "run" / best.tape
+    res = run_cli("render", str(best_tape), "--mode", "restore", "-o",
+                  str(tmp_path / "restore.mp4"))
+    assert res.returncode == 0, res.stderr
+    assert "drawn from recorded states" in res.stdout + res.stderr
+    with av.open(str(tmp_path / "restore.mp4")) as container:
+        restored = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(restored) == len(frames)
+    assert all(np.array_equal(a, b) for a, b in zip(restored, frames))
+    # The states are untrusted data: offsets that do not cut them into frames are refused.
+    loaded = Tape.load(best_tape)
+    assert loaded.has_ale_state and len(loaded.ale_state_offsets) == loaded.length + 2
+    bad = loaded.ale_state_offsets.copy()
+    bad[1] = bad[2] + 1
+    with pytest.raises(UsageError, match="ale_state"):
+        replace(loaded, ale_state_offsets=bad)
 
 
 def test_observation_shape_mismatch_names_the_fix(stacked_cartpole: str, atari_ppo: str,

@@ -438,6 +438,55 @@ class PhysicsLog:
         return split_physics(self._buf[:self.frames].copy(), self._nq, self._nv)
 
 
+ALE_STATE_CAP = 64 * 1024**2  # bytes of emulator states one tape keeps (~4,500 frames)
+
+
+class AleLog:
+    """Records an Atari (ale-py) env's emulator state, RNG included, once per frame, as
+    ALE serializes it (``cloneState(include_rng=True)``); ``restore`` draws from them. Past
+    :data:`ALE_STATE_CAP` bytes it keeps none (the tape then replays by re-simulation only)."""
+
+    def __init__(self, ale: Any) -> None:
+        self._ale = ale
+        self._states: list[bytes] = []
+        self._bytes = 0
+        self.dropped = False
+
+    @classmethod
+    def for_env(cls, env: Any) -> AleLog | None:
+        ale = getattr(getattr(env, "unwrapped", None), "ale", None)
+        return cls(ale) if ale is not None and hasattr(ale, "cloneState") else None
+
+    def record(self) -> None:
+        if self.dropped:
+            return
+        state = self._ale.cloneState(include_rng=True).serialize()
+        self._bytes += len(state)
+        if self._bytes > ALE_STATE_CAP:
+            self.dropped, self._states = True, []
+            return
+        self._states.append(state)
+
+    def arrays(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(every state's bytes end to end as uint8, offsets: state t is [o[t], o[t+1]))."""
+        if self.dropped or not self._states:
+            return None, None
+        offsets = np.zeros(len(self._states) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in self._states], out=offsets[1:])
+        return np.frombuffer(b"".join(self._states), dtype=np.uint8).copy(), offsets
+
+
+def restore_ale_state(env: Any, blob: bytes) -> None:
+    """Put an Atari env into a recorded emulator state (its screen is drawn by the next step)."""
+    import ale_py
+
+    try:
+        env.unwrapped.ale.restoreState(ale_py.ALEState(blob))
+    except Exception as exc:  # ALE's deserializer refuses a damaged state
+        raise UsageError(f"A recorded ALE state could not be restored ({type(exc).__name__}); "
+                         "re-record the tape with `rolltape eval`.") from None
+
+
 def split_physics(physics: np.ndarray, nq: int, nv: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(physics, qpos, qvel) from state rows laid out as [time, qpos, qvel, ...]."""

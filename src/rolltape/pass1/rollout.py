@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import PhysicsLog, make_env
+from rolltape.envs import AleLog, PhysicsLog, make_env
 from rolltape.errors import UsageError
 from rolltape.pass1.fields import kept_obs, success_flag, tape_fields
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
@@ -101,6 +101,9 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     physics = PhysicsLog.for_env(env)
     if physics is not None:
         physics.record()
+    ale = AleLog.for_env(env)  # Atari: the emulator state per frame, for --mode restore
+    if ale is not None:
+        ale.record()
     first = kept_obs(obs)
     steps = []  # one tuple per step: fewer appends keep the loop as lean as a bare one
     done = False
@@ -112,6 +115,8 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
         if physics is not None:
             physics.record()
+        if ale is not None:
+            ale.record()
         done = term or trunc
         said = info.get(key)
         if said is not None:  # two tests a step; success_flag only on a truthy report
@@ -122,6 +127,8 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
                          physics.arrays() if physics is not None else (None, None, None),
                          info.get(key), info.get("metrics"), start)
     fields["success_once"] = hit if reported else None
+    if ale is not None:
+        fields["ale_state"], fields["ale_state_offsets"] = ale.arrays()
     return fields
 
 

@@ -130,7 +130,7 @@ def recording_tap(base: Any) -> Any:
     """A ``gymnasium.Wrapper`` right over ``base`` that keeps one tape episode of it."""
     import gymnasium as gym
 
-    from rolltape.envs import PhysicsLog
+    from rolltape.envs import AleLog, PhysicsLog
     from rolltape.pass1.fields import kept_obs, success_flag, tape_fields
 
     class Tap(gym.Wrapper):
@@ -145,7 +145,7 @@ def recording_tap(base: Any) -> Any:
             self.key = success_key or "\0"
             self.first: Any = None
             self.steps: list[tuple[Any, ...]] = []
-            self.physics = None
+            self.physics = self.ale = None
             self.done = False
             self.info: dict[str, Any] = {}
             self.reported = self.hit = False
@@ -164,6 +164,9 @@ def recording_tap(base: Any) -> Any:
             self.physics = PhysicsLog.for_env(self.env)
             if self.physics is not None:
                 self.physics.record()
+            self.ale = AleLog.for_env(self.env)
+            if self.ale is not None:
+                self.ale.record()
             return obs, info
 
         def step(self, action: Any) -> Any:
@@ -173,6 +176,8 @@ def recording_tap(base: Any) -> Any:
             self.steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
             if self.physics is not None:
                 self.physics.record()
+            if self.ale is not None:
+                self.ale.record()
             self.done = bool(term or trunc)
             self.info = info
             said = info.get(self.key)
@@ -187,6 +192,8 @@ def recording_tap(base: Any) -> Any:
             out = tape_fields(seed, options, self.first, self.steps, physics,
                               self.info.get(self.key), self.info.get("metrics"), self.started)
             out["success_once"] = self.hit if self.reported else None
+            if self.ale is not None:
+                out["ale_state"], out["ale_state_offsets"] = self.ale.arrays()
             return out
 
     if not isinstance(base, gym.Env):

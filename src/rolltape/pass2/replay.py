@@ -265,9 +265,9 @@ class _Replayer:
         key, env = self._env(spec, req, draw)
         _check_same_env(tape, env, req.tape)
         mode = req.mode
-        if mode == "restore" and not tape.has_state:
-            raise UsageError(f"Tape '{req.tape}' has no MuJoCo state, so it cannot be drawn in "
-                             "restore mode; use --mode resim.")
+        if mode == "restore" and not tape.can_restore:
+            raise UsageError(f"Tape '{req.tape}' has no MuJoCo or ALE state, so it cannot be "
+                             "drawn in restore mode; use --mode resim.")
         first, stop = req.frames or tape.frame_range
         fps = req.fps or float(env.metadata.get("render_fps") or 30)
         rig = CameraRig(env, req.cameras) if draw else None
@@ -308,7 +308,7 @@ class _Replayer:
             divergence, rewards = None, None
             if mode in ("resim", "auto"):
                 divergence, rewards = self._resim(tape, env, req, first, stop, reset, emit)
-                if divergence is not None and mode == "auto" and tape.has_state and draw:
+                if divergence is not None and mode == "auto" and tape.can_restore and draw:
                     for w in _flat(writers):
                         w.abort()
                     writers = open_all()
@@ -378,10 +378,19 @@ class _Replayer:
 
     def _restore(self, tape: Any, env: Any, first: int, stop: int, reset: Callable[[], Any],
                  emit: Callable[[int], None]) -> None:
-        """Draw the recorded states themselves, no simulation."""
-        from rolltape.envs import restore_state
+        """Draw the recorded states themselves, no simulation. An Atari screen is not part of
+        its emulator state: frame t is drawn by restoring state t-1 and taking the recorded
+        action t-1 from it (one emulator step, RNG included in the state)."""
+        from rolltape.envs import restore_ale_state, restore_state
 
         reset()
+        if tape.has_ale_state and not tape.has_state:
+            for t in range(first, stop):
+                if t:
+                    restore_ale_state(env, tape.ale_state_at(t - 1))
+                    env.step(tape.actions[t - 1])
+                emit(t)
+            return
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
