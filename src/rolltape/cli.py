@@ -153,7 +153,13 @@ def eval_(
     reference: Optional[str] = typer.Option(
         None, help="With several --policy: the one (by folder name) that scores 1 in the "
                    "normalized aggregates; random scores 0."),
-    stochastic: bool = typer.Option(False, help="Sample actions instead of the deterministic ones."),
+    stochastic: Optional[bool] = typer.Option(
+        None, "--stochastic/--deterministic",
+        help="Sample actions, or take the deterministic ones (the default, but for a zoo: "
+             "Atari folder, sampled as rl-zoo3's enjoy.py does)."),
+    checkpoint: Optional[str] = typer.Option(
+        None, help="With --policy zoo:FOLDER: last (the final model, default), best "
+                   "(best_model.zip) or N (rl_model_N_steps.zip)."),
     env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs", help="KEY=VALUE, repeatable."),
     wrapper: Optional[List[str]] = typer.Option(
         None, "--wrapper", help="Policy-side wrapper, repeatable: a preset (atari: SB3's "
@@ -213,7 +219,11 @@ def eval_(
             raise UsageError(f"--algo names the algorithm of an SB3 checkpoint; drop it for "
                              f"--policy {policies[0]}, or give --policy sb3:PATH.zip.")
         check_choice("--algo", algo.upper(), SB3_ALGOS)
-    name = Path(env or Path(suite or "suite").stem).name.replace(":", "-")
+    if checkpoint is not None and not policies[0].startswith("zoo:"):
+        raise UsageError("--checkpoint picks a model of --policy zoo:FOLDER; give the "
+                         "checkpoint's own path with --policy sb3:PATH.zip instead.")
+    zoo = policies[0][4:].rstrip("/") if policies[0].startswith("zoo:") else None
+    name = Path(env or zoo or Path(suite or "suite").stem).name.replace(":", "-")
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
     many = wants_sweep(policies)
     if reference is not None and not many:
@@ -223,7 +233,9 @@ def eval_(
         env, policies if many else policies[0], episodes=episodes, seed=seed,
         suite=suite, tasks=tasks, served=served, **({"reference": reference} if many else {}),
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
-        baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
+        baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo,
+        **({} if stochastic is None else {"deterministic": not stochastic}),
+        **({"checkpoint": checkpoint} if checkpoint is not None else {}),
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         **({"wrappers": parse_wrappers(wrapper), "frame_stack": frame_stack}
            if wrapper or frame_stack else {}),

@@ -207,6 +207,7 @@ class EvalConfig(RenderOptions):
     deterministic: bool = True
     wrappers: tuple[Any, ...] = ()  # policy-side: presets, MODULE:CLASS or {target, kwargs}
     frame_stack: int = 0  # policy-side, as SB3's VecFrameStack (0 or 1: none)
+    zoo: dict[str, Any] | None = None  # --policy zoo:FOLDER: the folder and the files read
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
     workers: int = 1
@@ -339,6 +340,10 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     evaluates every task of the suite instead of ``env`` (``tasks``: only those); each
     task's episode i is reset with seed ``seed + i``, and ``eval_info.json`` is written too.
     """
+    if isinstance(policy, str) and policy.startswith("zoo:"):  # the folder says the rest
+        from rolltape.zoo import zoo_options
+
+        env, policy, options = zoo_options(policy, env, options)
     unknown = set(options) - {f.name for f in fields(EvalConfig)}
     if unknown:
         raise TypeError(f"evaluate() got unknown options {sorted(unknown)}")

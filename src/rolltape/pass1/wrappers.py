@@ -65,6 +65,8 @@ def check_entry(entry: dict[str, Any]) -> dict[str, Any]:
                 "kwargs": {**PRESETS[target]["kwargs"], **kwargs}, "preset": target}
     if target == FRAME_STACK:
         return {"target": target, "kwargs": kwargs}
+    if "flag" in entry:  # where it came from, for its refusals (a zoo folder's config.yml)
+        return {"target": target, "kwargs": kwargs, "flag": str(entry["flag"])}
     module, sep, name = target.partition(":")
     if not sep or not name.isidentifier() or not all(p.isidentifier() for p in module.split(".")):
         raise UsageError(f"--wrapper '{target}' is neither a preset ({', '.join(PRESETS)}) nor "
@@ -112,17 +114,18 @@ def describe(entries: Any) -> list[str]:
     return names
 
 
-def import_wrapper(target: str) -> Any:
+def import_wrapper(target: str, flag: str | None = None) -> Any:
     """The class (or callable) ``MODULE:CLASS`` names; one sentence when it cannot be had."""
     module, _, name = target.partition(":")
+    what = flag or f"--wrapper '{target}'"
     try:
         imported = importlib.import_module(module)
     except ImportError as exc:
-        raise UsageError(f"--wrapper '{target}': cannot import '{module}' ({exc}); install it "
-                         "or fix the name.") from None
+        raise UsageError(f"{what}: cannot import '{module}' ({exc}); install it or fix the "
+                         "name.") from None
     cls = getattr(imported, name, None)
     if not callable(cls):
-        raise UsageError(f"--wrapper '{target}': module '{module}' has no class '{name}'.")
+        raise UsageError(f"{what}: module '{module}' has no class '{name}'.")
     return cls
 
 
@@ -209,11 +212,11 @@ def wrap(tap: Any, entries: Any) -> Any:
         if e["target"] == FRAME_STACK:
             env = SB3FrameStack(env, **e["kwargs"])
             continue
-        cls = import_wrapper(e["target"])
+        cls = import_wrapper(e["target"], e.get("flag"))
         try:
             env = cls(env, **e["kwargs"])
         except Exception as exc:  # the user's wrapper refused its arguments or this env
-            raise UsageError(f"--wrapper '{e['target']}' could not wrap env "
+            raise UsageError(f"{e.get('flag') or '--wrapper ' + repr(e['target'])} could not wrap env "
                              f"'{tap.spec.id if tap.spec else tap}' "
                              f"({type(exc).__name__}: {exc}); check its arguments.") from None
     return env
