@@ -82,7 +82,7 @@ def test_frame_stack_matches_sb3_vec_frame_stack(stacked_cartpole: str, tmp_path
     from stable_baselines3.common.vec_env import VecFrameStack
 
     run = evaluate("CartPole-v1", f"sb3:{stacked_cartpole}", frame_stack=4, episodes=3,
-                   seed=100, out=tmp_path / "run", report=False)
+                   seed=100, out=tmp_path / "run")
     expected = sb3_episodes(stacked_cartpole,
                             lambda: VecFrameStack(make_vec_env("CartPole-v1", n_envs=1), 4),
                             [100, 101, 102], deterministic=True)
@@ -92,6 +92,8 @@ def test_frame_stack_matches_sb3_vec_frame_stack(stacked_cartpole: str, tmp_path
     assert tape.policy["wrappers"] == ["frame_stack=4"]
     assert run.metadata.facts["policy"]["wrappers"] == ["frame_stack=4"]
     assert tape.length == expected[0][1]
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "Policy saw" in html and "frame_stack=4 (over the base env" in html
 
 
 def test_atari_matches_evaluate_policy_and_video_verifies(atari_ppo: str, tmp_path) -> None:
