@@ -64,6 +64,11 @@ Benchmarks, in the order they run and are reported (module in brackets):
   episode, next to Gymnasium's RecordVideo drawing them inline (informational).
 - ``record_tape_step_cost`` [training]: microseconds RecordTape adds to a step when it is
   not recording (target: <= 2 us).
+- ``atari_pass1`` [atari]: pass 1 of a PPO CnnPolicy on Breakout (``--wrapper atari
+  --frame-stack 4``, sampled actions) vs rl-zoo3's ``enjoy.py --no-render`` loop on the same
+  episodes (target: >= 1.5x; the episodes must be equal).
+- ``atari_pass2`` [atari]: rolltape.render of an Atari tape (ALE's screen) vs a bare
+  ``env.render()`` + encode loop (target: >= 1.0).
 
 The policy is an untrained SB3 PPO ``MlpPolicy`` (64x64) with fresh VecNormalize statistics,
 made in a temporary folder: its inference cost is the same as a trained one's.
@@ -92,6 +97,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rolltape.bench.artifacts import bench_gif_vs_mp4, bench_report_build
+from rolltape.bench.atari import bench_atari_pass1, bench_atari_pass2
 from rolltape.bench.common import ENV_ID, FULL, POLICY_NOTE, QUICK, SEED, Config, Context
 from rolltape.bench.pass1 import bench_pass1_overhead, bench_pass1_video_requested
 from rolltape.bench.pass2 import bench_pass2_throughput, bench_render_quality, bench_render_rss
@@ -145,6 +151,8 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "training_tapes": bench_training_tapes,
     "training_background_video": bench_training_background_video,
     "record_tape_step_cost": bench_record_tape_step_cost,
+    "atari_pass1": bench_atari_pass1,
+    "atari_pass2": bench_atari_pass2,
 }
 
 

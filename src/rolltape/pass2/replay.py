@@ -362,18 +362,28 @@ class _Replayer:
             continue_from(env, tape.physics[first - 1])
             begin = first - 1
         rewards = []
+        # Large observations (screens) are digested in batches: one digest is a loop over
+        # the observation's words, which numpy runs across many rows as cheaply as one.
+        pending = _PendingDigests(tape, req.rtol == 0 and req.atol == 0)
         for t in range(begin, stop - 1):
             obs, reward, term, trunc, _ = env.step(tape.actions[t])
             rewards.append(float(reward))
             if divergence is None:
+                defer = pending.takes(obs)
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = _compare_step(tape, t, float(reward), bool(term),
                                            bool(trunc) if from_reset else bool(tape.truncated[t]),
-                                           obs, req.rtol, req.atol)
+                                           obs, req.rtol, req.atol, digest_obs=not defer)
+                if defer and divergence is None:
+                    pending.add(t, obs)
+                if divergence is not None or pending.full:
+                    divergence = pending.flush() or divergence  # the earlier step comes first
             if t + 1 >= first:
                 emit(t + 1)
             if (term or trunc) and t + 1 < tape.length and from_reset:
                 break  # ended early: already reported as a divergence at this step
+        if divergence is None:
+            divergence = pending.flush()
         return divergence, rewards
 
     def _restore(self, tape: Any, env: Any, first: int, stop: int, reset: Callable[[], Any],
@@ -426,8 +436,47 @@ def _flat(writers: list[list[Any]]) -> list[Any]:
     return [w for stream in writers for w in stream]
 
 
+class _PendingDigests:
+    """Observations of steps already compared on everything else, digested a batch at a time."""
+
+    BYTES = 16384  # larger array observations wait for a batch
+    BATCH = 64
+
+    def __init__(self, tape: Any, judged: bool) -> None:
+        self.tape = tape
+        self.judged = judged and tape.obs_digest is not None
+        self.steps: list[int] = []
+        self.rows: list[np.ndarray] = []
+
+    def takes(self, obs: Any) -> bool:
+        return (self.judged and isinstance(obs, np.ndarray) and obs.nbytes > self.BYTES
+                and (not self.rows or (obs.shape == self.rows[0].shape
+                                       and obs.dtype == self.rows[0].dtype)))
+
+    def add(self, t: int, obs: np.ndarray) -> None:
+        self.steps.append(t)
+        self.rows.append(obs.copy())
+
+    @property
+    def full(self) -> bool:
+        return len(self.rows) >= self.BATCH
+
+    def flush(self) -> Divergence | None:
+        """The first pending step whose observation differs from pass 1's, if any."""
+        if not self.rows:
+            return None
+        from rolltape.envs import obs_digests
+
+        digests = obs_digests(np.stack(self.rows))
+        steps, self.steps, self.rows = self.steps, [], []
+        for t, digest in zip(steps, digests):
+            if int(digest) != int(self.tape.obs_digest[t + 1]):
+                return Divergence(t, "observation", "pass-1 digest", "another digest")
+        return None
+
+
 def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs: Any,
-                  rtol: float, atol: float) -> Divergence | None:
+                  rtol: float, atol: float, digest_obs: bool = True) -> Divergence | None:
     from rolltape.envs import obs_digest
 
     expected = float(tape.rewards[t])
@@ -442,7 +491,7 @@ def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs
     if trunc != bool(tape.truncated[t]):
         return Divergence(t, "truncated", bool(tape.truncated[t]), trunc)
     # With a tolerance the observation may differ in its last bits; only rewards are judged.
-    if tape.obs_digest is not None and rtol == 0 and atol == 0:
+    if digest_obs and tape.obs_digest is not None and rtol == 0 and atol == 0:
         if obs_digest(obs) != int(tape.obs_digest[t + 1]):
             return Divergence(t, "observation", "pass-1 digest", "another digest")
     return None
