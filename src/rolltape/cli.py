@@ -140,8 +140,9 @@ def eval_(
         None, help="With --suite: step its tasks on `rolltape serve --suite` at tcp://HOST:PORT."),
     policy: Optional[List[str]] = typer.Option(
         None, "--policy", "-p",
-        help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz; repeat, or "
-             "a quoted glob of SB3 checkpoints, to compare several on the same seeds."),
+        help="random | sb3:PATH.zip | zoo:FOLDER (rl-zoo3) | MODULE:ATTR | FILE.py:ATTR | "
+             "tape:PATH.npz; repeat, or a quoted glob of SB3 checkpoints, to compare several "
+             "on the same seeds."),
     vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics (.pkl)."),
     algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
     episodes: int = typer.Option(10, "--episodes", "-n", help="Number of episodes."),
