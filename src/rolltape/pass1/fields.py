@@ -68,5 +68,32 @@ def digest_all(observations: list[Any]) -> np.ndarray:
             isinstance(o, np.ndarray) and o.shape == first.shape and o.dtype == first.dtype
             for o in observations):
         return obs_digests(np.stack(observations))
-    return np.asarray([o if isinstance(o, int) else obs_digest(o) for o in observations],
-                      dtype=np.uint64)
+    out = np.empty(len(observations), dtype=np.uint64)
+    groups: dict[tuple[Any, ...], list[int]] = {}  # same-shaped arrays: one pass each
+    for i, o in enumerate(observations):
+        if isinstance(o, np.ndarray):
+            groups.setdefault((o.shape, o.dtype.str), []).append(i)
+        else:
+            out[i] = o if isinstance(o, int) else obs_digest(o)
+    for rows in groups.values():
+        out[rows] = obs_digests(np.stack([observations[i] for i in rows]))
+    return out
+
+
+BIG_OBS = 16384  # bytes: past this a kept observation is digested in batches as it comes
+COMPACT_EVERY = 64  # steps
+
+
+def compact(steps: list[tuple[Any, ...]]) -> None:
+    """Replace the kept observations of the last :data:`COMPACT_EVERY` steps by their digests
+    when they are large arrays (screens), so an episode's memory does not grow by a screen a
+    step (an Atari game of 100,000 frames would hold 10 GB). Call it every COMPACT_EVERY
+    steps; small observations are left for one pass at the end."""
+    last = steps[-COMPACT_EVERY:]
+    first = last[0][-1]
+    if not (isinstance(first, np.ndarray) and first.nbytes > BIG_OBS):
+        return
+    digests = digest_all([s[-1] for s in last])
+    start = len(steps) - len(last)
+    for k, (step, digest) in enumerate(zip(last, digests)):
+        steps[start + k] = (*step[:-1], int(digest))

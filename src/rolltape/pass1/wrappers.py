@@ -134,7 +134,7 @@ def recording_tap(base: Any) -> Any:
     import gymnasium as gym
 
     from rolltape.envs import AleLog, PhysicsLog
-    from rolltape.pass1.fields import kept_obs, success_flag, tape_fields
+    from rolltape.pass1.fields import COMPACT_EVERY, compact, kept_obs, success_flag, tape_fields
 
     class Tap(gym.Wrapper):
         """Right over the base env: keeps one tape episode of it (begin, then fields)."""
@@ -177,6 +177,8 @@ def recording_tap(base: Any) -> Any:
             if self.done:
                 return obs, reward, term, trunc, info
             self.steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
+            if not len(self.steps) % COMPACT_EVERY:
+                compact(self.steps)
             if self.physics is not None:
                 self.physics.record()
             if self.ale is not None:
