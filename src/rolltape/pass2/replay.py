@@ -440,7 +440,7 @@ class _PendingDigests:
     """Observations of steps already compared on everything else, digested a batch at a time."""
 
     BYTES = 16384  # larger array observations wait for a batch
-    BATCH = 64
+    BATCH = 256
 
     def __init__(self, tape: Any, judged: bool) -> None:
         self.tape = tape
