@@ -13,10 +13,10 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.stats.aggregates", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
          "rolltape.outputs.plots", "rolltape.progress", "rolltape.executors.fallback",
          "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter",
-         "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.server.address",
+         "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.address",
          "rolltape.suites.manifest", "rolltape.suites.builtin", "rolltape.suites.results",
          "rolltape.outputs.suite_view", "rolltape.record", "rolltape.pass2.formats",
-         "rolltape.limits"]
+         "rolltape.limits", "rolltape.executors.base"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

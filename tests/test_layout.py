@@ -101,6 +101,48 @@ def test_the_work_never_imports_an_executor():
     assert upward == []
 
 
+ABOVE_THE_WORK = ("rolltape.executors", "rolltape.evaluation", "rolltape.rendering",
+                  "rolltape.cli", "rolltape.server_commands", "rolltape.parity")
+
+
+def test_the_core_and_the_wire_never_call_up_into_the_control_room():
+    """The server's wire, suites, envs, tapes and policies are used by the orchestrator and
+    use none of it (nor an executor)."""
+    lower = [m for m in MODULES if m.startswith(("rolltape.server", "rolltape.suites",
+                                                 "rolltape.envs", "rolltape.tape",
+                                                 "rolltape.policies", "rolltape.address"))
+             and m != "rolltape.server_commands"]
+    assert len(lower) > 8  # really found
+    upward = sorted((m, d) for m in lower for d in GRAPH[m] if d.startswith(ABOVE_THE_WORK))
+    assert upward == []
+
+
+def test_no_two_folders_import_each_other():
+    """Folder-level arrows (a top-level module counts as a folder of its own) go one way:
+    the folders form no cycle, so each can be read knowing only the ones below it."""
+    def unit(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    arrows = {(unit(m), unit(d)) for m in MODULES for d in GRAPH[m]
+              if unit(m) != unit(d) and unit(d) != "rolltape"}
+    below: dict[str, set[str]] = {}
+    for a, b in arrows:
+        below.setdefault(a, set()).add(b)
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in below.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    back = sorted((a, b) for a, b in arrows if a in reaches(b))
+    assert ("rolltape.pass1", "rolltape.server") in arrows  # the graph is really read
+    assert back == [], f"folders that import each other (directly or around): {back}"
+
+
 def test_executors_know_no_job_s_insides():
     """An executor runs whatever function it is handed: it imports none of the work."""
     executors = [m for m in MODULES if m.startswith("rolltape.executors")]

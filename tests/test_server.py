@@ -247,9 +247,9 @@ def test_ctrl_c_in_a_served_eval_closes_every_session(server, tmp_path, trial):
 
 def test_compare_episode_names_the_first_divergent_step_and_field():
     from rolltape.envs import env_spec, make_env
+    from rolltape.parity import compare_episode
     from rolltape.pass1.rollout import record_episode
     from rolltape.policies import load_policy
-    from rolltape.server.parity import compare_episode
 
     env = make_env(env_spec(ENV_ID, max_episode_steps=10))
     fields = record_episode(env, load_policy("random", env), seed=3)

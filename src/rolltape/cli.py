@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rolltape import server_commands as _server_commands
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.outputs.summary import (
     improvement_line,
@@ -31,7 +32,6 @@ from rolltape.outputs.summary import (
 )
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import DEFAULT_ORDER
-from rolltape.server import commands as _server_commands
 
 if TYPE_CHECKING:
     from rolltape.record import Results
@@ -241,8 +241,9 @@ def eval_(
         **({"wrappers": parse_wrappers(wrapper), "frame_stack": frame_stack}
            if wrapper or frame_stack else {}),
         workers=workers, batched_inference=batched_inference, executor=executor,
-        ray_address=ray_address,
-        ray_render_gpus=ray_render_gpus, render_workers=render_workers,
+        executor_options={k: v for k, v in (("address", ray_address),
+                                            ("render_gpus", ray_render_gpus)) if v},
+        render_workers=render_workers,
         render_early=render_early, video=video,
         video_format=video_format, width=width, height=height, cameras=tuple(camera or ()),
         layout=layout, overlay=overlay, mode=mode,
@@ -718,7 +719,7 @@ def view(
         server.server_close()
 
 
-# `serve` and `parity` live with the env server (rolltape.server.commands).
+# `serve` and `parity` live with the env server (rolltape.server_commands).
 _server_commands.register(app, parse_kwargs,
                           lambda line: out.print(line, highlight=False, markup=False))
 

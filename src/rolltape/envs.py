@@ -45,7 +45,7 @@ def env_spec(
     import gymnasium as gym
 
     if env_id.startswith("tcp://"):  # an env of `rolltape serve`: the local spec + its server
-        from rolltape.server.address import parse_served, served_fields
+        from rolltape.address import parse_served, served_fields
 
         address, local_id = parse_served(env_id)
         try:

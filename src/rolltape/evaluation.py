@@ -22,21 +22,24 @@ import threading
 import time
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from rolltape import stats
+from rolltape import executors, stats
+from rolltape.address import is_served
 from rolltape.envs import env_spec, json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
+from rolltape.executors.base import Executor, ShareWork
 from rolltape.executors.launch import (
     check_worker_count,
     signals_deferred,
     sigterm_raises,
     stop_workers,
 )
-from rolltape.executors.local import Prestart, run_shares
+from rolltape.executors.local import Prestart
 from rolltape.interpreter import NO_GL
-from rolltape.limits import check_folder_name, check_fps, check_gpus, check_run_counts
+from rolltape.limits import check_folder_name, check_fps, check_run_counts
 from rolltape.outputs.artifacts import (
     RunDir,
     append_jsonl,
@@ -48,6 +51,7 @@ from rolltape.outputs.artifacts import (
     write_json,
     write_text,
 )
+from rolltape.pass1.remote import cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import EPISODE_TIMEOUT, UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
 from rolltape.pass1.wrappers import check_wrapper_use, wrapper_entries
@@ -176,17 +180,13 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
     cameras = [c for c in cfg.cameras if c != "default"]
     if not cfg.wants_video or (not cameras and cfg.width is None and cfg.height is None):
         return
-    from rolltape.executors.launch import spawn_worker, stop_worker
-    from rolltape.pass2.cameras import check_drawing_worker
+    from rolltape.interpreter import ChildFailed, run_once
+    from rolltape.pass2.cameras import drawing_problem
 
-    worker = spawn_worker(check_drawing_worker, spec, cfg.width, cfg.height, cameras,
-                          env=NO_GL)
     try:
-        problem = worker.conn.recv()
-    except EOFError:
+        problem = run_once(drawing_problem, spec, cfg.width, cfg.height, cameras, env=NO_GL)
+    except ChildFailed:
         problem = None  # it died: pass 1 builds the same env and reports why
-    finally:
-        stop_worker(worker)
     if problem:
         raise UsageError(problem)
 
@@ -212,9 +212,8 @@ class EvalConfig(RenderOptions):
     max_episode_steps: int | None = None
     workers: int = 1
     batched_inference: bool = False  # one policy process, `workers` env processes (opt-in)
-    executor: str = "local"
-    ray_address: str | None = None  # host:port, auto or ray://...; default RAY_ADDRESS or local
-    ray_render_gpus: float = 0.0  # GPUs each Ray render task asks for
+    executor: str = "local"  # a name of rolltape.executors (local, ray, or one registered)
+    executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
     video: Any = 0
     video_format: str = "mp4"
     backends: tuple[str, ...] = DEFAULT_ORDER
@@ -246,13 +245,15 @@ class EvalConfig(RenderOptions):
                              "--suite too, or one served env as tcp://HOST:PORT/ENV_ID.")
         if self.suite is not None and self.batched_inference:
             raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
+        if self.batched_inference and is_served(self.env or ""):
+            raise UsageError("--batched-inference steps local env processes; drop it to step a "
+                             "served env (--workers W opens W sessions).")
         if self.suite is not None and self.env_kwargs:
             raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
                              "in its manifest.")
         if self.episodes < 1:
             raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
-        check_choice("--executor", self.executor, EXECUTORS)
-        local = self.executor == "local"
+        local = self.runner.runs_workers  # built here: an unknown name or option is refused
         check_worker_count("--workers", self.workers, local=local)
         check_worker_count("--render-workers", self.render_workers, 0, local)  # 0: per core
         if self.baseline not in (None, "random"):
@@ -270,7 +271,6 @@ class EvalConfig(RenderOptions):
                              f"{self.seed}.")
         check_run_counts(episodes=self.episodes, seed=self.seed,
                          max_episode_steps=self.max_episode_steps)
-        check_gpus("--ray-render-gpus", self.ray_render_gpus)
         check_render_options(width=self.width, height=self.height, rtol=self.rtol,
                              atol=self.atol, render_timeout=self.render_timeout,
                              formats=self.video_format)
@@ -282,7 +282,7 @@ class EvalConfig(RenderOptions):
         check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
         check_wrapper_use(self.wrappers, self.frame_stack, batched=self.batched_inference,
-                          served=bool(self.served) or str(self.env or "").startswith("tcp://"))
+                          served=bool(self.served) or is_served(self.env or ""))
         from rolltape.policies import sb3_checkpoint
 
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
@@ -294,9 +294,10 @@ class EvalConfig(RenderOptions):
             if path and str(path).endswith((".zip", ".pkl")) and not Path(path).is_file():
                 raise UsageError(f"{what} '{path}' does not exist; check the path.")
         if self.batched_inference:
-            if self.executor != "local":
-                raise UsageError("--batched-inference runs on the local executor; drop "
-                                 "--executor ray or --batched-inference.")
+            if not self.runner.runs_workers:
+                raise UsageError(f"--batched-inference runs its env processes on this machine "
+                                 f"(the local executor); drop --executor {self.executor} or "
+                                 "--batched-inference.")
             notes.append(f"--batched-inference: the policy acts on {self.workers} observations "
                          "in one forward pass, which can round differently from one at a time; "
                          "tapes may differ in the last bits of their actions from a run "
@@ -310,6 +311,11 @@ class EvalConfig(RenderOptions):
                          f"using {self.episodes}.")
         return notes
 
+    @cached_property
+    def runner(self) -> Executor:
+        """The executor, picked once from its name and options (not part of the config)."""
+        return executors.get(self.executor, **self.executor_options)
+
     @property
     def wants_video(self) -> bool:
         return self.video not in (0, "0", "", "none", None, [], ())
@@ -318,11 +324,8 @@ class EvalConfig(RenderOptions):
     def renders_early(self) -> bool:
         """Pass 2 starts beside pass 1: asked for, and possible (local executor, videos
         picked without needing the returns)."""
-        return (self.render_early and self.wants_video and self.executor == "local"
+        return (self.render_early and self.wants_video and self.runner.warms_workers
                 and not _needs_returns(self.video) and self.suite is None)
-
-
-EXECUTORS = ("local", "ray")
 
 
 def evaluate(env: str | None = None, policy: str = "random", *,
@@ -344,6 +347,13 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         from rolltape.zoo import zoo_options
 
         env, policy, options = zoo_options(policy, env, options)
+    # Ray's options by their older keywords (and the CLI's flags): executor options now.
+    for old, new in (("ray_address", "address"), ("ray_render_gpus", "render_gpus")):
+        if old in options:
+            value = options.pop(old)
+            if value not in (None, 0, 0.0):
+                options["executor_options"] = {**options.get("executor_options", {}),
+                                               new: value}
     unknown = set(options) - {f.name for f in fields(EvalConfig)}
     if unknown:
         raise TypeError(f"evaluate() got unknown options {sorted(unknown)}")
@@ -362,15 +372,15 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         config = replace(config, workers=total)
     spec = targets[0].spec
     if spec.get("served"):  # tcp://HOST:PORT/ENV: pass 1 steps there, pass 2 draws here
-        from rolltape.server.client import check_served_run
+        from rolltape.server.client import check_server
 
-        config = check_served_run([t.spec for t in targets], config)
+        for target in targets:  # each served before any work
+            check_server(target.spec)
+        if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
+            config = replace(config, env=spec["id"])
     for target in targets:
         check_drawing(target.spec, config)
-    if config.executor == "ray":
-        from rolltape.executors.ray import check_ray
-
-        check_ray(config.ray_address)
+    config.runner.check()
     run = RunDir(out, overwrite=overwrite, resume=resume)
     try:
         with sigterm_raises():
@@ -443,7 +453,7 @@ def _targets(cfg: EvalConfig) -> list[Target]:
     targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
                for t in manifest.tasks]
     if cfg.served is not None:  # each task steps on the server's env of its name
-        from rolltape.server.client import served_task_spec
+        from rolltape.address import served_task_spec
 
         targets = [replace(t, spec=served_task_spec(t.spec, cfg.served, t.task.key))
                    for t in targets if t.task is not None]
@@ -578,17 +588,14 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
         task = bar.add(f"pass 1 (rendering off, {how})", total)
         # Batched inference is a pass-1 variant: one worker, --workers env processes.
         chunks = [jobs] if cfg.batched_inference else split_jobs(jobs, cfg.workers)
-        if cfg.executor == "ray":
-            from rolltape.executors.ray import run_on_ray
-            from rolltape.pass1.remote import cut_into_tasks, play_shipped
-
-            messages = run_on_ray(play_shipped, cut_into_tasks(chunks), limit=len(chunks))
-        else:
-            messages = run_shares(policy_worker, chunks,
-                                  (cfg.workers if cfg.batched_inference else 0,), env=NO_GL,
-                                  timeout=cfg.episode_timeout, units=UNITS,
-                                  stalled=lambda k, n: playing(chunks[k], n),
-                                  timeout_name="--episode-timeout")
+        work = ShareWork(worker=policy_worker,
+                         args=(cfg.workers if cfg.batched_inference else 0,), env=NO_GL,
+                         # Batched inference keeps env processes of its own: workers only.
+                         task=None if cfg.batched_inference else play_shipped,
+                         cut=cut_into_tasks, timeout=cfg.episode_timeout, units=UNITS,
+                         stalled=lambda k, n: playing(chunks[k], n),
+                         timeout_name="--episode-timeout")
+        messages = cfg.runner.run_shares(work, chunks)
         with closing(messages):  # on any exception here, its workers stop now, not at GC
             for kind, payload in messages:
                 if kind == "episode":
@@ -734,7 +741,7 @@ def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pre
     """Pass 2's local workers, started while pass 1 plays (at a low CPU priority, so that
     pass 1 keeps its speed): a small job then does not wait for interpreters and imports
     after its numbers are done. Whatever pass 2 did not use is stopped at the end."""
-    if not cfg.wants_video or cfg.executor != "local" or cfg.renders_early:
+    if not cfg.wants_video or not cfg.runner.warms_workers or cfg.renders_early:
         yield Prestart()
         return
     workers = cfg.render_workers or os.cpu_count() or 1
@@ -748,7 +755,7 @@ def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pre
     if all(steps):  # no more than the segments every episode could be cut into
         episodes = sum(t.episodes for t in targets)
         workers = min(workers, episodes * max(1, (max(steps) + 1) // MIN_SEGMENT))
-    warm = prestart_render_workers(cfg.backends, workers,
+    warm = prestart_render_workers(cfg.runner, cfg.backends, workers,
                                    [cfg.env if t.task is None else t.task.env for t in targets])
     try:
         yield warm
@@ -788,8 +795,7 @@ def _pass2(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg: Eval
     try:
         workers = cfg.render_workers or os.cpu_count() or 1
         rendered = render(requests, backends=cfg.backends, workers=workers,
-                          timeout=cfg.render_timeout, executor=cfg.executor,
-                          ray_num_gpus=cfg.ray_render_gpus,
+                          timeout=cfg.render_timeout, executor=cfg.runner,
                           on_progress=on_progress, on_result=on_result, cancel=cancel,
                           background=cancel is not None, warm=warm)
     except UsageError as exc:

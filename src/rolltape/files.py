@@ -1,8 +1,12 @@
 """Files, written so that a reader never sees half of one, and their digests.
 
-Every file rolltape writes goes through :func:`atomic_file`: a temporary sibling
+Every file rolltape writes goes through :func:`atomic_file`, and every folder swapped into
+place whole (PNG frames, the 3-D viewer) through :func:`atomic_folder`: a temporary sibling
 (``.NAME.<random>.partial``, which a killed writer may leave and
-:func:`rolltape.outputs.artifacts.remove_temporaries` sweeps), then a rename.
+:func:`rolltape.outputs.artifacts.remove_temporaries` sweeps), then a rename. (A run folder
+is staged as ``.NAME.partial``, a name --resume finds again: :class:`rolltape.outputs.
+artifacts.RunDir`; a video writer's temporary names its process, so that a live writer's is
+told from a dead one's: :mod:`rolltape.pass2.encode`.)
 
 May import: the standard library only (every side of the package uses it).
 
@@ -64,15 +68,16 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
-def write_folder(path: str | os.PathLike[str], files: dict[str, bytes]) -> Path:
-    """Put a folder of files (e.g. PNG frames) at ``path`` atomically, replacing an old
-    one: it is filled under a temporary name, then renamed into place."""
+@contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Fill a temporary sibling folder (yielded), then put it at ``path`` in one rename,
+    replacing what was there; on an exception the temporary is removed and ``path`` is
+    left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
-        for name, data in files.items():
-            (tmp / Path(name).name).write_bytes(data)  # a bare name: never a path elsewhere
+        yield tmp
         old = None
         if os.path.lexists(path):
             if path.is_dir() and not path.is_symlink():
@@ -86,7 +91,19 @@ def write_folder(path: str | os.PathLike[str], files: dict[str, bytes]) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
+
+
+def write_folder(path: str | os.PathLike[str], files: dict[str, bytes]) -> Path:
+    """Put a folder of files (e.g. PNG frames) at ``path`` atomically, replacing an old one.
+
+    >>> folder = Path(tempfile.mkdtemp()) / "frames"
+    >>> sorted(p.name for p in write_folder(folder, {"0.png": b"x", "../1.png": b"y"}).iterdir())
+    ['0.png', '1.png']
+    """
+    with atomic_folder(path) as tmp:
+        for name, data in files.items():
+            (tmp / Path(name).name).write_bytes(data)  # a bare name: never a path elsewhere
+    return Path(path)
 
 
 def unmap_paths(text: str, paths: dict[str, str]) -> str:

@@ -11,10 +11,19 @@ a file there would shadow).
 No child outlives the process that built its command: the program's first lines (before
 any heavy import) ask Linux to SIGKILL it when its parent dies (``PR_SET_PDEATHSIG``),
 exit at once if the parent is already gone, and watch ``os.getppid()`` on a thread (the
-fallback where prctl is missing, and for a parent thread's death, see
-:mod:`rolltape.executors.launch`). A SIGKILLed orchestrator cannot stop its workers itself.
+fallback where prctl is missing, and for a parent thread's death, see :func:`spawn_worker`).
+A SIGKILLed orchestrator cannot stop its workers itself.
 
-May import: the standard library only (every side of the package uses it).
+:func:`spawn_worker` starts a worker: ``target(*args, conn)`` in a fresh interpreter, parent
+and child talking over a socket pair with small pickled messages (unlike multiprocessing's
+spawn it does not re-run the caller's ``__main__``, so ``rolltape.evaluate`` works from a
+script without a ``__main__`` guard). :func:`run_once` runs one function there and returns
+its result (probes and checks). Linux ties ``PR_SET_PDEATHSIG`` to the *thread* that started
+the child, so a worker wanted from another thread (pass 2 beside pass 1, training's
+background renders) is started by one long-lived spawner thread instead, which lasts as
+long as the process.
+
+May import: errors and the standard library only (every side of the package uses it).
 
 >>> python_command("print(1)", "a")[2].endswith("print(1)"), python_command("print(1)", "a")[3:]
 (True, ['a'])
@@ -25,7 +34,18 @@ May import: the standard library only (every side of the package uses it).
 from __future__ import annotations
 
 import os
+import queue
+import signal
+import socket
+import subprocess
 import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from rolltape.errors import Interrupted
 
 #: The variables that decide a process's OpenGL backend: MuJoCo reads MUJOCO_GL once, at
 #: import, and PyOpenGL PYOPENGL_PLATFORM once, at first use. Pass 1 runs without them.
@@ -71,3 +91,218 @@ def python_command(program: str, *argv: str, keep_cwd: bool = False,
     if guard:
         prelude += _ORPHAN_GUARD.format(parent=os.getpid(), poll=ORPHAN_POLL_S)
     return [sys.executable, "-c", prelude + program, *argv]
+
+
+@dataclass
+class Worker:
+    """A running worker process and our end of its pipe."""
+
+    proc: subprocess.Popen[bytes]
+    conn: Connection
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def spawn_worker(target: Callable[..., None], *args: Any,
+                 env: Mapping[str, str | None] | None = None,
+                 cwd_on_path: bool = True) -> Worker:
+    """Run ``target(*args, conn)`` in a new interpreter; ``env`` sets (or, with None, removes)
+    variables of the child's environment. ``cwd_on_path=False`` keeps the current folder
+    off the child's ``sys.path``, so that it imports installed modules only (a render
+    worker: a tape is data, and a file beside it must not be imported as code); pass-1
+    workers keep it, since ``--policy file.py:attr`` and env modules are the user's own."""
+    child_env = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            child_env.pop(key, None)
+        else:
+            child_env[key] = value
+    ours, theirs = socket.socketpair()
+    cmd = python_command(_CHILD, target.__module__, target.__qualname__, str(theirs.fileno()),
+                         keep_cwd=cwd_on_path)
+    try:
+        proc = _start(cmd, theirs.fileno(), child_env)
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
+    theirs.close()  # so our recv() sees EOF when the child dies
+    conn = Connection(ours.detach())
+    conn.send(args)
+    return Worker(proc, conn)
+
+
+_spawn_requests: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+_spawner: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+
+
+def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Popen from the main thread, or from the spawner thread (see the module's note)."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(cmd, pass_fds=(fd,), env=env)
+    with _spawner_lock:
+        # A daemon thread: it lasts until the process exits. (A ThreadPoolExecutor's thread
+        # is joined and ended at interpreter shutdown, before atexit: its workers were then
+        # SIGKILLed by PDEATHSIG mid-write, leaving half-written videos.)
+        if _spawner is None:
+            _spawner = threading.Thread(target=_spawn_forever, name="rolltape-spawner",
+                                        daemon=True)
+            _spawner.start()
+    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    _spawn_requests.put((cmd, fd, env, done))
+    ok, value = done.get()
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _spawn_forever() -> None:
+    while True:
+        cmd, fd, env, done = _spawn_requests.get()
+        try:
+            done.put((True, subprocess.Popen(cmd, pass_fds=(fd,), env=env)))
+        except BaseException as exc:  # handed to the thread that asked
+            done.put((False, exc))
+
+
+class ChildFailed(Exception):
+    """:func:`run_once`'s child raised (``exception``: its type's name), died or ``hung``
+    (``exception`` None); the message says which in words."""
+
+    def __init__(self, text: str, exception: str | None = None, hung: bool = False) -> None:
+        super().__init__(text)
+        self.exception, self.hung = exception, hung
+
+
+def run_once(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
+             timeout: float | None = None, cwd_on_path: bool = True) -> Any:
+    """``fn(*args)`` in a fresh interpreter (a module-level function; its arguments and
+    result travel pickled), for a probe or check that must not import MuJoCo, GL or a
+    user's module into this process. ``env`` and ``cwd_on_path`` as :func:`spawn_worker`.
+
+    Raises:
+        ChildFailed: ``fn`` raised (the message is its own, ``exception`` its type's name),
+            the child died, or it gave no answer within ``timeout`` seconds (it is then
+            stopped).
+    """
+    worker = spawn_worker(_answer_once, fn, *args, env=env, cwd_on_path=cwd_on_path)
+    try:
+        if not worker.conn.poll(timeout):
+            raise ChildFailed(f"it gave no answer within {timeout:g} s", hung=True)
+        try:
+            kind, value = worker.conn.recv()
+        except EOFError:
+            worker.proc.wait(5)
+            raise ChildFailed(f"it {describe_exit(worker.proc.returncode)}") from None
+    finally:
+        stop_worker(worker, grace=0.5)
+    if kind == "raised":
+        raise ChildFailed(value[1], exception=value[0])
+    return value
+
+
+def _answer_once(fn: Callable[..., Any], *args: Any) -> None:
+    """(In the child.) Call ``fn`` with the arguments that follow it; send back its result
+    or the exception it raised."""
+    *args, conn = args
+    try:
+        answer: tuple[str, Any] = ("ok", fn(*args))
+    except Exception as exc:
+        answer = ("raised", (type(exc).__name__, str(exc)))
+    conn.send(answer)
+    conn.close()
+
+
+def stop_worker(worker: Worker, grace: float = 2.0) -> None:
+    """Ask politely (None on the pipe), then terminate, then kill. Safe to call twice."""
+    stop_workers([worker], grace)
+
+
+def stop_workers(workers: Iterable[Worker], grace: float = 2.0) -> None:
+    """Stop every worker, all at once, and wait until each has exited, even when Ctrl-C
+    comes again meanwhile: a worker left running would go on writing into the run."""
+    workers = [w for w in workers if w is not None]
+    with signals_deferred():
+        for worker in workers:  # first tell all of them, so that they stop in parallel
+            if not worker.conn.closed:
+                try:
+                    worker.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+        for stop in (None, "terminate", "kill"):
+            alive = [w for w in workers if w.proc.poll() is None]
+            if not alive:
+                break
+            for worker in alive:
+                if stop is not None:
+                    getattr(worker.proc, stop)()
+            for worker in alive:
+                try:
+                    worker.proc.wait(grace)
+                except subprocess.TimeoutExpired:
+                    pass
+        for worker in workers:
+            worker.proc.wait()
+            if not worker.conn.closed:
+                worker.conn.close()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Run a block to its end even if SIGINT or SIGTERM arrives: the signal is noted and
+    raised when the block ends, unless the block is cleaning up after an exception (the
+    first Ctrl-C, say), which then goes on with its message."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+    caught: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: caught.append(signum))
+           for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except BaseException:
+        _restore(old)
+        raise
+    _restore(old)
+    if caught and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt if caught[0] == signal.SIGINT else Interrupted(caught[0])
+
+
+def _restore(handlers: Mapping[int, Any]) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def describe_exit(returncode: int | None) -> str:
+    """'crashed with SIGSEGV' style text for a dead worker's exit status."""
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            return f"crashed with {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+# The child's whole program: read the arguments from the pipe, import the target, call it.
+# SIGINT is ignored: Ctrl-C reaches the whole process group, and the parent decides what
+# stops, in order (so that no worker writes on after the command returned). SIGTERM (the
+# parent's stop_workers, or a SIGTERM to the whole group) exits through Python, so that a
+# half-written video or tape is removed on the way out, not left in the user's folder.
+_CHILD = """
+import importlib, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+from multiprocessing.connection import Connection
+module, qualname, fd = sys.argv[1:4]
+conn = Connection(int(fd))
+args = conn.recv()
+target = importlib.import_module(module)
+for part in qualname.split("."):
+    target = getattr(target, part)
+target(*args, conn)
+"""

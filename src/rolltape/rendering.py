@@ -1,8 +1,8 @@
 """``rolltape.render``: pass 2 for a list of tapes, on the executor the caller picks.
 
 The orchestrator's side of pass 2: check the requests, split long episodes into segments
-when there are more workers than tapes, run the jobs on the local :class:`BackendPool` (or
-Ray's), join the segments, and write the pixel-free outputs and sidecars. The drawing
+when the executor's workers share this disk, run the jobs on the executor's render pool
+(:mod:`rolltape.executors.base`), join the segments, and write the pixel-free outputs and sidecars. The drawing
 itself happens in render workers (:mod:`rolltape.pass2.replay`).
 
 May import: the render side's types, executors, outputs. Never: policies, torch.
@@ -22,16 +22,19 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from rolltape import executors
 from rolltape.envs import check_tape_env_module
 from rolltape.errors import UsageError, check_choice
+from rolltape.executors.base import Executor, RenderWork
 from rolltape.executors.launch import check_worker_count, stop_workers
-from rolltape.executors.local import BackendPool, Prestart, warm_workers
+from rolltape.executors.local import Prestart
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.encode import format_from_path, open_writer
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
+from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import (
     HEADLESS_SDL,
     MODES,
@@ -215,9 +218,7 @@ def render(
     backends: str | Sequence[str] = DEFAULT_ORDER,
     workers: int = 1,
     timeout: float = 120.0,
-    executor: str = "local",
-    ray_address: str | None = None,
-    ray_num_gpus: float = 0.0,
+    executor: str | Executor = "local",
     split: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
     on_result: Callable[[int, RenderResult], None] | None = None,
@@ -236,15 +237,16 @@ def render(
     ``background`` runs the workers at a lower CPU priority (nice +10), so that work beside
     them (pass 1, with ``render_early``) comes first and rendering takes what is left.
     ``warm`` are workers from :func:`warm_render_workers`, used (or stopped) here.
+    ``executor``: a name of :mod:`rolltape.executors` or one built with its options.
     """
-    on_ray = executor == "ray"
-    order = check_requests(requests, backends, workers, local=not on_ray)
+    runner = executors.get(executor) if isinstance(executor, str) else executor
+    order = check_requests(requests, backends, workers, local=runner.runs_workers)
     # Pixels are drawn in workers; npz/jsonl copies and sidecars are written here after.
     drawn = [replace(r, outputs=tuple(o for o in r.outputs if not o.endswith(data_suffixes())))
              for r in requests]
-    # Ray draws each episode in one task (its outputs come back as bytes); locally, long
-    # episodes are split across the workers and joined.
-    jobs = plan_segments(drawn, workers if split and not on_ray else 1)
+    # Where workers share this disk, long episodes are split across them and joined; else
+    # each episode is drawn by one task (its outputs come back as bytes).
+    jobs = plan_segments(drawn, workers if split and runner.splits_segments else 1)
     owner = [i for i, _ in jobs]
     parts: dict[int, dict[int, RenderResult]] = {i: {} for i in range(len(requests))}
     need = {i: owner.count(i) for i in range(len(requests))}
@@ -268,29 +270,17 @@ def render(
             on_result(i, results[i])
 
     plain = [job for _, job in jobs]
-    needs_backend = [bool(job.outputs) for job in plain]
-    pool: Any  # BackendPool or RayBackendPool: the same rules, the same attributes
-    if on_ray:
-        from rolltape.executors.ray import RayBackendPool, check_ray
-        from rolltape.pass2.remote import replay_shipped
-
-        check_ray(ray_address)  # reuses the session evaluate() opened
+    if not runner.shares_disk:
         for req in plain:  # the checks (and messages) a local writer makes before it starts
             for path in req.outputs:
                 open_writer(path, fps=req.fps or 30, overwrite=req.overwrite).abort()
+    if not runner.warms_workers:
         stop_workers(warm)
-        pool = RayBackendPool(replay_shipped, plain, order, timeout,
-                              needs_backend=needs_backend, environment=_worker_environment,
-                              ship=_tape_bytes, on_done=job_done, num_gpus=ray_num_gpus)
-    else:
-        pool = BackendPool(render_worker, (10 if background else 0, 0), plain, order, workers,
-                           timeout, needs_backend=needs_backend,
-                           environment=_worker_environment, on_progress=job_progress,
-                           on_done=job_done, cancel=cancel,
-                           # A tape is data: a worker imports installed modules only, unless
-                           # the user named an env module with --env (maybe a local file).
-                           cwd_on_path=any(":" in (job.env_id or "") for job in plain),
-                           started=warm)
+        warm = ()
+    work = _render_work((10 if background else 0, 0), [job.env_id for job in plain],
+                        needs_backend=[bool(job.outputs) for job in plain])
+    pool = runner.render_pool(work, plain, order, workers, timeout, on_progress=job_progress,
+                              on_done=job_done, cancel=cancel, warm=warm)
     try:
         pool.run()
     finally:
@@ -308,7 +298,18 @@ def render(
     return results
 
 
-def warm_render_workers(backends: str | Sequence[str], workers: int,
+def _render_work(args: tuple[int, int], env_ids: Sequence[str | None],
+                 needs_backend: Sequence[bool] = ()) -> RenderWork:
+    """Pass 2 as an executor runs it: the render worker (``args``: its CPU niceness while
+    drawing and while starting) or the same replay as a task on shipped tape bytes."""
+    return RenderWork(worker=render_worker, args=args, task=replay_shipped, ship=_tape_bytes,
+                      environment=_worker_environment, needs_backend=needs_backend,
+                      # A tape is data: a worker imports installed modules only, unless the
+                      # user named an env module with --env (maybe a local file).
+                      cwd_on_path=any(":" in (e or "") for e in env_ids))
+
+
+def warm_render_workers(runner: Executor, backends: str | Sequence[str], workers: int,
                         env_ids: Sequence[str | None]) -> list[Any]:
     """Start ``workers`` render workers on the first backend now, for a later
     :func:`render` (``warm=``): while pass 1 plays, their interpreters start and import
@@ -317,15 +318,14 @@ def warm_render_workers(backends: str | Sequence[str], workers: int,
     ``env_ids`` are the envs as the user named them (their own module may need this
     folder)."""
     order = parse_backends(backends)
-    return warm_workers(render_worker, order[0], (0, 10), workers, _worker_environment,
-                        cwd_on_path=any(":" in (e or "") for e in env_ids))
+    return runner.warm_render_workers(_render_work((0, 10), env_ids), order[0], workers)
 
 
-def prestart_render_workers(backends: str | Sequence[str], workers: int,
+def prestart_render_workers(runner: Executor, backends: str | Sequence[str], workers: int,
                             env_ids: Sequence[str | None]) -> Prestart:
     """:func:`warm_render_workers`, started only when the caller calls ``start()`` (once
     the run is known to go ahead: its first episode is done)."""
-    return Prestart(lambda: warm_render_workers(backends, workers, env_ids))
+    return Prestart(lambda: warm_render_workers(runner, backends, workers, env_ids))
 
 
 def _tape_bytes(req: RenderRequest) -> bytes | None:

@@ -10,7 +10,10 @@ Two shapes of work, both given as plain data and a worker entry point by the orc
   says its backend cannot work fails only its job, which is retried on the next backend.
   :func:`warm_workers` starts such workers ahead of their jobs.
 
-May import: the launcher, errors. Never: policies, torch, the render side, outputs.
+:class:`LocalExecutor` is the executor (``--executor local``) made of these.
+
+May import: the launcher, the executor contract, errors. Never: policies, torch, the render
+side, outputs.
 
 Example (not run: it spawns processes):
     >>> for kind, payload in run_shares(policy_worker, chunks, (0,), env={}, timeout=600,
@@ -27,6 +30,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from rolltape.errors import RunFailed, UsageError
+from rolltape.executors.base import Message, RenderWork, ShareWork
 from rolltape.executors.fallback import BackendFallback
 from rolltape.executors.launch import (
     describe_exit,
@@ -222,3 +226,36 @@ class BackendPool:
             self.on_done(i, payload)
         else:
             self.errors.append((i, kind, payload))
+
+
+class LocalExecutor:
+    """Fresh worker processes on this machine (the default; :mod:`rolltape.executors.base`
+    says what an executor is)."""
+
+    name = "local"
+    runs_workers = warms_workers = splits_segments = shares_disk = True
+    OPTIONS: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        return None  # nothing to connect to
+
+    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Iterator[Message]:
+        return run_shares(work.worker, shares, work.args, env=work.env, timeout=work.timeout,
+                          units=work.units, stalled=work.stalled,
+                          timeout_name=work.timeout_name)
+
+    def render_pool(self, work: RenderWork, jobs: Sequence[Any], order: Sequence[str],
+                    workers: int, timeout: float, *,
+                    on_progress: Callable[[int, int], None],
+                    on_done: Callable[[int, Any], None], cancel: Any = None,
+                    warm: Sequence[Any] = ()) -> BackendPool:
+        return BackendPool(work.worker, work.args, jobs, order, workers, timeout,
+                           needs_backend=work.needs_backend, environment=work.environment,
+                           on_progress=on_progress, on_done=on_done, cancel=cancel,
+                           cwd_on_path=work.cwd_on_path, started=warm)
+
+    def warm_render_workers(self, work: RenderWork, backend: str, workers: int
+                            ) -> list[Any]:
+        return warm_workers(work.worker, backend, work.args, workers, work.environment,
+                            cwd_on_path=work.cwd_on_path)
+

@@ -1,6 +1,6 @@
 """The Ray executor: work as Ray tasks, on one machine or on a cluster.
 
-Selected with ``executor="ray"`` (``--executor ray``); the local executor never imports
+:class:`RayExecutor` is the executor (``executor="ray"``, ``--executor ray``); the local executor never imports
 this module's dependencies, and importing this module never imports ray (every ``import
 ray`` is inside a function), so ``import rolltape`` stays light. Like the local executor
 it knows no job's insides: the orchestrator hands it plain data and the function to run.
@@ -18,8 +18,9 @@ the files; the driver writes them atomically at the paths the caller asked for. 
 work reads (checkpoints, statistics, policy modules) are read where the task runs, so on a
 cluster they must sit at the same path on every node (shared storage).
 
-May import: Ray (lazily), the launcher's neighbours (fallback, errors, files). Never: the
-work (pass 1, pass 2, policies, outputs) or the orchestrator.
+May import: Ray (lazily), the executor contract, the launcher's neighbours (fallback,
+errors, files, limits). Never: the work (pass 1, pass 2, policies, outputs) or the
+orchestrator.
 
 Example (not run: it needs a Ray cluster):
     >>> check_ray()  # starts a local Ray instance, or connects to RAY_ADDRESS
@@ -41,10 +42,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from rolltape.errors import RunFailed, UsageError
+from rolltape.executors.base import RenderWork, ShareWork
 from rolltape.executors.fallback import BackendFallback
 from rolltape.files import write_bytes, write_folder
+from rolltape.limits import check_gpus
 
-__all__ = ["RayBackendPool", "check_ray", "run_on_ray"]
+__all__ = ["RayBackendPool", "RayExecutor", "check_ray", "run_on_ray"]
 
 _INSTALL_HINT = "install the ray extra: pip install 'rolltape[ray]'"
 _POLL_S = 0.5  # how often the driver looks at the clock while waiting for tasks
@@ -349,3 +352,43 @@ class RayBackendPool:
         finally:
             for ref in running:
                 ray.cancel(ref, force=True)
+
+
+# --------------------------------------------------------------------------------------
+# The executor
+# --------------------------------------------------------------------------------------
+
+class RayExecutor:
+    """Ray tasks, on this machine or a cluster (``--executor ray``): ``address`` as
+    :func:`check_ray` takes it, ``render_gpus`` the GPUs each render task asks for."""
+
+    name = "ray"
+    runs_workers = warms_workers = splits_segments = shares_disk = False
+    OPTIONS = ("address", "render_gpus")
+
+    def __init__(self, address: str | None = None, render_gpus: float = 0.0) -> None:
+        check_gpus("--ray-render-gpus", render_gpus)
+        self.address, self.render_gpus = address, render_gpus
+
+    def check(self) -> None:
+        check_ray(self.address)
+
+    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Iterator[tuple[str, Any]]:
+        if work.task is None:
+            raise UsageError("This work runs in worker processes of this machine only; drop "
+                             "--executor ray.")
+        return run_on_ray(work.task, work.cut(list(shares)), limit=len(shares))
+
+    def render_pool(self, work: RenderWork, jobs: Sequence[Any], order: Sequence[str],
+                    workers: int, timeout: float, *,
+                    on_progress: Callable[[int, int], None],
+                    on_done: Callable[[int, Any], None], cancel: Any = None,
+                    warm: Sequence[Any] = ()) -> RayBackendPool:
+        self.check()  # reuses the session evaluate() opened
+        return RayBackendPool(work.task, jobs, order, timeout,
+                              needs_backend=work.needs_backend, environment=work.environment,
+                              ship=work.ship, on_done=on_done, num_gpus=self.render_gpus)
+
+    def warm_render_workers(self, work: RenderWork, backend: str, workers: int
+                            ) -> list[Any]:
+        return []  # Ray keeps its own pools of workers

@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rolltape.errors import UsageError
-from rolltape.interpreter import python_command
+from rolltape.files import atomic_folder
 
 #: The page's own source, in the repository (``viewer/`` beside ``src/``).
 SOURCE_DIR = Path(__file__).resolve().parents[3] / "viewer"
@@ -267,11 +267,6 @@ def _describe_envs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _describe_main() -> None:
-    specs = json.loads(sys.stdin.read())
-    print("ROLLTAPE-VIEWER " + json.dumps(_describe_envs(specs)))
-
-
 def describe_envs(specs: list[dict[str, Any]], trusted: bool = False) -> list[dict[str, Any]]:
     """:func:`_describe_envs` in a fresh interpreter, so this process never imports MuJoCo
     (which would fix its GL backend); in this process when MuJoCo is already imported.
@@ -279,18 +274,14 @@ def describe_envs(specs: list[dict[str, Any]], trusted: bool = False) -> list[di
     tapes, so their env code must be installed and the current folder is not searched."""
     if "mujoco" in sys.modules:
         return _describe_envs(specs)
-    env = dict(os.environ)
-    env.pop("MUJOCO_GL", None)
-    env.pop("PYOPENGL_PLATFORM", None)
-    # A tape's env must not come from the current folder (only a user-named one may).
-    proc = subprocess.run(python_command("from rolltape.outputs.viewer import _describe_main; "
-                                         "_describe_main()", keep_cwd=trusted),
-                          input=json.dumps(specs), capture_output=True, text=True, env=env)
-    for line in proc.stdout.splitlines():
-        if line.startswith("ROLLTAPE-VIEWER "):
-            return json.loads(line.partition(" ")[2])
-    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    raise UsageError(f"Could not build the run's env to find its MuJoCo model ({last}).")
+    from rolltape.interpreter import NO_GL, ChildFailed, run_once
+
+    try:
+        # A tape's env must not come from the current folder (only a user-named one may).
+        return run_once(_describe_envs, specs, env=NO_GL, cwd_on_path=trusted)  # type: ignore[no-any-return]
+    except ChildFailed as exc:
+        raise UsageError(f"Could not build the run's env to find its MuJoCo model "
+                         f"({exc}).") from None
 
 
 # -- the run --------------------------------------------------------------------------
@@ -354,21 +345,8 @@ def export_viewer(run_dir: str | os.PathLike[str],
         specs.setdefault(json.dumps(tape.env, sort_keys=True), tape.env)
     described = dict(zip(specs, describe_envs(list(specs.values()), trusted)))
 
-    staging = run_dir / f".viewer.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        result = _write(staging, assets, loaded, specs, described, note_parts)
-        if final.exists():
-            old = run_dir / f".viewer.old-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(staging, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return result
+    with atomic_folder(final) as staging:
+        return _write(staging, assets, loaded, specs, described, note_parts)
 
 
 def _write(out: Path, assets: Path, loaded: list[tuple[Path, Any]],

@@ -306,12 +306,12 @@ def separate_path(path: str, camera: str) -> str:
     return str(p.with_name(f"{p.stem}-{tag}{p.suffix}")) + trailing
 
 
-def check_drawing_worker(spec: dict[str, Any], width: int | None, height: int | None,
-                         cameras: Sequence[str], conn: Any) -> None:
-    """Entry point of a spawned process (``rolltape.evaluate`` runs it before pass 1 when
-    a video asks for a size or cameras): build the env without rendering and check that it
-    has what was asked for. Sends None, or the one-line problem. A process of its own,
-    because importing MuJoCo in the orchestrator would fix its GL backend."""
+def drawing_problem(spec: dict[str, Any], width: int | None, height: int | None,
+                    cameras: Sequence[str]) -> str | None:
+    """(In a fresh interpreter: ``rolltape.evaluate`` runs it before pass 1 when a video
+    asks for a size or cameras, since importing MuJoCo in the orchestrator would fix its GL
+    backend.) Build the env without rendering and check that it has what was asked for:
+    None, or the one-line problem."""
     from rolltape.envs import check_sizing, make_env
 
     try:
@@ -322,10 +322,8 @@ def check_drawing_worker(spec: dict[str, Any], width: int | None, height: int | 
             check_cameras(env, cameras)
         finally:
             env.close()
-        conn.send(None)
     except UsageError as exc:
-        conn.send(str(exc))
+        return str(exc)
     except Exception:  # not this check's to report: pass 1 builds the env and says why
-        conn.send(None)
-    finally:
-        conn.close()
+        return None
+    return None

@@ -1,10 +1,14 @@
-"""The env server: ``rolltape serve`` steps envs for clients in other processes or machines.
+"""The env server's wire: ``rolltape serve`` steps envs for clients in other processes or
+machines.
 
 :mod:`.protocol` is the wire format (msgpack, arrays as dtype + shape + bytes, caps before
 anything is expanded), :mod:`.server` the zmq loop and its sessions, :mod:`.client` the
-Gymnasium-like ``RemoteEnv`` that pass-1 workers step, :mod:`.parity` the local-vs-served
-comparison, :mod:`.commands` the ``serve`` and ``parity`` verbs.
+Gymnasium-like ``RemoteEnv`` that pass-1 workers step, :mod:`.frames` the frame both sides
+draw. Above it: :mod:`rolltape.address` (the ``tcp://`` grammar, beside the env-id grammar),
+:mod:`rolltape.parity` (local vs served, a policy-side tool) and
+:mod:`rolltape.server_commands` (the ``serve`` and ``parity`` verbs).
 
-May import: envs, tape, errors, files (and pyzmq/msgpack lazily, inside functions). The
-server never imports policy code; only :mod:`.parity` (a policy-side tool) does.
+May import: envs, tape, address, errors, files, the render side's backend choice (and
+pyzmq/msgpack lazily, inside functions). Never: policy code, pass 1, an executor, the
+orchestrator (tested).
 """

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from rolltape.address import DEFAULT_TIMEOUT, TOKEN_FILE_VARIABLE, read_token
 from rolltape.envs import make_env, split_physics
 from rolltape.errors import UsageError
 from rolltape.server import protocol as P
-from rolltape.server.address import DEFAULT_TIMEOUT, TOKEN_FILE_VARIABLE, read_token
 
 
 class ServerGone(ConnectionError):
@@ -292,24 +292,3 @@ class RemoteEnv:
                 pass
             self.sid = None
         self.conn.close()
-
-
-def check_served_run(specs: list[dict[str, Any]], config: Any) -> Any:
-    """``evaluate`` on served envs (one env, or a suite's tasks): refuse what cannot step
-    there, check the server serves each before any work, and name a single env's local id
-    in the config (pass 2 draws the tapes here)."""
-    from dataclasses import replace
-
-    if getattr(config, "batched_inference", False):
-        raise UsageError("--batched-inference steps local env processes; drop it to step a "
-                         "served env (--workers W opens W sessions).")
-    for spec in specs:
-        check_server(spec)
-    return config if getattr(config, "suite", None) else replace(config, env=specs[0]["id"])
-
-
-def served_task_spec(spec: dict[str, Any], address: str, name: str) -> dict[str, Any]:
-    """A suite task's local spec, served as ``name`` by the server at ``address``."""
-    from rolltape.server.address import parse_server, served_fields
-
-    return {**spec, "served": {**served_fields(parse_server(address)), "name": name}}

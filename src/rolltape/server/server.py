@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rolltape.address import endpoint, is_loopback, read_token, split_host_port
 from rolltape.envs import env_spec, json_safe, make_env, mujoco_data, physics_spec
 from rolltape.errors import UsageError
 from rolltape.server import protocol as P
-from rolltape.server.address import endpoint, is_loopback, read_token, split_host_port
 from rolltape.server.frames import FrameDrawer
 
 POLL_MS = 200  # how often the loop looks up from the socket (signals, idle sessions)

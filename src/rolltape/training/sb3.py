@@ -543,21 +543,17 @@ _CHECK_TIMEOUT = 120.0  # seconds a fresh interpreter may take to look the eval 
 def _check_env_in_a_worker(env_id: str) -> None:
     """Refuse an env id that a fresh interpreter in this folder (as the evaluation's
     worker is) does not know: one registered by the training script only."""
-    import subprocess
+    from rolltape.envs import env_spec
+    from rolltape.interpreter import ChildFailed, run_once
 
-    from rolltape.interpreter import python_command
-
-    program = "import sys\nfrom rolltape.envs import env_spec\nenv_spec(sys.argv[1])"
     try:
-        done = subprocess.run(python_command(program, env_id, keep_cwd=True),
-                              capture_output=True, text=True, timeout=_CHECK_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"the eval env '{env_id}' could not be looked up within "
-                         f"{_CHECK_TIMEOUT:g} s in a fresh interpreter (its module hangs "
-                         "on import); fix that module or pass another eval_env.") from None
-    if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or ["it exited with an error"])[-1]
-        said = said.partition(": ")[2] or said  # the message, without the error's type
+        run_once(env_spec, env_id, timeout=_CHECK_TIMEOUT)
+    except ChildFailed as exc:
+        if exc.hung:
+            raise UsageError(f"the eval env '{env_id}' could not be looked up within "
+                             f"{_CHECK_TIMEOUT:g} s in a fresh interpreter (its module hangs "
+                             "on import); fix that module or pass another eval_env.") from None
+        said = str(exc) or f"it raised {exc.exception}"
         why = ("is not registered there" if said.startswith("Unknown env id")
                else f"fails there: {said.rstrip('.')}")
         raise UsageError(

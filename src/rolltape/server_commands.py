@@ -105,9 +105,9 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
                                     help="Where to write parity.json."),
     ) -> None:
         """Play the same seeded episodes locally and served; exit 1 at any difference."""
+        from rolltape.address import parse_server
         from rolltape.envs import env_spec
         from rolltape.files import write_json
-        from rolltape.server.address import parse_server
         from rolltape.server.client import describe, served_difference
         from rolltape.server.frames import check_size
         from rolltape.server.protocol import difference_sentence
@@ -175,7 +175,7 @@ def _suite_task_spec(suite: str | None, task: str | None, env: str | None,
                      env_kwargs: Any, max_episode_steps: int | None,
                      address: str) -> dict[str, Any]:
     """The served spec of one suite task, resolved as ``serve --suite`` resolves it."""
-    from rolltape.server.client import served_task_spec
+    from rolltape.address import served_task_spec
     from rolltape.server.server import ServeConfig
 
     if suite is None or task is None:
@@ -198,7 +198,7 @@ def _run_worker(spec: dict[str, Any], options: dict[str, Any], backend: str | No
     """Run the comparison in a spawned worker (it loads the policy and draws with GL)."""
     from rolltape.errors import RunFailed
     from rolltape.executors.launch import spawn_worker, stop_worker
-    from rolltape.server.parity import parity_worker
+    from rolltape.parity import parity_worker
 
     env: dict[str, str | None] = {"MUJOCO_GL": None, "PYOPENGL_PLATFORM": None}
     if backend:

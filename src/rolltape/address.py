@@ -1,7 +1,10 @@
 """Server addresses: ``tcp://HOST:PORT`` for a server, ``tcp://HOST:PORT/ENV_ID`` for an env
 on it, and ``HOST:PORT`` for ``serve --bind``.
 
-May import: errors. Never: anything else of rolltape (envs imports this to read env ids).
+It sits beside the env-id grammar (:mod:`rolltape.envs` reads served ids with it), below
+the server's wire (:mod:`rolltape.server`).
+
+May import: errors. Never: anything else of rolltape.
 
 >>> parse_served("tcp://127.0.0.1:7450/HalfCheetah-v5")
 ('tcp://127.0.0.1:7450', 'HalfCheetah-v5')
@@ -89,6 +92,11 @@ def read_token(path: str | os.PathLike[str], flag: str = "--token-file") -> str:
                          "least 16 (e.g. `python -c \"import secrets; print(secrets."
                          "token_hex(16))\" > token`).")
     return token
+
+
+def served_task_spec(spec: dict[str, object], address: str, name: str) -> dict[str, object]:
+    """A suite task's local spec, served as ``name`` by the server at ``address``."""
+    return {**spec, "served": {**served_fields(parse_server(address)), "name": name}}
 
 
 def served_fields(address: str) -> dict[str, object]:
