@@ -39,10 +39,35 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # torch first, pinned: its CPU wheel is on disk here, and an unpinned torch pulls a CUDA build.
 "$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" install "torch==2.13.0"
 if [ "$want_test" = 1 ]; then
-  "${pip[@]}" install -e ".[test,ray,server,suites,atari,zoo]"
+  "${pip[@]}" install -e ".[test,ray,server,suites,export,atari,zoo]"
 else
   "${pip[@]}" install -e .
 fi
+# >>> lerobot, for the export tests: LeRobot 0.5+ needs Python 3.12 and pins torch, numpy
+# and PyAV releases rolltape's own environment cannot share, so it gets a venv of its own
+# (.venv-lerobot), in which the tests load the LeRobotDatasets rolltape writes.
+if [ "$want_test" = 1 ]; then
+  lr=${LEROBOT_VENV:-.venv-lerobot}
+  if ! "$lr/bin/python" -c "import lerobot.datasets.lerobot_dataset" 2>/dev/null; then
+    py312=""
+    for cand in "${PYTHON312:-}" python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 \
+                /usr/local/bin/python3.12 /usr/bin/python3.12; do
+      if [ -n "$cand" ] && "$cand" -c "import sys; assert sys.version_info[:2] == (3, 12)" 2>/dev/null; then
+        py312=$cand; break
+      fi
+    done
+    if [ -z "$py312" ]; then
+      echo "setup: the export tests need Python 3.12 for lerobot; set PYTHON312=/path/to/python3.12" >&2
+      exit 1
+    fi
+    [ -x "$lr/bin/python" ] || "$py312" -m venv "$lr"
+    lrpip=("$lr/bin/python" -m pip --disable-pip-version-check -q)
+    # torch first, pinned to a release lerobot 0.6.1 accepts (< 2.12) whose wheel installs here.
+    "${lrpip[@]}" install "torch==2.11.0" "torchvision==0.26.0"
+    "${lrpip[@]}" install "lerobot[dataset]==0.6.1"
+  fi
+fi
+# <<< lerobot
 # >>> viewer assets (rolltape view): mujoco-js and three, pinned by viewer/package-lock.json
 if command -v npm >/dev/null && [ -f viewer/package-lock.json ]; then
   npm ci --prefix viewer --no-audit --no-fund --loglevel=error \

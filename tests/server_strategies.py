@@ -1,6 +1,6 @@
 """Hypothesis strategies for what a client may send the env server: raw bytes, msgpack of
 any shape, and well-formed requests with wrong or odd fields (shared by
-tests/test_server_fuzz.py and scripts/fuzz_server.py)."""
+tests/server/test_server_fuzz.py and scripts/fuzz_server.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.address",
          "rolltape.suites.manifest", "rolltape.suites.builtin", "rolltape.suites.results",
          "rolltape.outputs.suite_view", "rolltape.record", "rolltape.pass2.formats",
-         "rolltape.limits", "rolltape.executors.base"]
+         "rolltape.limits", "rolltape.executors.base", "rolltape.config"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

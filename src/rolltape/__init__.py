@@ -26,7 +26,7 @@ _API = {
     "RunResult": "rolltape.evaluation", "evaluate": "rolltape.evaluation",
     "Run": "rolltape.record", "Episode": "rolltape.record", "EpisodeKey": "rolltape.record",
     "RenderRequest": "rolltape.pass2.replay", "RenderResult": "rolltape.pass2.replay",
-    "render": "rolltape.rendering", "Tape": "rolltape.tape",
+    "render": "rolltape.rendering", "export": "rolltape.datasets", "Tape": "rolltape.tape",
     "RecordTape": "rolltape.training.record",
 }
 # name -> a module given as an attribute: ``rolltape.sb3.TapeCallback`` (imports SB3 on use;

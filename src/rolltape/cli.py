@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rolltape import server_commands as _server_commands
+from rolltape.datasets import command as _dataset_commands
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
 from rolltape.outputs.summary import (
     improvement_line,
@@ -154,10 +155,10 @@ def eval_(
     reference: Optional[str] = typer.Option(
         None, help="With several --policy: the one (by folder name) that scores 1 in the "
                    "normalized aggregates; random scores 0."),
-    stochastic: Optional[bool] = typer.Option(
-        None, "--stochastic/--deterministic",
-        help="Sample actions, or take the deterministic ones (the default, but for a zoo: "
-             "Atari folder, sampled as rl-zoo3's enjoy.py does)."),
+    stochastic: bool = typer.Option(False, help="Sample actions instead of the deterministic ones."),
+    deterministic: bool = typer.Option(
+        False, help="Take the deterministic actions (the default, but for a zoo: Atari "
+                    "folder, whose actions are sampled as rl-zoo3's enjoy.py samples them)."),
     checkpoint: Optional[str] = typer.Option(
         None, help="With --policy zoo:FOLDER: last (the final model, default), best "
                    "(best_model.zip) or N (rl_model_N_steps.zip)."),
@@ -220,6 +221,8 @@ def eval_(
             raise UsageError(f"--algo names the algorithm of an SB3 checkpoint; drop it for "
                              f"--policy {policies[0]}, or give --policy sb3:PATH.zip.")
         check_choice("--algo", algo.upper(), SB3_ALGOS)
+    if stochastic and deterministic:
+        raise UsageError("--stochastic and --deterministic contradict each other; give one.")
     if checkpoint is not None and not policies[0].startswith("zoo:"):
         raise UsageError("--checkpoint picks a model of --policy zoo:FOLDER; give the "
                          "checkpoint's own path with --policy sb3:PATH.zip instead.")
@@ -235,7 +238,7 @@ def eval_(
         suite=suite, tasks=tasks, served=served, **({"reference": reference} if many else {}),
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo,
-        **({} if stochastic is None else {"deterministic": not stochastic}),
+        **({"deterministic": not stochastic} if stochastic or deterministic else {}),
         **({"checkpoint": checkpoint} if checkpoint is not None else {}),
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
         **({"wrappers": parse_wrappers(wrapper), "frame_stack": frame_stack}
@@ -405,7 +408,7 @@ def render(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
-    from rolltape.evaluation import check_render_options
+    from rolltape.config import check_render_options
     from rolltape.outputs.artifacts import artifact_paths, check_output_name
     from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
 
@@ -450,7 +453,7 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
-    from rolltape.evaluation import check_render_options
+    from rolltape.config import check_render_options
     from rolltape.pass2.replay import RenderRequest
 
     check_render_options(rtol=rtol, atol=atol)
@@ -722,6 +725,10 @@ def view(
 # `serve` and `parity` live with the env server (rolltape.server_commands).
 _server_commands.register(app, parse_kwargs,
                           lambda line: out.print(line, highlight=False, markup=False))
+# `export` lives with the dataset writers (rolltape.datasets.command).
+_dataset_commands.register(app, lambda line: out.print(line, highlight=False, markup=False),
+                           lambda line: err.print(f"rolltape: {line}", highlight=False,
+                                                  markup=False, soft_wrap=True))
 
 
 def main(argv: list[str] | None = None) -> int:

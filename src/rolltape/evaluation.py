@@ -4,8 +4,12 @@
 The orchestrator imports neither torch nor GL: the policy runs in a spawned pass-1 worker,
 videos come from spawned render workers, and only files and small messages travel.
 
-May import: pass 1's job types, the render side's request types, executors, outputs. Never:
-torch, GL (the policy and MuJoCo live in workers).
+Its parts: :mod:`rolltape.config` (the choices, checked before any work, and the envs a
+run evaluates), this module (pass 1 dealt to the executor, the run's record, reports), and
+:mod:`rolltape.videos` (pass 2 of the run).
+
+May import: config, videos, pass 1's job types, the render side's request types,
+executors, outputs. Never: torch, GL (the policy and MuJoCo live in workers).
 
 Example (not run: it evaluates a checkpoint):
     >>> run = evaluate("HalfCheetah-v5", "sb3:ppo.zip", vecnormalize="vecnormalize.pkl",
@@ -16,34 +20,32 @@ Example (not run: it evaluates a checkpoint):
 from __future__ import annotations
 
 import json
-import math
-import os
-import threading
 import time
-from contextlib import closing, contextmanager
-from dataclasses import asdict, dataclass, field, fields, replace
-from functools import cached_property
+from contextlib import closing
+from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable
 
-from rolltape import executors, stats
-from rolltape.address import is_served
-from rolltape.envs import env_spec, json_safe
-from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
-from rolltape.executors.base import Executor, ShareWork
+from rolltape import stats
+from rolltape.config import (  # noqa: F401  (select_episodes: rolltape.evaluation's before)
+    EvalConfig,
+    Target,
+    check_drawing,
+    select_episodes,
+    targets_of,
+)
+from rolltape.envs import json_safe
+from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError
+from rolltape.executors.base import ShareWork
 from rolltape.executors.launch import (
-    check_worker_count,
     signals_deferred,
     sigterm_raises,
-    stop_workers,
 )
-from rolltape.executors.local import Prestart
 from rolltape.interpreter import NO_GL
-from rolltape.limits import check_folder_name, check_fps, check_run_counts
+from rolltape.limits import check_folder_name
 from rolltape.outputs.artifacts import (
     RunDir,
     append_jsonl,
-    artifact_paths,
     check_writable_folder,
     git_commit,
     provenance,
@@ -52,13 +54,11 @@ from rolltape.outputs.artifacts import (
     write_text,
 )
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
-from rolltape.pass1.rollout import EPISODE_TIMEOUT, UNITS, Episodes, PolicyJob, playing, split_jobs
+from rolltape.pass1.rollout import UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
-from rolltape.pass1.wrappers import check_wrapper_use, wrapper_entries
 from rolltape.pass1.wrappers import describe as describe_wrappers
+from rolltape.pass1.wrappers import wrapper_entries
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
-from rolltape.pass2.cameras import check_layout
-from rolltape.pass2.replay import MODES, QUALITY, RenderOptions, RenderRequest
 from rolltape.progress import Progress
 from rolltape.record import (
     SCHEMA_VERSION,
@@ -69,263 +69,12 @@ from rolltape.record import (
     Run,
     Summary,
     Video,
-    check_success_rule,
     episodes_of,
 )
-from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render
 from rolltape.tape import Tape
-
-if TYPE_CHECKING:
-    from rolltape.suites.manifest import Manifest, Task
-
-ON_DIVERGENCE = ("warn", "fail")
-
+from rolltape.videos import EarlyRender, pass2_videos, warm_render_workers
 
 RunResult = Run  # what evaluate() returns: the run's typed record (rolltape.record)
-
-
-def video_picks(selection: int | str | Sequence[int]) -> list[tuple[str, int]]:
-    """Parse ``--video`` without the episodes: ("count", N), ("all", 0), ("index", i), or
-    ("best" | "worst" | "median", how many). Refuses what it does not understand."""
-    hint = ("use a count, 'all', 'best', 'worst', 'median' (best:3 for several) or "
-            "episode indices like '0,3'.")
-    if isinstance(selection, int):
-        if selection < 0:
-            raise UsageError(f"--video must be a count of 0 or more, got {selection}.")
-        return [("count", selection)]
-    if not isinstance(selection, str):
-        return [("index", int(i)) for i in selection]
-    text = selection.strip().lower()
-    if text.isdigit():
-        return [("count", int(text))]
-    picks = []
-    for word in filter(None, (w.strip() for w in text.split(","))):
-        name, colon, many = word.partition(":")
-        if name in ("best", "worst", "median") and (not colon or many.isdigit()):
-            if colon and int(many) < 1:
-                raise UsageError(f"--video '{word}' picks no episode; {hint}")
-            picks.append((name, int(many) if colon else 1))
-        elif word == "all":
-            picks.append(("all", 0))
-        elif word.lstrip("-").isdigit():
-            picks.append(("index", int(word)))
-        else:
-            raise UsageError(f"--video '{selection}' is not understood; {hint}")
-    return picks
-
-
-def check_video(selection: int | str | Sequence[int], episodes: int) -> None:
-    """Refuse, before any work, a ``--video`` index outside the run's episodes."""
-    for kind, i in video_picks(selection):
-        if kind == "index" and not 0 <= i < episodes:
-            raise UsageError(f"--video asks for episode {i} but the run has episodes "
-                             f"0..{episodes - 1}.")
-
-
-def select_episodes(selection: int | str | Sequence[int],
-                    returns: Sequence[float | None]) -> list[int]:
-    """Which episodes get a video: a count (the first N), 'all', 'best', 'worst', 'median'
-    (``best:3``: the three best), or explicit indices like '0,7,12'; several words may be
-    joined with commas; ``returns`` are the episodes' (None: not a finite number). Among equal
-    returns the lowest index comes first."""
-    n = len(returns)
-    check_video(selection, n)
-    # Highest return first, lowest index first among equals (and the same for worst); an
-    # episode whose return is not a finite number (None) is neither best nor worst.
-    ranked = [i for i in range(n) if returns[i] is not None]
-    best = sorted(ranked, key=lambda i: (-returns[i], i))  # type: ignore[operator]
-    worst = sorted(ranked, key=lambda i: (returns[i], i))
-    n_ranked = len(ranked)
-    picked: list[int] = []
-    for kind, k in video_picks(selection):
-        if kind == "count":
-            picked.extend(range(min(k, n)))
-        elif kind == "all":
-            picked.extend(range(n))
-        elif kind == "index":
-            picked.append(k)
-        elif kind == "best":
-            picked.extend(best[:k])
-        elif kind == "worst":
-            picked.extend(worst[:k])
-        else:  # the k episodes around the median return
-            first = max(0, min((n_ranked - 1) // 2 - (k - 1) // 2, n_ranked - k))
-            picked.extend(worst[first:first + k])
-    return sorted(set(picked))
-
-
-def check_render_options(*, width: int | None = None, height: int | None = None,
-                         fps: float | None = None, rtol: float = 0.0, atol: float = 0.0,
-                         render_timeout: float | None = None, formats: str | None = None
-                         ) -> None:
-    """Refuse render options out of range (shared by eval and render), before any work."""
-    for flag, size in (("--width", width), ("--height", height)):
-        if size is not None and size < 1:
-            raise UsageError(f"{flag} must be at least 1 pixel, got {size}.")
-    # `not x > 0` is also true for NaN, which every comparison rejects.
-    for flag, seconds in (("--fps", fps), ("--render-timeout", render_timeout)):
-        if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
-            raise UsageError(f"{flag} must be a number above 0, got {seconds}.")
-    check_fps(fps)
-    for flag, tol in (("--rtol", rtol), ("--atol", atol)):
-        if not (tol >= 0 and math.isfinite(tol)):
-            raise UsageError(f"{flag} must be a finite number of 0 or more, got {tol}.")
-    artifact_paths("x", formats)  # refuses an unknown or empty --format
-
-
-def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
-    """Before pass 1: a video's --width/--height and --camera must fit the env (an unknown
-    camera or body, or a size the env ignores, would otherwise surface only after every
-    episode was played). Checked in a spawned process, which imports MuJoCo for us."""
-    cameras = [c for c in cfg.cameras if c != "default"]
-    if not cfg.wants_video or (not cameras and cfg.width is None and cfg.height is None):
-        return
-    from rolltape.interpreter import ChildFailed, run_once
-    from rolltape.pass2.cameras import drawing_problem
-
-    try:
-        problem = run_once(drawing_problem, spec, cfg.width, cfg.height, cameras, env=NO_GL)
-    except ChildFailed:
-        problem = None  # it died: pass 1 builds the same env and reports why
-    if problem:
-        raise UsageError(problem)
-
-
-@dataclass(frozen=True)
-class EvalConfig(RenderOptions):
-    """Every choice of one evaluation; stored in metadata.json as the run's config. How
-    videos are drawn and checked is the :class:`RenderOptions` every render request has."""
-
-    env: str | None  # None: a suite run (``suite``)
-    policy: str = "random"
-    episodes: int = 10
-    seed: int = 0
-    baseline: str | None = None
-    success: str = "at_end"  # the headline success: "at_end" (LeRobot's rule) or "once"
-    vecnormalize: str | None = None
-    algo: str | None = None
-    deterministic: bool = True
-    wrappers: tuple[Any, ...] = ()  # policy-side: presets, MODULE:CLASS or {target, kwargs}
-    frame_stack: int = 0  # policy-side, as SB3's VecFrameStack (0 or 1: none)
-    zoo: dict[str, Any] | None = None  # --policy zoo:FOLDER: the folder and the files read
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_episode_steps: int | None = None
-    workers: int = 1
-    batched_inference: bool = False  # one policy process, `workers` env processes (opt-in)
-    executor: str = "local"  # a name of rolltape.executors (local, ray, or one registered)
-    executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
-    video: Any = 0
-    video_format: str = "mp4"
-    backends: tuple[str, ...] = DEFAULT_ORDER
-    render_workers: int = 0  # 0: one per CPU core (a long video is split across them)
-    render_early: bool = False  # start pass 2 beside pass 1 (sooner overall; pass 1 may slow)
-    on_divergence: str = "warn"
-    render_timeout: float = 120.0
-    episode_timeout: float = EPISODE_TIMEOUT  # a pass-1 worker that finishes no episode for
-                                              # this long is stopped (a hung env or policy)
-    report: bool = True  # report.html and report.ipynb
-    viewer: bool = False  # the 3-D replay page (copies ~13 MB of WebAssembly into the run)
-    suite: str | None = None  # a built-in suite's name or a manifest.yaml (rolltape.suites)
-    tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
-    served: str | None = None  # with ``suite``: tcp://HOST:PORT of `rolltape serve --suite`
-
-    def check(self) -> list[str]:
-        """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
-        notes = []
-        if self.suite is not None and self.env is not None:
-            raise UsageError(f"Give either an env ('{self.env}') or --suite ('{self.suite}'), "
-                             "not both: a suite names its envs.")
-        if self.suite is None and self.env is None:
-            raise UsageError("Give an env to evaluate (e.g. HalfCheetah-v5) or --suite NAME "
-                             "(see `rolltape suites`).")
-        if self.tasks is not None and self.suite is None:
-            raise UsageError("--tasks picks tasks of a suite; give --suite too.")
-        if self.served is not None and self.suite is None:
-            raise UsageError("--served steps a suite's tasks on `rolltape serve --suite`; give "
-                             "--suite too, or one served env as tcp://HOST:PORT/ENV_ID.")
-        if self.suite is not None and self.batched_inference:
-            raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
-        if self.batched_inference and is_served(self.env or ""):
-            raise UsageError("--batched-inference steps local env processes; drop it to step a "
-                             "served env (--workers W opens W sessions).")
-        if self.suite is not None and self.env_kwargs:
-            raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
-                             "in its manifest.")
-        if self.episodes < 1:
-            raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
-        local = self.runner.runs_workers  # built here: an unknown name or option is refused
-        check_worker_count("--workers", self.workers, local=local)
-        check_worker_count("--render-workers", self.render_workers, 0, local)  # 0: per core
-        if self.baseline not in (None, "random"):
-            raise UsageError(f"--baseline '{self.baseline}' is not supported; use 'random' "
-                             "or leave it off.")
-        check_choice("--on-divergence", self.on_divergence, ON_DIVERGENCE)
-        check_success_rule(self.success)
-        check_choice("--mode", self.mode, MODES)
-        check_choice("--quality", self.quality, tuple(QUALITY))
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise UsageError(f"--max-episode-steps must be at least 1, got "
-                             f"{self.max_episode_steps}.")
-        if self.seed < 0:
-            raise UsageError(f"--seed must be 0 or more (Gymnasium seeds are unsigned), got "
-                             f"{self.seed}.")
-        check_run_counts(episodes=self.episodes, seed=self.seed,
-                         max_episode_steps=self.max_episode_steps)
-        check_render_options(width=self.width, height=self.height, rtol=self.rtol,
-                             atol=self.atol, render_timeout=self.render_timeout,
-                             formats=self.video_format)
-        if self.suite is None:  # a suite's tasks may set their own counts: checked per task
-            check_video(self.video, self.episodes)
-        if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
-            raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
-                             f"{self.episode_timeout}.")
-        check_layout(self.layout, self.cameras)
-        parse_backends(self.backends)
-        check_wrapper_use(self.wrappers, self.frame_stack, batched=self.batched_inference,
-                          served=bool(self.served) or is_served(self.env or ""))
-        from rolltape.policies import sb3_checkpoint
-
-        checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
-        if self.policy.startswith("sb3:") and not sb3_checkpoint(checkpoint).is_file():
-            raise UsageError(f"--policy: checkpoint '{checkpoint}' does not exist; check the "
-                             "path.")
-        for path, what in ((checkpoint, "Checkpoint"),
-                           (self.vecnormalize, "VecNormalize statistics")):
-            if path and str(path).endswith((".zip", ".pkl")) and not Path(path).is_file():
-                raise UsageError(f"{what} '{path}' does not exist; check the path.")
-        if self.batched_inference:
-            if not self.runner.runs_workers:
-                raise UsageError(f"--batched-inference runs its env processes on this machine "
-                                 f"(the local executor); drop --executor {self.executor} or "
-                                 "--batched-inference.")
-            notes.append(f"--batched-inference: the policy acts on {self.workers} observations "
-                         "in one forward pass, which can round differently from one at a time; "
-                         "tapes may differ in the last bits of their actions from a run "
-                         "without it (they still replay exactly).")
-        if self.render_early and self.wants_video and not self.renders_early:
-            notes.append("--render-early needs one env (not a suite), the local executor and "
-                         "videos picked by count or index (best/worst/median wait for every "
-                         "return); pass 2 started after pass 1.")
-        if self.workers > self.episodes and self.suite is None:
-            notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
-                         f"using {self.episodes}.")
-        return notes
-
-    @cached_property
-    def runner(self) -> Executor:
-        """The executor, picked once from its name and options (not part of the config)."""
-        return executors.get(self.executor, **self.executor_options)
-
-    @property
-    def wants_video(self) -> bool:
-        return self.video not in (0, "0", "", "none", None, [], ())
-
-    @property
-    def renders_early(self) -> bool:
-        """Pass 2 starts beside pass 1: asked for, and possible (local executor, videos
-        picked without needing the returns)."""
-        return (self.render_early and self.wants_video and self.runner.warms_workers
-                and not _needs_returns(self.video) and self.suite is None)
 
 
 def evaluate(env: str | None = None, policy: str = "random", *,
@@ -366,7 +115,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     notes = config.check()
     check_folder_name("--out", out)
     check_writable_folder(out)
-    targets = _targets(config)
+    targets = targets_of(config)
     total = sum(t.episodes for t in targets)
     if config.workers > total:
         config = replace(config, workers=total)
@@ -422,44 +171,6 @@ def _os_error_text(exc: OSError) -> str:
     return f"{exc.strerror or type(exc).__name__}{where}"
 
 
-@dataclass(frozen=True)
-class Target:
-    """One env of a run: a single-env run has one, a suite run one per task."""
-
-    spec: dict[str, Any]
-    episodes: int
-    task: Task | None = None  # a suite's task
-    manifest: Manifest | None = None  # the suite run's resolved manifest (on every target)
-
-    @property
-    def where(self) -> tuple[str | None, str | None]:
-        return (self.task.suite, self.task.name) if self.task is not None else (None, None)
-
-
-def _targets(cfg: EvalConfig) -> list[Target]:
-    """The envs ``cfg`` evaluates: its env, or every task of its suite (checked here:
-    each task's benchmark package installed, each env id known)."""
-    if cfg.suite is None:
-        assert cfg.env is not None  # EvalConfig.check refuses neither
-        return [Target(env_spec(cfg.env, cfg.env_kwargs, cfg.max_episode_steps), cfg.episodes)]
-    from rolltape.suites.builtin import check_installed, resolve_suite
-    from rolltape.suites.manifest import select_tasks, with_defaults
-
-    manifest = with_defaults(select_tasks(resolve_suite(cfg.suite), cfg.tasks), cfg.episodes,
-                             cfg.max_episode_steps, cfg.success)
-    for task in manifest.tasks:
-        check_installed(task)
-        check_video(cfg.video, task.episodes)
-    targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
-               for t in manifest.tasks]
-    if cfg.served is not None:  # each task steps on the server's env of its name
-        from rolltape.address import served_task_spec
-
-        targets = [replace(t, spec=served_task_spec(t.spec, cfg.served, t.task.key))
-                   for t in targets if t.task is not None]
-    return targets
-
-
 def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str],
          show_progress: bool, command: list[str] | None) -> Run:
     root = run.path
@@ -478,9 +189,9 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
                          else {}),
                       **_input_digests(cfg)})
     timings: dict[str, float] = {}
-    with Progress(show_progress) as bar, _warm_render_workers(cfg, targets) as warm:
+    with Progress(show_progress) as bar, warm_render_workers(cfg, targets) as warm:
         started = time.perf_counter()
-        early = _EarlyRender.for_config(root, cfg, warnings, bar, started)
+        early = EarlyRender.for_config(root, cfg, warnings, bar, started)
         try:  # warm workers start with the first episode done: the run then goes ahead
             played, descriptions, failed = _pass1(root, targets, cfg, warnings, bar,
                                                   on_row=early.offer if early else warm.start)
@@ -499,7 +210,7 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
             started = time.perf_counter()
             policy = list(results.episodes)  # positions differ from indices if some failed
             picked = [k for t in targets for k in _picked(cfg, policy, t)]
-            videos = _pass2(root, dict(enumerate(policy)), picked, cfg, warnings, bar,
+            videos = pass2_videos(root, dict(enumerate(policy)), picked, cfg, warnings, bar,
                             tasks={t.where: t for t in targets}, warm=warm)
             timings["pass2_s"] = time.perf_counter() - started
     if results.suite is not None:  # LeRobot's eval_s: the whole evaluation, videos included
@@ -657,170 +368,6 @@ def _input_digests(cfg: EvalConfig) -> dict[str, str | None]:
     files = {"policy_sha256": source, "vecnormalize_sha256": cfg.vecnormalize}
     return {key: sha256_of(path) if path and Path(path).is_file() else None
             for key, path in files.items()}
-
-
-class _EarlyRender:
-    """Pass 2 started while pass 1 is still running (``render_early``, opt-in).
-
-    When the episodes to render are known before their returns are (a count or indices,
-    not best/worst/median), each one's tape is final as soon as pass 1 saves it, so its
-    video can be drawn while the other episodes play. Pass 2 runs in a thread of this
-    process (its work is in render workers, at a lower CPU priority), so it mostly takes
-    the cores pass 1 leaves idle. No number depends on it: rendering still only replays
-    tapes. It is opt-in because sharing a machine still slows pass 1 a little (measured on
-    2 cores: the policy process needed 12% more CPU time beside a render), while the whole
-    run finished about 11% sooner.
-    """
-
-    def __init__(self, root: Path, cfg: EvalConfig, picked: list[int], warnings: list[str],
-                 bar: Progress, started: float) -> None:
-        self.root, self.cfg, self.picked = root, cfg, picked
-        self.warnings, self.bar, self.started = warnings, bar, started
-        self.rows: dict[int, Episode] = {}
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
-        self.videos: list[Video] = []
-        self.error: BaseException | None = None
-        self.began = self.ended = 0.0
-
-    @classmethod
-    def for_config(cls, root: Path, cfg: EvalConfig, warnings: list[str], bar: Progress,
-                   started: float) -> _EarlyRender | None:
-        if not cfg.renders_early:
-            return None
-        # Counts and indices only (renders_early): no returns needed, no row per episode built.
-        picked = {i for kind, k in video_picks(cfg.video)
-                  for i in (range(min(k, cfg.episodes)) if kind == "count" else
-                            range(cfg.episodes) if kind == "all" else [k])}
-        return cls(root, cfg, sorted(picked), warnings, bar, started)
-
-    def offer(self, row: dict[str, Any]) -> None:
-        """A finished pass-1 episode: start pass 2 once every chosen tape exists."""
-        if row["role"] != "policy" or row["index"] not in self.picked or self.thread:
-            return
-        self.rows[row["index"]] = Episode.from_json(row)
-        if len(self.rows) == len(self.picked):
-            self.thread = threading.Thread(target=self._render, name="rolltape-pass2",
-                                           daemon=True)
-            self.thread.start()
-
-    def _render(self) -> None:
-        self.began = time.perf_counter()
-        try:
-            self.videos = _pass2(self.root, self.rows, self.picked, self.cfg, self.warnings,
-                                 self.bar, self.stop)
-        except BaseException as exc:  # re-raised in the caller's thread by finish()
-            self.error = exc
-        self.ended = time.perf_counter()
-
-    def cancel(self) -> None:
-        """Pass 1 failed: stop the render workers and wait for the thread."""
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-
-    def finish(self, timings: dict[str, float]) -> list[Video]:
-        if self.thread is None:  # cannot happen after a complete pass 1; kept safe
-            self._render()
-        else:
-            self.thread.join()
-        if self.error is not None:
-            raise self.error
-        timings["pass2_s"] = self.ended - self.began
-        timings["pass2_started_after_s"] = self.began - self.started
-        return self.videos
-
-
-def _needs_returns(selection: Any) -> bool:
-    """True when picking the episodes to render needs their returns (best/worst/median)."""
-    return any(kind in ("best", "worst", "median") for kind, _ in video_picks(selection))
-
-
-@contextmanager
-def _warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Prestart]:
-    """Pass 2's local workers, started while pass 1 plays (at a low CPU priority, so that
-    pass 1 keeps its speed): a small job then does not wait for interpreters and imports
-    after its numbers are done. Whatever pass 2 did not use is stopped at the end."""
-    if not cfg.wants_video or not cfg.runner.warms_workers or cfg.renders_early:
-        yield Prestart()
-        return
-    workers = cfg.render_workers or os.cpu_count() or 1
-    if not _needs_returns(cfg.video):  # a count or indices: no more workers than videos
-        picked = video_picks(cfg.video)
-        if all(kind != "all" for kind, _ in picked):
-            counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
-            # Long episodes are split across workers, so one video can use them all.
-            workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
-    steps = [t.spec.get("max_episode_steps") for t in targets]
-    if all(steps):  # no more than the segments every episode could be cut into
-        episodes = sum(t.episodes for t in targets)
-        workers = min(workers, episodes * max(1, (max(steps) + 1) // MIN_SEGMENT))
-    warm = prestart_render_workers(cfg.runner, cfg.backends, workers,
-                                   [cfg.env if t.task is None else t.task.env for t in targets])
-    try:
-        yield warm
-    finally:
-        stop_workers(warm)
-
-
-def _pass2(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg: EvalConfig,
-           warnings: list[str], bar: Progress, cancel: threading.Event | None = None,
-           tasks: Mapping[tuple[Any, Any], Target] | None = None,
-           warm: Sequence[Any] = ()) -> list[Video]:
-    """Render and verify the chosen episodes; a rendering failure never loses the numbers.
-    With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
-    CPU priority, so that pass 1 keeps its speed. ``rows`` are keyed by what ``picked``
-    names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
-    (``tasks``: which the user's manifest named), verified to its ``reward_atol``."""
-    def folder(e: Episode) -> Path:
-        return root / "videos" / e.key.suite / e.key.task if e.key.suite else root / "videos"
-
-    def task_of(e: Episode) -> Task | None:
-        target = (tasks or {}).get(e.key.task_key)
-        return None if target is None else target.task
-
-    requests = [RenderRequest(
-        tape=str(root / rows[i].tape),
-        outputs=artifact_paths(folder(rows[i]) / f"policy-{rows[i].key.index:04d}",
-                               cfg.video_format),
-        overwrite=True,
-        **{**cfg.render_options(),
-           "atol": max(cfg.atol, getattr(task_of(rows[i]), "reward_atol", 0.0))},
-        # Named by the user (on the command line or in their manifest), so its module may
-        # be their own file.
-        env_id=cfg.env if task_of(rows[i]) is None else task_of(rows[i]).env,
-    ) for i in picked]
-    on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
-                                        [rows[i].length + 1 for i in picked])
-    try:
-        workers = cfg.render_workers or os.cpu_count() or 1
-        rendered = render(requests, backends=cfg.backends, workers=workers,
-                          timeout=cfg.render_timeout, executor=cfg.runner,
-                          on_progress=on_progress, on_result=on_result, cancel=cancel,
-                          background=cancel is not None, warm=warm)
-    except UsageError as exc:
-        rendered = [None] * len(requests)
-        warnings.append(str(exc))
-    videos = []
-    for i, result in zip(picked, rendered):
-        episode = rows[i]
-        if result is None:
-            videos.append(Video(episode.key, episode.tape, error="not rendered"))
-            continue
-        detail = result.to_dict()
-        for w in detail.pop("warnings"):
-            if f"MuJoCo: {w}" not in warnings:
-                warnings.append(f"MuJoCo: {w}")
-        if result.divergence is not None:
-            warnings.append(f"{episode.key.label.capitalize()} diverged on replay at "
-                            f"{result.divergence.describe()}.")
-        paths = tuple(str(Path(p).relative_to(root)) for p in detail.pop("outputs"))
-        for name in ("tape", "verified"):
-            detail.pop(name)
-        # a replay of NaN rewards has a NaN return: json_safe makes it null
-        videos.append(Video(episode.key, episode.tape, paths, result.verified,
-                            detail=json_safe(detail)))
-    return videos
 
 
 def _write_reports(run: Run, with_viewer: bool, warnings: list[str]) -> None:

@@ -14,7 +14,8 @@ chart). The benchmarks live in one module per family, all sharing
 (more workers, Ray), :mod:`~rolltape.bench.artifacts` (gif, report),
 :mod:`~rolltape.bench.suites` (benchmark suites), :mod:`~rolltape.bench.versus` (SB3, the
 seed-000 way), :mod:`~rolltape.bench.served`
-(``rolltape serve``) and :mod:`~rolltape.bench.training` (recording during training).
+(``rolltape serve``), :mod:`~rolltape.bench.training` (recording during training) and
+:mod:`~rolltape.bench.export` (datasets).
 
 Benchmarks, in the order they run and are reported (module in brackets):
 
@@ -64,6 +65,12 @@ Benchmarks, in the order they run and are reported (module in brackets):
   episode, next to Gymnasium's RecordVideo drawing them inline (informational).
 - ``record_tape_step_cost`` [training]: microseconds RecordTape adds to a step when it is
   not recording (target: <= 2 us).
+- ``export_obs`` [export]: ``rolltape export --to minari`` vs a bare gym.make + reset(seed)
+  + step(actions) loop collecting the same arrays in a fresh interpreter (target: >= 0.9).
+- ``export_camera`` [export]: ``rolltape export --to lerobot --camera default`` vs
+  ``rolltape.render`` of the same episodes (target: >= 0.9).
+- ``export_rss`` [export]: peak RSS of an export of few vs many episodes (target:
+  difference <= 50 MB).
 - ``atari_pass1`` [atari]: pass 1 of a PPO CnnPolicy on Breakout (``--wrapper atari
   --frame-stack 4``, sampled actions) vs rl-zoo3's ``enjoy.py --no-render`` loop on the same
   episodes (target: >= 1.5x; the episodes must be equal).
@@ -99,6 +106,7 @@ from typing import Any, Callable, Sequence
 from rolltape.bench.artifacts import bench_gif_vs_mp4, bench_report_build
 from rolltape.bench.atari import bench_atari_pass1, bench_atari_pass2
 from rolltape.bench.common import ENV_ID, FULL, POLICY_NOTE, QUICK, SEED, Config, Context
+from rolltape.bench.export import bench_export_camera, bench_export_obs, bench_export_rss
 from rolltape.bench.pass1 import bench_pass1_overhead, bench_pass1_video_requested
 from rolltape.bench.pass2 import bench_pass2_throughput, bench_render_quality, bench_render_rss
 from rolltape.bench.scale import (
@@ -151,6 +159,9 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "training_tapes": bench_training_tapes,
     "training_background_video": bench_training_background_video,
     "record_tape_step_cost": bench_record_tape_step_cost,
+    "export_obs": bench_export_obs,
+    "export_camera": bench_export_camera,
+    "export_rss": bench_export_rss,
     "atari_pass1": bench_atari_pass1,
     "atari_pass2": bench_atari_pass2,
 }

@@ -65,7 +65,7 @@ FORMAT = 1
 BROWSER_MUJOCO = "3.3.8"  # what mujoco-js 0.0.7 reports (mj_versionString)
 
 #: Gymnasium MuJoCo v5 models in mujoco-js 0.0.7 (MuJoCo 3.3.8), checked by
-#: tests/test_viewer.py (viewer/check_models.mjs): each loads, has the nq/ngeom of the Python
+#: tests/outputs/test_viewer.py (viewer/check_models.mjs): each loads, has the nq/ngeom of the Python
 #: MuJoCo 4.0 build, and mj_forward on the same qpos puts every geom within 1e-9 of where
 #: the Python build puts it. True: loads and agrees; False: does not load or disagrees.
 MODEL_SUPPORT: dict[str, bool] = {
@@ -92,7 +92,7 @@ def check_models(env_ids: Sequence[str] = GYMNASIUM_V5, *, steps: int = 20,
     compare it with the Python MuJoCo: same nq/nv/ngeom/nbody, and the same geom positions
     after ``mj_forward`` on the reset pose and on ``steps`` steps of random actions.
     Returns ``{env_id: {"ok", "error", "nq", "max_err", "version", ...}}``. A developer
-    tool (it imports MuJoCo in this process); tests/test_viewer.py keeps
+    tool (it imports MuJoCo in this process); tests/outputs/test_viewer.py keeps
     :data:`MODEL_SUPPORT` equal to its answer."""
     import gymnasium as gym
     import mujoco

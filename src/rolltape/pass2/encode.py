@@ -447,6 +447,23 @@ class _Mp4Writer(_VideoWriter):
     _codec = "libx264"
 
 
+class _Av1Mp4Writer(_VideoWriter):
+    fmt = "mp4"
+    _codec = "libsvtav1"
+
+
+#: LeRobot's own RGB video settings (its ``VideoEncoderConfig`` defaults, read in its v3
+#: source): SVT-AV1 in mp4, yuv420p, a keyframe every 2 frames, crf 30, preset 12.
+LEROBOT_AV1 = {"g": "2", "crf": "30", "preset": "12", "svtav1-params": "fast-decode=0"}
+
+
+def open_av1_writer(path: str | os.PathLike[str], fps: float, *, overwrite: bool = False,
+                    options: dict[str, str] | None = None) -> FrameWriter:
+    """An mp4 writer of AV1 (SVT-AV1) video, with LeRobot's settings unless ``options``
+    says otherwise: what a LeRobotDataset's camera videos hold."""
+    return _Av1Mp4Writer(path, fps, overwrite=overwrite, options=dict(options or LEROBOT_AV1))
+
+
 class _WebmWriter(_VideoWriter):
     fmt = "webm"
     _codec = "libvpx-vp9"

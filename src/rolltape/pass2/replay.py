@@ -340,21 +340,29 @@ class _Replayer:
             camera_hint=hint,
         )
 
-    def _resim(self, tape: Any, env: Any, req: RenderRequest, first: int, stop: int,
-               reset: Callable[[], Any], emit: Callable[[int], None]
+    def _resim(self, tape: Any, env: Any, req: RenderOptions, first: int, stop: int,
+               reset: Callable[[], Any], emit: Callable[[int], None],
+               observe: Callable[[int, Any, Any], None] | None = None,
+               digests_later: bool = False
                ) -> tuple[Divergence | None, list[float]]:
         """Step the recorded actions, comparing each step with pass 1; draw frames
         first..stop-1. Without a physics state to continue from (a window of a tape of
-        another env), the frames before ``first`` are simulated from the reset, not drawn."""
+        another env), the frames before ``first`` are simulated from the reset, not drawn.
+        ``observe(index, obs, info)`` sees the reset observation (index 0, info None) and
+        each step's (an export keeps them: :mod:`rolltape.pass2.export`); one that keeps
+        them may check their digests itself, all at once (``digests_later``:
+        :func:`first_wrong_digest`), which costs less than one by one."""
         from rolltape.envs import continue_from, obs_digest
 
         divergence: Divergence | None = None
         obs = reset()
         from_reset = first == 0 or tape.physics is None
         if from_reset:
-            if (tape.obs_digest is not None and obs is not None
+            if (tape.obs_digest is not None and obs is not None and not digests_later
                     and obs_digest(obs) != int(tape.obs_digest[0])):
                 divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
+            if observe is not None:
+                observe(0, obs, None)
             if first == 0:
                 emit(0)
             begin = 0
@@ -364,16 +372,19 @@ class _Replayer:
         rewards = []
         # Large observations (screens) are digested in batches: one digest is a loop over
         # the observation's words, which numpy runs across many rows as cheaply as one.
-        pending = _PendingDigests(tape, req.rtol == 0 and req.atol == 0)
+        pending = _PendingDigests(tape, req.rtol == 0 and req.atol == 0 and not digests_later)
         for t in range(begin, stop - 1):
-            obs, reward, term, trunc, _ = env.step(tape.actions[t])
+            obs, reward, term, trunc, info = env.step(tape.actions[t])
             rewards.append(float(reward))
+            if observe is not None:
+                observe(t + 1, obs, info)
             if divergence is None:
                 defer = pending.takes(obs)
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = _compare_step(tape, t, float(reward), bool(term),
                                            bool(trunc) if from_reset else bool(tape.truncated[t]),
-                                           obs, req.rtol, req.atol, digest_obs=not defer)
+                                           None if digests_later or defer else obs,
+                                           req.rtol, req.atol)
                 if defer and divergence is None:
                     pending.add(t, obs)
                 if divergence is not None or pending.full:
@@ -476,7 +487,7 @@ class _PendingDigests:
 
 
 def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs: Any,
-                  rtol: float, atol: float, digest_obs: bool = True) -> Divergence | None:
+                  rtol: float, atol: float) -> Divergence | None:
     from rolltape.envs import obs_digest
 
     expected = float(tape.rewards[t])
@@ -491,10 +502,33 @@ def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs
     if trunc != bool(tape.truncated[t]):
         return Divergence(t, "truncated", bool(tape.truncated[t]), trunc)
     # With a tolerance the observation may differ in its last bits; only rewards are judged.
-    if digest_obs and tape.obs_digest is not None and rtol == 0 and atol == 0:
+    # (obs None: the caller checks the digests itself, with first_wrong_digest.)
+    if tape.obs_digest is not None and rtol == 0 and atol == 0 and obs is not None:
         if obs_digest(obs) != int(tape.obs_digest[t + 1]):
             return Divergence(t, "observation", "pass-1 digest", "another digest")
     return None
+
+
+def first_wrong_digest(tape: Any, observations: list[Any], rtol: float = 0.0,
+                       atol: float = 0.0) -> Divergence | None:
+    """The first of a replay's observations (the reset's, then each step's) whose digest is
+    not pass 1's, as :func:`_compare_step` would report it, or None. Array observations
+    are digested all at once (:func:`rolltape.envs.obs_digests`, the same digest)."""
+    from rolltape.envs import obs_digest, obs_digests
+
+    if tape.obs_digest is None or rtol != 0 or atol != 0 or not observations:
+        return None
+    if isinstance(observations[0], (dict, tuple)):
+        got = np.array([obs_digest(o) for o in observations], dtype=np.uint64)
+    else:
+        got = obs_digests(np.stack([np.asarray(o) for o in observations]))
+    wrong = np.flatnonzero(got != tape.obs_digest[:len(got)])
+    if not wrong.size:
+        return None
+    t = int(wrong[0])
+    if t == 0:
+        return Divergence(0, "reset observation", "pass-1 digest", "another digest")
+    return Divergence(t - 1, "observation", "pass-1 digest", "another digest")
 
 
 def _check_same_env(tape: Any, env: Any, path: str) -> None:
@@ -562,7 +596,10 @@ def render_worker(backend: str | None, niceness: int, start_niceness: int, conn:
             job_id, req = msg
             current[0] = job_id
             try:
-                conn.send(("done", job_id, replayer.run(req)))
+                # A job that is not a render (an export's) plays itself on this replayer.
+                done = (replayer.run(req) if isinstance(req, RenderRequest)
+                        else req.perform(replayer))
+                conn.send(("done", job_id, done))
             except BackendFailure as exc:
                 conn.send(("backend_failed", job_id, str(exc)))
                 return

@@ -169,7 +169,7 @@ def test_an_executor_is_picked_once_by_name_with_its_own_options():
 
 def test_no_code_above_the_executors_compares_their_names():
     """Executors are told apart by capability flags, never by name, outside executors/."""
-    src = Path(__file__).resolve().parent.parent / "src" / "rolltape"
+    src = Path(__file__).resolve().parents[2] / "src" / "rolltape"
     found = [f"{p.relative_to(src)}:{n}" for p in src.rglob("*.py")
              if "executors" not in p.parts and "bench" not in p.parts
              for n, line in enumerate(p.read_text().splitlines(), 1)

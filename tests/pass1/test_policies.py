@@ -27,7 +27,7 @@ from rolltape.policies import (
     load_policy,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "tests" / "assets"
 ENV_ID = "HalfCheetah-v5"
 

@@ -19,7 +19,7 @@ from rolltape.outputs.artifacts import artifact_paths, check_output_name
 from rolltape.pass2 import formats
 from rolltape.pass2.encode import FORMATS, format_from_path
 
-ENVS = Path(__file__).parent / "assets" / "suite_envs.py"
+ENVS = Path(__file__).parents[1] / "assets" / "suite_envs.py"
 
 
 def write_rewards(path: str, tape: Any, record: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Several policies on the same seeds: a real sweep over three checkpoints that SB3's
 CheckpointCallback saved during a short training run, `rolltape compare` on real runs, and
 the refusals (other envs, seeds or counts, a run twice, a glob matching nothing, a missing
-VecNormalize file). Suite runs: tests/test_compare_suites.py."""
+VecNormalize file). Suite runs: tests/compare/test_compare_suites.py."""
 
 from __future__ import annotations
 

@@ -383,7 +383,7 @@ def test_token_idle_timeout_and_graceful_stop(tmp_path):
 def test_a_hung_env_call_is_cut_by_the_request_timeout():
     """A step that hangs is answered ERROR after --request-timeout, its session is closed,
     and the server goes on serving."""
-    assets = Path(__file__).resolve().parent / "assets"
+    assets = Path(__file__).resolve().parents[1] / "assets"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rolltape.cli", "serve", "toy_envs:FaultToy-v0", "--env-kwargs",
          "fault='hang'", "--bind", "127.0.0.1:0", "--request-timeout", "1"], cwd=assets,
@@ -516,7 +516,7 @@ def test_a_plain_install_names_the_extra():
         assert "rolltape[server]" in result.stderr and result.stderr.count("\n") == 1
 
 
-SUITE_ENVS = Path(__file__).parent / "assets" / "suite_envs.py"
+SUITE_ENVS = Path(__file__).parents[1] / "assets" / "suite_envs.py"
 
 
 def suite_manifest(path: Path, ctrl_cost_weight: float = 0.2) -> Path:

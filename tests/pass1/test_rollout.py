@@ -28,7 +28,7 @@ import pytest
 from rolltape import RenderRequest, Tape, UsageError, evaluate, render
 from rolltape.envs import obs_digest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "tests" / "assets"
 ENV_ID = "HalfCheetah-v5"
 STEPS = 40

@@ -19,7 +19,7 @@ import pytest
 from conftest import run_cli
 from rolltape import RenderRequest, Tape, UsageError, evaluate, render
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
 FIELDS = ("actions", "rewards", "terminated", "truncated", "obs_digest", "qpos", "qvel",
           "physics")

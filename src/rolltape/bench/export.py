@@ -1,0 +1,174 @@
+"""``rolltape export``: datasets from tapes against the loops a user would write instead
+(``export_obs``: a bare gym.make + reset(seed) + step(actions) loop collecting the same
+arrays; ``export_camera``: ``rolltape.render`` of the same episodes with the same camera),
+and the export's memory from a small to a large number of episodes (``export_rss``).
+
+May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+from rolltape.bench.common import ENV_ID, SEED, Context, _backends, _median, _result, run_child
+
+
+def _run(ctx: Context, episodes: int, steps: int) -> Path:
+    """A random-policy HalfCheetah run of ``episodes`` x ``steps``, made once per bench run."""
+    from rolltape.evaluation import evaluate
+
+    key = ("export-run", episodes, steps)
+    if key not in ctx.results:
+        out = ctx.dir(f"export-run{episodes}x{steps}")
+        evaluate(ENV_ID, "random", episodes=episodes, seed=SEED, max_episode_steps=steps,
+                 out=out, overwrite=True, report=False)
+        ctx.results[key] = {"path": str(out)}
+    return Path(ctx.results[key]["path"])
+
+
+def _sizes(ctx: Context) -> dict[str, int]:
+    if ctx.config.quick:
+        return {"episodes": 3, "steps": 50, "reps": 1, "cam_episodes": 2, "cam_steps": 20,
+                "rss_small": 10, "rss_large": 40, "rss_steps": 10}
+    return {"episodes": 20, "steps": 1000, "reps": 2, "cam_episodes": 4, "cam_steps": 200,
+            "rss_small": 100, "rss_large": 1000, "rss_steps": 20}
+
+
+def bench_export_obs(ctx: Context) -> dict[str, Any]:
+    """Export to Minari (observations only) vs a bare replay loop collecting the same arrays
+    in a fresh interpreter (A B B A ...)."""
+    from rolltape.datasets import export
+
+    size = _sizes(ctx)
+    run = _run(ctx, size["episodes"], size["steps"])
+    runs: dict[str, list[float]] = {"export": [], "bare": []}
+    for rep in range(size["reps"]):
+        for who in (("export", "bare") if rep % 2 == 0 else ("bare", "export")):
+            folder = ctx.dir(f"export-obs-{who}")
+            if who == "export":
+                started = time.perf_counter()
+                out = export(run, to="minari", dataset_id=f"bench-v{rep}", out=folder)
+                runs[who].append(time.perf_counter() - started)
+                assert out.episodes == size["episodes"] and not out.left_out
+            else:
+                _, wall = run_child(bare_replay_child, {"run": str(run),
+                                                       "out": str(folder / "bare.npz")}, folder)
+                runs[who].append(wall)
+    export_s, bare_s = _median(runs["export"]), _median(runs["bare"])
+    steps = size["episodes"] * size["steps"]
+    return _result(
+        title="export, observations only", ratio=bare_s / export_s, target=0.9, op=">=",
+        ratio_of="bare loop seconds / rolltape export --to minari seconds (speed ratio; wall "
+                 "time, process starts included on both sides)",
+        baseline=f"bare gym.make+reset+step loop {bare_s:.2f} s",
+        measured=f"rolltape export {export_s:.2f} s",
+        raw={"episodes": size["episodes"], "steps": steps, "export_s": runs["export"],
+             "bare_s": runs["bare"]},
+        notes=[f"{size['episodes']} episodes x {size['steps']} steps of {ENV_ID}; export "
+               "replays in one render worker (verifying every step against the tape's "
+               "digests) and writes a Minari dataset with minari itself; the bare loop "
+               "steps the same actions and np.savez's the observations, actions and rewards"])
+
+
+def bare_replay_child(run: str, out: str) -> dict[str, Any]:
+    """(In a fresh interpreter.) gym.make + reset(seed) + step(actions) for every episode of
+    ``run``, collecting observations, actions and rewards, saved to ``out``."""
+    import gymnasium as gym
+    import numpy as np
+
+    from rolltape.record import Run
+    from rolltape.tape import Tape
+
+    record = Run.load(run)
+    arrays: dict[str, Any] = {}
+    env = None
+    for episode in record.results.episodes:
+        tape = Tape.load(record.tape_path(episode))
+        if env is None:
+            env = gym.make(ENV_ID, max_episode_steps=tape.length)
+        obs, _ = env.reset(seed=tape.seed)
+        observations, rewards = [obs], []
+        for action in tape.actions:
+            obs, reward, *_ = env.step(action)
+            observations.append(obs)
+            rewards.append(reward)
+        k = episode.key.index
+        arrays.update({f"obs{k}": np.stack(observations), f"actions{k}": tape.actions,
+                       f"rewards{k}": np.asarray(rewards)})
+    np.savez(out, **arrays)
+    return {"episodes": len(record.results.episodes)}
+
+
+def bench_export_camera(ctx: Context) -> dict[str, Any]:
+    """Export to LeRobot with one camera vs rolltape.render of the same episodes."""
+    from rolltape.datasets import export
+    from rolltape.pass2.replay import RenderRequest
+    from rolltape.record import Run
+    from rolltape.rendering import render
+
+    cfg, size = ctx.config, _sizes(ctx)
+    run = Run.load(_run(ctx, size["cam_episodes"], size["cam_steps"]))
+    tapes = [str(run.tape_path(e)) for e in run.results.episodes]
+    runs: dict[str, list[float]] = {"export": [], "render": []}
+    for rep in range(size["reps"]):
+        for who in (("export", "render") if rep % 2 == 0 else ("render", "export")):
+            folder = ctx.dir(f"export-camera-{who}")
+            started = time.perf_counter()
+            if who == "export":
+                export(run, to="lerobot", out=folder / "ds", cameras=("default",),
+                       width=cfg.width, height=cfg.height, backends=_backends(ctx))
+            else:
+                results = render([RenderRequest(t, (str(folder / f"{k}.mp4"),),
+                                                width=cfg.width, height=cfg.height)
+                                  for k, t in enumerate(tapes)], backends=_backends(ctx),
+                                 split=False)
+                assert all(r is not None and r.verified for r in results)
+            runs[who].append(time.perf_counter() - started)
+    export_s, render_s = _median(runs["export"]), _median(runs["render"])
+    return _result(
+        title="export with a camera", ratio=render_s / export_s, target=0.9, op=">=",
+        ratio_of="rolltape render seconds / rolltape export --to lerobot --camera default "
+                 "seconds (speed ratio, one worker each)",
+        baseline=f"rolltape render {render_s:.2f} s", measured=f"rolltape export {export_s:.2f} s",
+        raw={"episodes": size["cam_episodes"], "steps": size["cam_steps"],
+             "size": [cfg.width, cfg.height], "export_s": runs["export"],
+             "render_s": runs["render"]},
+        notes=[f"{size['cam_episodes']} episodes x {size['cam_steps']} steps at "
+               f"{cfg.width}x{cfg.height}: render writes H.264 mp4 (libx264 veryfast), export "
+               "AV1 as LeRobot encodes (SVT-AV1 preset 12, crf 30, g 2) plus the parquet files"])
+
+
+def bench_export_rss(ctx: Context) -> dict[str, Any]:
+    """Peak RSS of an export (its orchestrator, and the largest of its workers) of a small
+    vs a large number of episodes: streaming keeps it flat."""
+    size = _sizes(ctx)
+    peaks: dict[str, dict[str, Any]] = {}
+    for name in ("rss_small", "rss_large"):
+        run = _run(ctx, size[name], size["rss_steps"])
+        folder = ctx.dir(f"export-{name}")
+        peak, wall = run_child(export_rss_child, {"run": str(run), "out": str(folder)}, folder)
+        peaks[name] = {**peak, "episodes": size[name], "seconds": wall}
+    small = max(peaks["rss_small"]["self_mb"], peaks["rss_small"]["children_mb"])
+    large = max(peaks["rss_large"]["self_mb"], peaks["rss_large"]["children_mb"])
+    return _result(
+        title="export memory", ratio=large / small, value=large - small, unit="MB",
+        target=50.0, op="<=",
+        ratio_of="peak RSS exporting the large run / the small run (judged: the difference)",
+        baseline=f"{size['rss_small']} episodes: {small:.0f} MB",
+        measured=f"{size['rss_large']} episodes: {large:.0f} MB", raw=peaks,
+        notes=[f"episodes of {size['rss_steps']} steps, --to minari; peak RSS is the larger "
+               "of the exporting process (ru_maxrss) and its largest child (render worker, "
+               "probe, Minari writer)"])
+
+
+def export_rss_child(run: str, out: str) -> dict[str, Any]:
+    """(In a fresh interpreter.) Export ``run`` to Minari; report peak RSS in MB."""
+    from rolltape.datasets import export
+
+    export(run, to="minari", dataset_id="rss-v0", out=out)
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"self_mb": own, "children_mb": children}

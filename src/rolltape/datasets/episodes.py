@@ -1,0 +1,296 @@
+"""Which episodes of a run become a dataset, and their replays in render workers.
+
+Episodes are chosen from the run's typed record (:class:`rolltape.record.Run`): a role,
+then ``--only success`` (by the run's headline success rule for the episode's task),
+``--min-return`` and ``--episodes`` (indices of that role's episodes). Each chosen tape is
+replayed by an :class:`~rolltape.pass2.export.ExportJob` in K render workers (the local
+executor's render pool, with the GL backend fallback of every render); what a replay regenerates lands in the export's staging folder, one ``.npz`` (and
+one mp4 per camera) per episode, and a line of ``replays.jsonl`` says how it went.
+
+Resuming: the staging folder outlives an interrupted export. Rerun with the same choices
+and the episodes already replayed (verified or not) are not replayed again.
+
+May import: record, files, errors, executors, the render side's job types, outputs'
+artifact helpers. Never: policies, pass 1, torch, gymnasium or mujoco (a probe process
+builds envs: :func:`probe`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from rolltape.errors import UsageError
+from rolltape.files import sha256_of, write_json
+from rolltape.record import Episode, Run
+
+ROLES = ("policy", "baseline")
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """One episode picked for the dataset: its place in the dataset (``index``), the
+    run's record of it and its tape's path."""
+
+    index: int
+    episode: Episode
+    tape: Path
+
+    @property
+    def stem(self) -> str:
+        return f"{self.index:06d}"
+
+
+def parse_indices(text: str | Sequence[int] | None) -> list[int] | None:
+    """'0,3,7' (or a list) as indices; None for all.
+
+    >>> parse_indices("0, 3,7")
+    [0, 3, 7]
+    """
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        return [int(i) for i in text]
+    try:
+        out = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--episodes takes indices separated by commas, like 0,3,7; got "
+                         f"{text[:60]!r}.") from None
+    if not out or any(i < 0 for i in out):
+        raise UsageError(f"--episodes takes indices of 0 or more, like 0,3,7; got {text[:60]!r}.")
+    return out
+
+
+def choose(run: Run, *, role: str = "policy", only: str | None = None,
+           min_return: float | None = None, indices: Sequence[int] | None = None
+           ) -> list[Chosen]:
+    """The episodes of ``run`` that the dataset holds, in the run's order, each with a tape
+    on disk. A choice that leaves none, or names what the run does not have, is a
+    UsageError."""
+    if role not in ROLES:
+        raise UsageError(f"--role must be 'policy' or 'baseline', got {role!r}.")
+    if only not in (None, "success"):
+        raise UsageError(f"--only takes 'success' (episodes that succeeded), got {only!r}.")
+    results = run.results
+    pool = list(results.of_role(role))
+    if not pool:
+        raise UsageError(f"Run '{run.path}' has no {role} episodes; "
+                         f"{'evaluate with --baseline random' if role == 'baseline' else 'use --role policy'}.")
+    with_tape = [e for e in pool if e.tape and run.tape_path(e).is_file()]
+    if not with_tape:
+        raise UsageError(f"Run '{run.path}' has no tapes of its {role} episodes (its tapes/ "
+                         "folder is empty or gone), so there is nothing to replay; evaluate "
+                         "again to record them.")
+    picked = with_tape
+    if indices is not None:
+        by_index = {e.key.index: e for e in with_tape}
+        missing = [i for i in indices if i not in by_index]
+        if missing:
+            raise UsageError(f"--episodes {','.join(map(str, missing))}: run '{run.path}' has no "
+                             f"{role} episode with a tape at that index (it has "
+                             f"{len(by_index)}, indices {min(by_index)}..{max(by_index)}).")
+        wanted = set(indices)
+        picked = [e for e in picked if e.key.index in wanted]
+    if only == "success":
+        picked = [e for e in picked if e.success(results.rule_of(e.key.task_key))]
+    if min_return is not None:
+        picked = [e for e in picked if e.ret is not None and e.ret >= min_return]
+    if not picked:
+        raise UsageError(f"No {role} episode of run '{run.path}' passes the selection "
+                         f"({describe_selection(only, min_return, indices)}); loosen it.")
+    return [Chosen(k, e, run.tape_path(e)) for k, e in enumerate(picked)]
+
+
+def describe_selection(only: str | None, min_return: float | None,
+                       indices: Sequence[int] | None) -> str:
+    parts = []
+    if only:
+        parts.append(f"--only {only}")
+    if min_return is not None:
+        parts.append(f"--min-return {min_return:g}")
+    if indices is not None:
+        parts.append(f"--episodes {','.join(map(str, indices))}")
+    return ", ".join(parts) or "every episode"
+
+
+def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any]
+          ) -> list[tuple[Any, ...]]:
+    """Per env spec: (observation space, action space, Gymnasium EnvSpec, frame rate),
+    built by the first of the ``started`` render workers (importing MuJoCo here would fix
+    its GL backend), or by a process of its own when it cannot start; a camera the env
+    lacks is a UsageError."""
+    from rolltape.interpreter import NO_GL, ChildFailed, run_once, stop_worker
+    from rolltape.pass2.export import ProbeJob, probe_envs
+
+    named = tuple(c for c in cameras if c != "default")
+    if started:
+        worker = started[0]
+        try:
+            worker.conn.send((-1, ProbeJob(tuple(specs), named)))
+            while True:
+                kind, _, payload = worker.conn.recv()
+                if kind == "done":
+                    return payload  # type: ignore[no-any-return]
+                if kind == "usage_error":
+                    raise UsageError(payload)
+                if kind != "progress":
+                    break  # its backend cannot start, or it failed: probe on its own
+        except (EOFError, OSError):
+            pass
+        stop_worker(started.pop(0))
+    try:
+        return run_once(probe_envs, list(specs), named, env=NO_GL,  # type: ignore[no-any-return]
+                        timeout=600, cwd_on_path=False)
+    except ChildFailed as exc:
+        if exc.exception == "UsageError":
+            raise UsageError(str(exc)) from None
+        raise UsageError(f"The process that builds the env to export failed ({exc}); run "
+                         "`rolltape verify` on one of the tapes to see why.") from None
+
+
+def tape_env(chosen: Chosen) -> dict[str, Any]:
+    from rolltape.tape import Tape
+
+    return dict(Tape.load(chosen.tape).env)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """How one chosen episode's replay went (a line of ``replays.jsonl``)."""
+
+    chosen: Chosen
+    verified: bool
+    divergence: str | None
+    tape_sha256: str
+
+    def row(self) -> dict[str, Any]:
+        return {**self.chosen.episode.key.to_json(), "dataset_index": self.chosen.index,
+                "tape": self.chosen.episode.tape, "tape_sha256": self.tape_sha256,
+                "verified": self.verified, "divergence": self.divergence}
+
+
+def prepare_staging(staging: Path, config: dict[str, Any]) -> int:
+    """Make (or keep, to resume) the staging folder of an export with ``config``: one left
+    by an interrupted export of the same choices is kept, any other is emptied. Returns
+    how many episodes the kept one had replayed."""
+    marker = staging / "config.json"
+    if staging.is_dir():
+        try:
+            same = json.loads(marker.read_text()) == json.loads(json.dumps(config))
+        except (OSError, ValueError):
+            same = False
+        if same:
+            log = staging / "replays.jsonl"
+            return len(log.read_text().splitlines()) if log.is_file() else 0
+        shutil.rmtree(staging)
+    (staging / "episodes").mkdir(parents=True)
+    write_json(marker, config)
+    return 0
+
+
+def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str],
+               width: int | None, height: int | None, fps: float,
+               success_keys: Callable[[Chosen], str | None], workers: int,
+               backends: str | Sequence[str], last_frame: bool = True,
+               timeout: float = 600.0, started: Sequence[Any] = (),
+               on_done: Callable[[Replayed], None] | None = None) -> list[Replayed]:
+    """Replay each chosen episode (those ``replays.jsonl`` already holds are kept) in
+    ``workers`` render workers; return how each went, in the dataset's order."""
+    from rolltape import executors
+    from rolltape.interpreter import stop_workers
+    from rolltape.outputs.artifacts import append_jsonl, read_jsonl
+    from rolltape.pass2.backends import parse_backends
+    from rolltape.pass2.cameras import separate_path
+    from rolltape.pass2.export import ExportJob
+
+    log = staging / "replays.jsonl"
+    done: dict[int, Replayed] = {}
+    by_index = {c.index: c for c in chosen}
+    for row in read_jsonl(log) if log.is_file() else []:
+        c = by_index.get(row.get("dataset_index"))  # type: ignore[arg-type]
+        if c is not None and (not row.get("verified") or episode_file(staging, c).is_file()):
+            done[c.index] = Replayed(c, bool(row.get("verified")), row.get("divergence"),
+                                     str(row.get("tape_sha256")))
+    todo = [c for c in chosen if c.index not in done]
+    jobs = [ExportJob(tape=str(c.tape), out=str(episode_file(staging, c)),
+                      videos=tuple(separate_path(str(staging / "episodes" / f"{c.stem}.mp4"),
+                                                 cam) for cam in cameras),
+                      cameras=tuple(cameras), width=width, height=height, fps=fps,
+                      success_key=success_keys(c), last_frame=last_frame) for c in todo]
+
+    def finished(i: int, result: Any) -> None:
+        replayed = Replayed(todo[i], result.verified, result.divergence,
+                            sha256_of(todo[i].tape))
+        if result.torch_loaded or result.forbidden_loaded:  # the render side's promise
+            raise RuntimeError(f"A render worker imported {result.forbidden_loaded}; please "
+                               "report this.")
+        append_jsonl(log, replayed.row())
+        done[todo[i].index] = replayed
+        if on_done is not None:
+            on_done(replayed)
+
+    if not jobs:
+        stop_workers(started)
+    else:
+        # Observations only: no job draws, so workers run with no GL backend (order ()).
+        order = parse_backends(backends) if cameras else ()
+        pool = executors.get("local").render_pool(
+            export_work(bool(cameras), len(jobs)), jobs, order,
+            max(1, min(workers, len(jobs))), timeout, on_progress=lambda i, n: None,
+            on_done=finished, warm=started)
+        pool.run()
+        problems = [text if kind == "usage_error" else
+                    f"Replaying '{jobs[j].tape}' failed: {text.splitlines()[0]}"
+                    for j, kind, text in pool.errors]
+        if not problems and len(done) < len(chosen) and pool.fallback.problem():
+            problems.append(pool.fallback.problem())
+        if problems:
+            raise UsageError(" ".join(dict.fromkeys(problems)))
+    return [done[c.index] for c in chosen]
+
+
+def export_work(draw: bool, jobs: int = 0) -> Any:
+    """Export jobs as the local executor runs them: the render worker (which plays an
+    :class:`~rolltape.pass2.export.ExportJob` itself), with no GL backend unless they draw,
+    importing nothing from the current folder (a tape is data)."""
+    from rolltape.executors import RenderWork
+    from rolltape.pass2.replay import render_worker
+
+    return RenderWork(worker=render_worker, args=(0, 0), task=_not_remote, ship=lambda job: None,
+                      environment=_export_environment, needs_backend=[draw] * jobs,
+                      cwd_on_path=False)
+
+
+def _not_remote(*_: Any) -> tuple[str, Any, Any]:
+    return ("usage_error", "rolltape export runs on the local executor.", None)
+
+
+def start_workers(count: int, backends: str | Sequence[str], draw: bool) -> list[Any]:
+    """Render workers for :func:`replay_all`, started now (their interpreters and imports
+    overlap reading the run): on the first GL backend when drawing, else on none."""
+    from rolltape import executors
+    from rolltape.pass2.backends import parse_backends
+
+    backend = parse_backends(backends)[0] if draw else None
+    return executors.get("local").warm_render_workers(
+        export_work(draw), backend, count)  # type: ignore[arg-type]
+
+
+def _export_environment(backend: str | None, workers: int) -> dict[str, str]:
+    """A render worker's variables (:func:`rolltape.rendering._worker_environment`), with
+    SVT-AV1's banner of settings per video (on stderr, from C) down to its errors."""
+    import os
+
+    from rolltape.rendering import _worker_environment
+
+    env = _worker_environment(backend, workers)
+    if "SVT_LOG" not in os.environ:
+        env["SVT_LOG"] = "1"
+    return env
+
+
+def episode_file(staging: Path, chosen: Chosen) -> Path:
+    return staging / "episodes" / f"{chosen.stem}.npz"

@@ -1,0 +1,263 @@
+"""Pass 2 for datasets, the worker's side: replay a tape and keep what it regenerates.
+
+A tape holds actions and digests, not observations. An export job replays one tape in a
+render worker with the verification every render uses (:meth:`_Replayer._resim`: each
+step's reward, flags and observation digest against pass 1) and keeps each regenerated
+observation, the success flag of each step's ``info`` and, when cameras are asked for, the
+frames of the same replay, encoded as they come (LeRobot's AV1 settings). A verified
+episode is written as one ``.npz`` (and one mp4 per camera) into the export's staging
+folder; an episode that does not verify writes nothing and says where it diverged.
+
+Observations are stored as the env returned them: an array observation as ``obs``, a dict
+(or tuple) observation as one array per leaf, ``obs/KEY/SUBKEY``.
+
+:class:`ProbeJob` runs first, in the first render worker (or :func:`probe_envs`, in a
+process of its own): it builds each env without drawing and sends back its spaces, spec
+and frame rate, so the orchestrator (which never imports MuJoCo) can refuse what a dataset
+cannot hold before any episode is played.
+
+May import: envs, tape, errors, files, the render side (replay, cameras, encode). Never:
+policies, pass 1, torch or SB3, the orchestrator, an executor, outputs.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rolltape.errors import UsageError
+from rolltape.files import write_bytes
+from rolltape.pass2.replay import RenderOptions, first_wrong_digest, forbidden_modules
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What replaying one tape for a dataset gave."""
+
+    tape: str
+    verified: bool
+    divergence: str | None  # the first divergent step, in words, when not verified
+    steps: int
+    seconds: float
+    files: tuple[str, ...] = ()  # the episode's npz and its videos (none when not verified)
+    torch_loaded: bool = False  # isolation check, as a render's
+    forbidden_loaded: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportJob(RenderOptions):
+    """One tape to replay for a dataset: ``out`` is the episode's ``.npz``, ``videos`` one
+    mp4 per camera of :attr:`cameras` (none: observations only), at ``fps``."""
+
+    tape: str
+    out: str
+    videos: tuple[str, ...] = ()
+    fps: float = 30.0
+    success_key: str | None = "is_success"
+    video_options: dict[str, str] = field(default_factory=dict)
+    # LeRobot's frames are (observation, action) pairs: a video holds the frames of the
+    # observations each step acted on, not the last one (False). Minari keeps every one.
+    last_frame: bool = True
+
+    def perform(self, replayer: Any) -> ExportResult:
+        """Replay the tape on ``replayer`` (a render worker's, whose envs it reuses)."""
+        from rolltape.envs import check_tape_env_module
+        from rolltape.pass2.cameras import CameraRig
+        from rolltape.pass2.encode import BackgroundWriter, open_av1_writer
+        from rolltape.pass2.replay import _check_same_env
+        from rolltape.tape import Tape
+
+        start = time.perf_counter()
+        tape = Tape.load(self.tape)
+        if tape.start_step or tape.window is not None:
+            raise UsageError(f"Tape '{self.tape}' begins mid-episode (a training recording), "
+                             "so it cannot be a dataset episode; export an eval run's tapes.")
+        check_tape_env_module(tape.env_id, self.tape)
+        draw = bool(self.videos)
+        key, env = replayer._env(dict(tape.env), self, draw)
+        _check_same_env(tape, env, self.tape)
+        rig = CameraRig(env, self.cameras) if draw else None
+        writers = [BackgroundWriter(open_av1_writer(p, self.fps, overwrite=True,
+                                                    options=self.video_options or None))
+                   for p in self.videos]
+        observations: list[Any] = []
+        success = np.zeros(tape.length + 1, dtype=bool)
+        frames = tape.length + 1 if self.last_frame else tape.length
+        sampled = set(sample_indices(frames)) if draw else set()
+        samples: list[list[np.ndarray]] = [[] for _ in self.videos]  # for image statistics
+
+        def observe(index: int, obs: Any, info: Any) -> None:
+            observations.append(_copy(obs))
+            if info is not None and self.success_key is not None:
+                success[index] = bool(info.get(self.success_key, False))
+
+        def emit(index: int) -> None:
+            if rig is not None and index < frames:
+                for k, (frame, writer) in enumerate(zip(rig.frames(), writers)):
+                    writer.write(frame)
+                    if index in sampled:
+                        samples[k].append(_downsample(frame))
+
+        try:
+            divergence, _ = replayer._resim(
+                tape, env, self, 0, tape.length + 1,
+                lambda: replayer._reset(key, env, tape, draw, self.quality), emit, observe,
+                digests_later=True)
+            # The observations' digests, all at once; the first divergence of either kind.
+            wrong = first_wrong_digest(tape, observations, self.rtol, self.atol)
+            if wrong is not None and (divergence is None or wrong.step < divergence.step
+                                      or (wrong.step == divergence.step
+                                          and wrong.field == "reset observation")):
+                divergence = wrong
+            if divergence is not None:
+                for w in writers:
+                    w.abort()
+                return ExportResult(self.tape, False, divergence.describe(), tape.length,
+                                    time.perf_counter() - start,
+                                    torch_loaded="torch" in sys.modules,
+                                    forbidden_loaded=forbidden_modules())
+            arrays = {f"obs{name}": np.stack(rows) for name, rows in
+                      _leaves(observations).items()}
+            arrays.update(actions=tape.actions, rewards=tape.rewards,
+                          terminated=tape.terminated, truncated=tape.truncated,
+                          success=success)
+            for k, frames_of_camera in enumerate(samples):
+                # LeRobot's image statistics: per channel, over sampled frames, in [0, 1].
+                images = np.stack(frames_of_camera).transpose(0, 3, 1, 2) / 255.0
+                for name, value in feature_stats(images, axis=(0, 2, 3)).items():
+                    arrays[f"image_stats/{k}/{name}"] = value
+            for w in writers:
+                w.close()
+        except BaseException:
+            for w in writers:
+                w.abort()
+            raise
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        write_bytes(self.out, buffer.getvalue())  # last: its presence says "episode done"
+        return ExportResult(self.tape, True, None, tape.length, time.perf_counter() - start,
+                            files=(self.out, *self.videos), torch_loaded="torch" in sys.modules,
+                            forbidden_loaded=forbidden_modules())
+
+
+#: The quantiles LeRobot's statistics hold (q01, q10, q50, q90, q99).
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+
+
+def feature_stats(array: np.ndarray, axis: int | tuple[int, ...] = 0) -> dict[str, np.ndarray]:
+    """min, max, mean, std, count and quantiles of ``array`` over ``axis`` (0: per element
+    of a vector feature; (0, 2, 3): per channel of (N, C, H, W) images, kept as (C, 1, 1)),
+    as LeRobot's ``meta/stats.json`` holds them.
+
+    >>> feature_stats(np.array([[0.0, 1.0], [2.0, 3.0]]))["mean"].tolist()
+    [1.0, 2.0]
+    """
+    keep = not isinstance(axis, int)
+    values = np.asarray(array, dtype=np.float64)
+    out = {"min": values.min(axis=axis, keepdims=keep), "max": values.max(axis=axis, keepdims=keep),
+           "mean": values.mean(axis=axis, keepdims=keep),
+           "std": values.std(axis=axis, keepdims=keep),
+           "count": np.array([values.shape[0]], dtype=np.int64)}
+    for q in QUANTILES:
+        out[f"q{round(q * 100):02d}"] = np.quantile(values, q, axis=axis, keepdims=keep)
+    if keep:  # (1, C, 1, 1) -> (C, 1, 1)
+        out = {k: (v[0] if k != "count" else v) for k, v in out.items()}
+    return out
+
+
+def sample_indices(length: int) -> list[int]:
+    """The frames LeRobot samples from an episode of ``length`` frames for image statistics
+    (evenly spaced; 100 of them up to ~500 frames, growing as length^0.75 after)."""
+    count = min(length, max(100, min(10_000, int(length ** 0.75))))
+    return np.round(np.linspace(0, length - 1, count)).astype(int).tolist()
+
+
+def _downsample(frame: np.ndarray) -> np.ndarray:
+    """A frame as LeRobot's statistics see it: a side of 300 pixels or more is strided
+    down to about 150."""
+    height, width = frame.shape[:2]
+    if max(height, width) < 300:
+        return frame.copy()
+    step = int(width / 150) if width > height else int(height / 150)
+    return frame[::step, ::step].copy()
+
+
+def _copy(obs: Any) -> Any:
+    """The observation, detached from the env's buffers (some envs return views)."""
+    if isinstance(obs, dict):
+        return {k: _copy(v) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_copy(v) for v in obs)
+    return np.array(obs, copy=True)
+
+
+def _leaves(rows: list[Any]) -> dict[str, list[Any]]:
+    """Per-step observations as one list per leaf: '' for an array observation,
+    '/KEY/...' for the leaves of a dict or tuple one (keys in the space's order)."""
+    out: dict[str, list[Any]] = {}
+
+    def walk(value: Any, name: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{name}/{k}")
+        elif isinstance(value, tuple):
+            for k, v in enumerate(value):
+                walk(v, f"{name}/{k}")
+        else:
+            out.setdefault(name, []).append(value)
+
+    for row in rows:
+        walk(row, "")
+    return out
+
+
+def nest(arrays: dict[str, np.ndarray], space: Any) -> Any:
+    """An episode's stored ``obs...`` arrays back in the shape of ``space`` (an array, or
+    dicts and tuples of them)."""
+    from gymnasium import spaces
+
+    def build(sub: Any, name: str) -> Any:
+        if isinstance(sub, spaces.Dict):
+            return {k: build(s, f"{name}/{k}") for k, s in sub.spaces.items()}
+        if isinstance(sub, spaces.Tuple):
+            return tuple(build(s, f"{name}/{k}") for k, s in enumerate(sub.spaces))
+        return arrays[name]
+
+    return build(space, "obs")
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """Build each env spec without drawing and answer, per spec, (observation space, action
+    space, Gymnasium EnvSpec, frame rate); a camera the env lacks is a UsageError. Sent to
+    a render worker before its replays (or run by :func:`probe_worker`)."""
+
+    specs: tuple[dict[str, Any], ...]
+    cameras: tuple[str, ...]
+
+    def perform(self, replayer: Any = None) -> list[tuple[Any, ...]]:
+        from rolltape.envs import make_env
+        from rolltape.pass2.cameras import check_cameras
+
+        out = []
+        for spec in self.specs:
+            env = make_env(spec)
+            try:
+                if self.cameras:
+                    check_cameras(env, self.cameras)
+                fps = float(env.metadata.get("render_fps") or 30)
+                out.append((env.observation_space, env.action_space, env.spec, fps))
+            finally:
+                env.close()
+        return out
+
+
+def probe_envs(specs: list[dict[str, Any]], cameras: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """:class:`ProbeJob` as a function, for a process of its own
+    (:func:`rolltape.interpreter.run_once`)."""
+    return ProbeJob(tuple(specs), tuple(cameras)).perform()
