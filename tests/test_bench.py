@@ -183,7 +183,6 @@ def test_headroom_puts_every_target_at_one() -> None:
 
 
 def test_quick_bench_draws_a_png(quick_bench: QuickBench) -> None:
-    pytest.importorskip("matplotlib")
     from PIL import Image
 
     for out in quick_bench.outs:

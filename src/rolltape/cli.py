@@ -208,6 +208,23 @@ def eval_(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     report: bool = typer.Option(True, help="Write report.html and report.ipynb."),
     viewer: bool = typer.Option(True, help="Add the interactive 3-D replay to the report."),
+    recipe: Optional[List[str]] = typer.Option(
+        None, help="NAME='sb3:GLOB': the checkpoints of several training runs of one recipe "
+                   "(each with its VecNormalize statistics); repeat per recipe. Every run "
+                   "plays the same seeds; `rolltape compare OUT` compares the recipes."),
+    until: Optional[str] = typer.Option(
+        None, help="Stop early: 'width<W' (every task's 95% anytime-valid interval narrower "
+                   "than W: percentage points for success, return units otherwise) or "
+                   "'decided' (two policies' paired difference excludes 0, or lies within "
+                   "--margin). Needs --max-episodes."),
+    margin: float = typer.Option(0.0, help="With --until decided: differences within "
+                                           "+-margin count as equivalent (decided too)."),
+    max_episodes: Optional[int] = typer.Option(None, help="With --until: the most episodes per "
+                                                          "task and policy."),
+    batch: int = typer.Option(10, help="With --until: episodes per batch (a look after each)."),
+    return_bounds: Optional[str] = typer.Option(
+        None, help="With --until on returns: LO,HI, the least and most one episode can return "
+                   "(the anytime-valid interval of a mean needs bounds), e.g. 0,500."),
 ) -> None:
     """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
     from rolltape.compare.sweep import wants_sweep
@@ -233,9 +250,8 @@ def eval_(
     if reference is not None and not many:
         raise UsageError(f"--reference '{reference}' names one of several policies; give "
                          "two or more --policy, or leave --reference off.")
-    run = (_eval_many if many else evaluate)(
-        env, policies if many else policies[0], episodes=episodes, seed=seed,
-        suite=suite, tasks=tasks, served=served, **({"reference": reference} if many else {}),
+    options: dict[str, Any] = dict(
+        seed=seed, suite=suite, tasks=tasks, served=served,
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo,
         **({"deterministic": not stochastic} if stochastic or deterministic else {}),
@@ -257,6 +273,19 @@ def eval_(
         overwrite=overwrite, resume=resume,
         show_progress=not quiet, command=sys.argv,
     )
+    if until is not None or recipe or max_episodes is not None or return_bounds or margin:
+        # batches until decided, or recipes of several runs
+        from rolltape.compare.evidence import eval_evidence
+
+        for line in eval_evidence(env, policy or [], recipe or [], until=until, margin=margin,
+                                  max_episodes=max_episodes, batch=batch, episodes=episodes,
+                                  return_bounds=return_bounds, reference=reference, **options):
+            out.print(line, highlight=False, markup=False)
+        return
+    run = (_eval_many if many else evaluate)(
+        # The list goes to _eval_many, one policy to evaluate: one call, two signatures.
+        env, policies if many else policies[0], episodes=episodes,  # type: ignore[arg-type]
+        **({"reference": reference} if many else {}), **options)  # type: ignore[arg-type]
     if run is None:  # several policies: _eval_many printed them
         return
     print_run(run.results, run.path)
@@ -586,6 +615,17 @@ def compare(
     from rolltape.compare.runs import load_runs, sweep_runs
     from rolltape.outputs.artifacts import refuse_existing
 
+    if len(runs) == 1 and (runs[0] / "recipes.json").is_file():  # eval --recipe's folder
+        from rolltape.compare.recipes import summary_lines, write_recipe_comparison
+
+        if reference is not None:
+            raise UsageError("--reference normalizes policies' scores; a recipe comparison "
+                             "has none to normalize, drop it.")
+        if output is not None and output != runs[0]:
+            refuse_existing(output / "comparison.json", overwrite)
+        for line in summary_lines(write_recipe_comparison(runs[0], output)):
+            out.print(line, highlight=False, markup=False)
+        return
     loaded = load_runs(runs)
     own = len(runs) == 1 and sweep_runs(runs[0]) is not None  # rebuild a sweep's own
     if output is None:
@@ -803,7 +843,9 @@ def usage_line(exc: Exception) -> str:
         similar = getattr(exc, "possibilities", None)
         guess = f" (did you mean {' or '.join(sorted(similar))}?)" if similar else ""
         return f"no option {getattr(exc, 'option_name', '')}{guess}; try `{where} --help`."
-    message = " ".join(exc.format_message().split())  # a choice list spans lines
+    # A ClickException (ClickError: typer may vendor click, so not importable by name);
+    # a choice list spans lines.
+    message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
     return f"{message.rstrip('.')}; try `{where} --help`."
 
 

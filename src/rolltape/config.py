@@ -92,9 +92,10 @@ def select_episodes(selection: int | str | Sequence[int],
     check_video(selection, n)
     # Highest return first, lowest index first among equals (and the same for worst); an
     # episode whose return is not a finite number (None) is neither best nor worst.
-    ranked = [i for i in range(n) if returns[i] is not None]
-    best = sorted(ranked, key=lambda i: (-returns[i], i))  # type: ignore[operator]
-    worst = sorted(ranked, key=lambda i: (returns[i], i))
+    finite = {i: r for i in range(n) if (r := returns[i]) is not None}
+    ranked = list(finite)
+    best = sorted(finite, key=lambda i: (-finite[i], i))
+    worst = sorted(finite, key=lambda i: (finite[i], i))
     n_ranked = len(ranked)
     picked: list[int] = []
     for kind, k in video_picks(selection):
@@ -320,8 +321,9 @@ def targets_of(cfg: EvalConfig) -> list[Target]:
                              cfg.max_episode_steps, cfg.success)
     for task in manifest.tasks:
         check_installed(task)
-        check_video(cfg.video, task.episodes)
-    targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes, t, manifest)
+        check_video(cfg.video, task.episodes or cfg.episodes)  # with_defaults set it
+    targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes or cfg.episodes,
+                      t, manifest)
                for t in manifest.tasks]
     if cfg.served is not None:  # each task steps on the server's env of its name
         from rolltape.address import served_task_spec

@@ -532,7 +532,7 @@ def set_elapsed_steps(env: Any, steps: int) -> None:
 
     while env is not None:
         if isinstance(env, TimeLimit):
-            env._elapsed_steps = steps
+            env._elapsed_steps = steps  # type: ignore[assignment]  # gymnasium types it None
             return
         env = getattr(env, "env", None)
 

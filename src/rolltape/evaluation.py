@@ -178,7 +178,7 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     manifest = targets[0].manifest
     envs = {"env": spec["id"], "env_kwargs": spec["kwargs"],
             "max_episode_steps": spec["max_episode_steps"]} if manifest is None else \
-        {"suite": manifest.to_dict()}
+        {"suite": _without_counts(manifest.to_dict())}
     if manifest is not None:
         write_json(root / "manifest.json", manifest.to_dict())  # the resolved manifest
     run.check_config({**envs, "env_versions": spec["versions"], "policy": cfg.policy,
@@ -235,6 +235,14 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
         raise DivergenceError(f"{len(outcome.diverged)} replay(s) diverged from pass 1: "
                               + " ".join(w for w in warnings if "diverged" in w))
     return outcome
+
+
+def _without_counts(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A suite's resolved manifest without its tasks' episode counts: as for one env, a
+    resumed run may play more episodes (episode i is seed + i, so those played stay as
+    they are; ``eval --until`` grows a run batch by batch)."""
+    tasks = [{k: v for k, v in t.items() if k != "episodes"} for t in manifest["tasks"]]
+    return {**manifest, "tasks": tasks}
 
 
 def _rules(targets: list[Target]) -> dict[tuple[Any, Any], str]:
@@ -477,7 +485,9 @@ def _results(spec: dict[str, Any], targets: list[Target], played: dict[str, list
 def _number_warnings(results: Results) -> list[str]:
     """Say what the numbers leave out: episodes with non-finite returns, failed episodes,
     suite tasks that never reported success."""
-    notes = list((results.suite or {}).pop("warnings", []))
+    # Taken out of the suite's numbers (suite_summary's dict) into the run's warnings.
+    suite = results.suite
+    notes = list(suite.pop("warnings", []) if isinstance(suite, dict) else [])
     for role, s in results.summary.items():
         if s.nonfinite_returns:
             notes.append(f"{s.nonfinite_returns} of {s.episodes} {role} episode(s) had a "

@@ -156,7 +156,7 @@ def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[byt
     ok, value = done.get()
     if not ok:
         raise value
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _spawn_forever() -> None:
@@ -207,9 +207,9 @@ def run_once(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] |
 def _answer_once(fn: Callable[..., Any], *args: Any) -> None:
     """(In the child.) Call ``fn`` with the arguments that follow it; send back its result
     or the exception it raised."""
-    *args, conn = args
+    *call, conn = args
     try:
-        answer: tuple[str, Any] = ("ok", fn(*args))
+        answer: tuple[str, Any] = ("ok", fn(*call))
     except Exception as exc:
         answer = ("raised", (type(exc).__name__, str(exc)))
     conn.send(answer)
@@ -271,7 +271,7 @@ def signals_deferred() -> Iterator[None]:
         raise KeyboardInterrupt if caught[0] == signal.SIGINT else Interrupted(caught[0])
 
 
-def _restore(handlers: Mapping[int, Any]) -> None:
+def _restore(handlers: Mapping[signal.Signals, Any]) -> None:
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
 

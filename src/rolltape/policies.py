@@ -141,7 +141,7 @@ def _lean_actor(model: Any, normalizer: Any | None, deterministic: bool
         CategoricalDistribution,
         DiagGaussianDistribution,
     )
-    from stable_baselines3.common.policies import ActorCriticPolicy
+    from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
 
     is_box = isinstance(act_space, spaces.Box)
     squash = bool(getattr(policy, "squash_output", False))
@@ -151,7 +151,9 @@ def _lean_actor(model: Any, normalizer: Any | None, deterministic: bool
         gaussian = isinstance(policy.action_dist, DiagGaussianDistribution)
 
         def forward(x: Any) -> Any:
-            features = policy.extract_features(x, policy.pi_features_extractor)
+            # BaseModel's: the actor's features alone (ActorCriticPolicy's answers a pair
+            # when the actor and the critic do not share an extractor).
+            features = BaseModel.extract_features(policy, x, policy.pi_features_extractor)
             out = policy.action_net(policy.mlp_extractor.forward_actor(features))
             return out if gaussian else torch.argmax(out, dim=1)
     else:

@@ -39,7 +39,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, overload
 
 from rolltape.errors import UsageError
 from rolltape.files import write_json
@@ -70,6 +70,10 @@ def _need(ok: bool, what: str) -> None:
         raise _Bad(what)
 
 
+@overload  # a required integer is an int; an optional one may be None
+def _int(v: Any, what: str) -> int: ...
+@overload
+def _int(v: Any, what: str, optional: bool) -> int | None: ...
 def _int(v: Any, what: str, optional: bool = False) -> int | None:
     if v is None and optional:
         return None
@@ -88,7 +92,7 @@ def _num(v: Any, what: str) -> float | None:
 
 def _flag(v: Any, what: str) -> bool | None:
     _need(v is None or isinstance(v, bool), f"{what} must be true, false or null")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _text(v: Any, what: str, optional: bool = True) -> str | None:
@@ -100,12 +104,12 @@ def _text(v: Any, what: str, optional: bool = True) -> str | None:
 
 def _dict(v: Any, what: str) -> dict[str, Any] | None:
     _need(v is None or isinstance(v, dict), f"{what} must be an object or null")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _list(v: Any, what: str) -> list[Any]:
     _need(isinstance(v, list), f"{what} must be a list")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 @dataclass(frozen=True, order=True)
@@ -163,9 +167,9 @@ class EpisodeKey:
         _need((suite is None) == (task is None), "suite and task must be given together")
         index = _int(row.get("index"), "index")
         seed = _int(row.get("seed"), "seed")
-        _need(index >= 0 and seed >= 0, "index and seed must be 0 or more")  # type: ignore[operator]
+        _need(index >= 0 and seed >= 0, "index and seed must be 0 or more")
         return cls(_text(row.get("role"), "role", optional=False) or "", suite, task,
-                   index, seed)  # type: ignore[arg-type]
+                   index, seed)
 
 
 @dataclass(frozen=True)
@@ -204,10 +208,10 @@ class Episode:
         flags = _list(row.get("flags", []), "flags")
         _need(all(isinstance(f, str) for f in flags), "flags must be strings")
         length = _int(row.get("length"), "length")
-        _need(length >= 0, "length must be 0 or more")  # type: ignore[operator]
+        _need(length >= 0, "length must be 0 or more")
         return cls(
             key=EpisodeKey.from_json(row), ret=_num(row.get("return"), "return"),
-            length=length,  # type: ignore[arg-type]
+            length=length,
             success_at_end=_flag(row.get("success_at_end"), "success_at_end"),
             success_once=_flag(row.get("success_once"), "success_once"),
             terminated=bool(_flag(row.get("terminated", False), "terminated")),
@@ -302,7 +306,7 @@ class Summary:
         finite = [e for e in episodes if e.ret is not None]
         numbers: dict[str, Any] = {"n": 0}
         if finite:
-            numbers = return_stats([e.ret for e in finite])  # type: ignore[misc]
+            numbers = return_stats([r for e in finite if (r := e.ret) is not None])
             numbers["iqm_ci"] = tuple(numbers["iqm_ci"]) if numbers["iqm_ci"] else None
             numbers["mean_ci"] = tuple(numbers["mean_ci"]) if numbers["mean_ci"] else None
         used = {rule_of(e) for e in episodes} or {rules if isinstance(rules, str) else "at_end"}

@@ -265,9 +265,9 @@ def render(
             return
         done = [parts[i][k] for k in sorted(parts[i])]
         result = done[0] if need[i] == 1 else _join(drawn[i], done)
-        results[i] = _write_records(requests[i], result)
+        results[i] = written = _write_records(requests[i], result)
         if on_result is not None:
-            on_result(i, results[i])
+            on_result(i, written)
 
     plain = [job for _, job in jobs]
     if not runner.shares_disk:
@@ -291,8 +291,8 @@ def render(
                 f"Rendering '{plain[j].tape}' failed: {text.splitlines()[0]} (rerun the command "
                 "to reproduce)." for j, kind, text in pool.errors]
     unfinished = [i for i, r in enumerate(results) if r is None and requests[i].outputs]
-    if unfinished and pool.fallback.problem():
-        problems.append(pool.fallback.problem())
+    if unfinished and (problem := pool.fallback.problem()):
+        problems.append(problem)
     if problems:
         raise UsageError(" ".join(problems))
     return results

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -267,7 +267,7 @@ class Tape:
                 start_step=header.get("start_step", 0),
                 window=tuple(header["window"]) if "window" in header else None,
                 **{name: contents[name] for name in _REQUIRED_ARRAYS},
-                **{name: contents.get(name) for name in _OPTIONAL_ARRAYS},
+                **{name: contents[name] for name in _OPTIONAL_ARRAYS if name in contents},
             )
             for value in vars(tape).values():
                 if isinstance(value, np.ndarray):
@@ -297,11 +297,12 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
             info = by_name.get(f"{name}.npy")
             if info is not None:
                 with archive.open(info) as f:
+                    assert isinstance(f, zipfile.ZipExtFile)  # what open() reads with
                     arrays[name] = _read_npy(f, info.file_size, path, name)
     return arrays
 
 
-def _read_npy(f: IO[bytes], size: int, path: Path, name: str) -> np.ndarray:
+def _read_npy(f: zipfile.ZipExtFile, size: int, path: Path, name: str) -> np.ndarray:
     """One .npy member of ``size`` bytes; its header must describe exactly those bytes."""
     fmt = np.lib.format
     version = fmt.read_magic(f)

@@ -116,7 +116,7 @@ def warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pres
             counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
             # Long episodes are split across workers, so one video can use them all.
             workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
-    steps = [t.spec.get("max_episode_steps") for t in targets]
+    steps: list[int] = [t.spec.get("max_episode_steps") or 0 for t in targets]
     if all(steps):  # no more than the segments every episode could be cut into
         episodes = sum(t.episodes for t in targets)
         workers = min(workers, episodes * max(1, (max(steps) + 1) // MIN_SEGMENT))
@@ -138,7 +138,8 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
     names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
     (``tasks``: which the user's manifest named), verified to its ``reward_atol``."""
     def folder(e: Episode) -> Path:
-        return root / "videos" / e.key.suite / e.key.task if e.key.suite else root / "videos"
+        suite, task = e.key.task_key
+        return root / "videos" / suite / task if suite and task else root / "videos"
 
     def task_of(e: Episode) -> Task | None:
         target = (tasks or {}).get(e.key.task_key)
@@ -153,7 +154,7 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
            "atol": max(cfg.atol, getattr(task_of(rows[i]), "reward_atol", 0.0))},
         # Named by the user (on the command line or in their manifest), so its module may
         # be their own file.
-        env_id=cfg.env if task_of(rows[i]) is None else task_of(rows[i]).env,
+        env_id=cfg.env if (task := task_of(rows[i])) is None else task.env,
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i].length + 1 for i in picked])

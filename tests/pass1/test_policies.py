@@ -369,3 +369,20 @@ def test_unknown_policy_sources(cheetah, source, needle):
 def test_vecnormalize_with_a_callable_is_refused(cheetah, ppo_checkpoint):
     with pytest.raises(UsageError, match="callables"):
         load_policy("tests.assets.policies:function", cheetah, vecnormalize=ppo_checkpoint[1])
+
+
+def test_lean_actor_serves_a_policy_whose_critic_has_its_own_extractor(cheetah):
+    """PPO with ``share_features_extractor=False``: the fast actor still applies (it used to
+    hand the actor network the (actor, critic) features pair, fail its own check and fall
+    back to predict) and acts exactly as predict does."""
+    from stable_baselines3 import PPO
+
+    from rolltape.policies import _lean_actor
+
+    model = PPO("MlpPolicy", cheetah, n_steps=64, batch_size=64, n_epochs=1, seed=0,
+                policy_kwargs={"share_features_extractor": False})
+    model.learn(64)
+    act = _lean_actor(model, None, True)
+    assert act is not None
+    for obs in _observations(cheetah):
+        assert _same(act(obs), model.predict(obs, deterministic=True)[0])

@@ -268,13 +268,16 @@ def _fmt(r: dict[str, Any], key: str) -> str:
 
 def format_table(report: dict[str, Any]) -> Any:
     """The report as a rich Table."""
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     quick = " (--quick: tiny sizes, numbers are not meaningful)" if report["quick"] else ""
     table = Table(title=f"rolltape bench{quick}")
     table.add_column("benchmark", no_wrap=True)  # a name is what a reader greps for: whole
-    for col, justify in (("baseline", "left"), ("measured", "left"),
-                         ("value", "right"), ("target", "right"), ("result", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("baseline", "left"), ("measured", "left"), ("value", "right"), ("target", "right"),
+        ("result", "left"))
+    for col, justify in columns:
         table.add_column(col, justify=justify)
     for name, r in report["benchmarks"].items():
         target = "-" if r.get("target") is None else f"{r['op']} {_fmt(r, 'target')}"
@@ -321,14 +324,12 @@ def _headroom(r: dict[str, Any]) -> float:
 def draw_chart(report: dict[str, Any], path: Path) -> dict[str, Any]:
     """One row per benchmark on one axis: its distance from its target as a factor (1 on the
     dashed line is exactly on target, right of it is met), labelled with the judged value."""
-    try:
-        import matplotlib
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
-    except ImportError:
-        return {"path": None, "error": "matplotlib is not installed (pip install matplotlib)"}
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (matplotlib.ticker below)
+
     rows = [(n, r) for n, r in report["benchmarks"].items() if not r.get("error")]
     if not rows:
         return {"path": None, "error": "no benchmark finished"}

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import SEED, Context, _median, _result, run_child
+from rolltape.bench.common import SEED, Context, _median, _result, run_child, run_seconds
 
 ATARI_ID = "BreakoutNoFrameskip-v4"
 WRAPPER = "stable_baselines3.common.atari_wrappers.AtariWrapper"
@@ -25,7 +25,8 @@ def atari_sizes(ctx: Context) -> tuple[int, int, int]:
 def _atari_checkpoint(ctx: Context) -> Path:
     """An untrained PPO CnnPolicy for SB3's Atari pipeline (inference costs the same as a
     trained one's), made once per run."""
-    if "atari_checkpoint" not in ctx.results:
+    shared = ctx.results.setdefault("atari", {})
+    if "checkpoint" not in shared:
         import ale_py
         import gymnasium as gym
         from stable_baselines3 import PPO
@@ -37,8 +38,8 @@ def _atari_checkpoint(ctx: Context) -> Path:
         path = ctx.dir("atari-checkpoint") / "ppo_cnn.zip"
         PPO("CnnPolicy", venv, seed=0, device="cpu").save(path)
         venv.close()
-        ctx.results["atari_checkpoint"] = path
-    return ctx.results["atari_checkpoint"]
+        shared["checkpoint"] = path
+    return Path(shared["checkpoint"])
 
 
 def bench_atari_pass1(ctx: Context) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def bench_atari_pass1(ctx: Context) -> dict[str, Any]:
     ckpt = _atari_checkpoint(ctx)
     workers = max(1, min(2, os.cpu_count() or 1))
     times: dict[str, list[float]] = {"rolltape": [], "enjoy": []}
-    ours: list[tuple[float, int]] = []
+    ours: list[tuple[float | None, int]] = []
     theirs: dict[str, Any] = {}
     for rep in range(reps):
         for who in (("rolltape", "enjoy") if rep % 2 == 0 else ("enjoy", "rolltape")):
@@ -61,9 +62,10 @@ def bench_atari_pass1(ctx: Context) -> dict[str, Any]:
                                deterministic=False, episodes=episodes, seed=SEED,
                                max_episode_steps=steps, workers=workers,
                                out=ctx.dir("atari-rolltape"), overwrite=True, report=False)
-                times[who].append(run.metadata["timings"]["pass1_s"])
+                times[who].append(run_seconds(run, "pass1_s"))
                 ours = [(e.ret, e.length) for e in run.results.episodes]
-                ctx.results["atari_tape"] = Path(run.path) / run.results.episodes[0].tape
+                ctx.results.setdefault("atari", {})["tape"] = \
+                    Path(run.path) / run.results.episodes[0].tape
             else:
                 theirs, wall = run_child(enjoy_loop_child, {
                     "checkpoint": str(ckpt), "episodes": episodes, "steps": steps,
@@ -145,10 +147,9 @@ def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
     from rolltape.pass2.replay import RenderRequest
     from rolltape.rendering import render
 
-    tape = ctx.results.get("atari_tape")
-    if tape is None:
+    if "tape" not in ctx.results.get("atari", {}):
         bench_atari_pass1(ctx)
-        tape = ctx.results["atari_tape"]
+    tape = ctx.results["atari"]["tape"]
     _, _, reps = atari_sizes(ctx)
     runs: dict[str, list[dict[str, float]]] = {"rolltape": [], "bare": []}
     for rep in range(reps):
@@ -198,9 +199,9 @@ def bare_atari_render_child(tape: str, out: str) -> dict[str, Any]:
     env = gym.make(ATARI_ID, render_mode="rgb_array", max_episode_steps=len(recorded.actions))
     env.reset(seed=recorded.seed)
     with open_writer(out, fps=env.metadata["render_fps"], overwrite=True) as writer:
-        writer.write(env.render())
+        writer.write(env.render())  # type: ignore[arg-type]  # rgb_array: one frame
         for action in recorded.actions:
             env.step(action)
-            writer.write(env.render())
+            writer.write(env.render())  # type: ignore[arg-type]
     env.close()
     return {"loop_s": time.perf_counter() - started, "frames": writer.frames_written}

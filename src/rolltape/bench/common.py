@@ -17,9 +17,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from rolltape.interpreter import GL_VARIABLES, python_command
+
+if TYPE_CHECKING:
+    from rolltape.record import Run
 
 ENV_ID = "HalfCheetah-v5"
 SEED = 1000
@@ -271,6 +274,12 @@ def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
         poller.join()
         for mod, name, original in patched:
             setattr(mod, name, original)
+
+
+def run_seconds(run: Run, phase: str) -> float:
+    """The seconds a fresh run's ``phase`` took (``pass1_s``, ``pass2_s``: its metadata)."""
+    assert run.metadata is not None  # evaluate() writes it; only a loaded run may lack it
+    return float(run.metadata["timings"][phase])
 
 
 def _median(values: Sequence[float]) -> float:

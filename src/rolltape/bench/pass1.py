@@ -21,6 +21,7 @@ from rolltape.bench.common import (
     _median,
     _result,
     run_child,
+    run_seconds,
     track_workers,
 )
 
@@ -107,11 +108,11 @@ def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
                                episodes=cfg.video_episodes, seed=SEED,
                                max_episode_steps=cfg.video_steps, video=video, width=vw,
                                height=vh, out=ctx.dir(f"video{video}"), overwrite=True)
-            pass1[video].append(run.metadata["timings"]["pass1_s"])
+            pass1[video].append(run_seconds(run, "pass1_s"))
             pass1_cpu[video].append(sum(w["cpu_s"] or 0.0 for w in workers
                                         if w["target"] == "policy_worker"))
             if video:
-                pass2.append(run.metadata["timings"]["pass2_s"])
+                pass2.append(run_seconds(run, "pass2_s"))
     ratio = _median(pass1[0]) / _median(pass1[1])  # speed(video=1) / speed(video=0)
     cpu_ratio = _median(pass1_cpu[0]) / _median(pass1_cpu[1])
 

@@ -94,8 +94,8 @@ def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str,
     recorded = Tape.load(tape)  # only its seed and actions are used
     actions, seed = recorded.actions, recorded.seed
     started = time.perf_counter()
-    env = gym.make(ENV_ID, render_mode="rgb_array", width=width, height=height,
-                   max_episode_steps=len(actions))
+    env: Any = gym.make(ENV_ID, render_mode="rgb_array", width=width, height=height,
+                        max_episode_steps=len(actions))  # render(): an RGB frame each time
     env.reset(seed=seed)
     with open_writer(out, fps=env.metadata["render_fps"], overwrite=True) as writer:
         writer.write(env.render())
@@ -182,7 +182,7 @@ def bench_render_quality(ctx: Context) -> dict[str, Any]:
         return _median([r["frames"] / r[key] for r in runs[who]])
 
     bare_fps = fps("bare")
-    per_preset = {q: {"fps": fps(q), "fps_in_worker": fps(q, "loop_s"),
+    per_preset: dict[str, dict[str, Any]] = {q: {"fps": fps(q), "fps_in_worker": fps(q, "loop_s"),
                       "frames_per_cpu_s": fps(q, "cpu_s"), "ratio_to_bare_full": fps(q) / bare_fps,
                       "settings": QUALITY[q]} for q in PRESETS}
     ratio = per_preset["fast"]["fps"] / per_preset["full"]["fps"]

@@ -25,6 +25,7 @@ from rolltape.bench.common import (
     _timed_render,
     compare_tapes,
     run_child,
+    run_seconds,
     track_workers,
 )
 
@@ -37,7 +38,7 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
-    setups = {"1": {"workers": 1}, "2": {"workers": 2},
+    setups: dict[str, dict[str, Any]] = {"1": {"workers": 1}, "2": {"workers": 2},
               "batched2": {"workers": 2, "batched_inference": True}}
     pass1: dict[str, list[float]] = {k: [] for k in setups}
     walls: dict[str, list[float]] = {k: [] for k in setups}
@@ -53,7 +54,7 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
                                max_episode_steps=cfg.workers_steps, out=ctx.dir(f"workers{name}"),
                                overwrite=True, report=False, **setups[name])
             walls[name].append(time.perf_counter() - started)
-            pass1[name].append(run.metadata["timings"]["pass1_s"])
+            pass1[name].append(run_seconds(run, "pass1_s"))
             rows = run.results.episodes
             loops[name].append(sum(e.wall_s for e in rows))
             cpu[name].append(sum(w["cpu_s"] or 0.0 for w in spawned
@@ -130,7 +131,7 @@ def pass1_executor_child(executor: str, episodes: int, steps: int, seed: int, wo
         ray.shutdown()
     rows = run.results.episodes
     return {"import_s": imported - started, "evaluate_s": evaluated - imported,
-            "pass1_s": run.metadata["timings"]["pass1_s"],
+            "pass1_s": run_seconds(run, "pass1_s"),
             "shutdown_s": time.perf_counter() - evaluated,
             "returns": [e.ret for e in rows], "lengths": [e.length for e in rows]}
 
@@ -177,7 +178,7 @@ def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
 
     cfg = ctx.config
     tapes = _random_tapes(ctx, cfg.p2_workers_steps, 2)
-    runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     for rep in range(cfg.p2_workers_reps):
         for k in ((1, 2) if rep % 2 == 0 else (2, 1)):
             folder = ctx.dir(f"k{k}")

@@ -17,7 +17,16 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from rolltape.bench.common import ENV_ID, POLICY_NOTE, SEED, Context, _median, _result, child_env
+from rolltape.bench.common import (
+    ENV_ID,
+    POLICY_NOTE,
+    SEED,
+    Context,
+    _median,
+    _result,
+    child_env,
+    run_seconds,
+)
 
 
 @contextlib.contextmanager
@@ -27,6 +36,7 @@ def loopback_server(cwd: Path, max_steps: int, sessions: int = 8) -> Iterator[st
                              "--max-episode-steps", str(max_steps), "--bind", "127.0.0.1:0",
                              "--max-sessions", str(sessions)], cwd=cwd, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         line = proc.stdout.readline() if ready else ""
@@ -120,6 +130,7 @@ def minimal_server(cwd: Path, max_steps: int) -> Iterator[MinimalClient]:
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, 30_000)
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
         if not ready:
@@ -266,7 +277,7 @@ def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
                                episodes=episodes, seed=SEED, max_episode_steps=steps,
                                out=ctx.dir(f"served-eval-{name}"), overwrite=True,
                                report=False)
-                times[name].append(run.metadata["timings"]["pass1_s"])
+                times[name].append(run_seconds(run, "pass1_s"))
                 tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
     differing = [a.name for a, b in zip(tapes["local"], tapes["served"])
                  if _tape_bytes(a) != _tape_bytes(b)]

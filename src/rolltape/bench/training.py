@@ -42,8 +42,8 @@ def train_child(variant: str, steps: int, episode: int, n_steps: int, folder: st
 
     def make() -> gym.Env:
         render_mode = "rgb_array" if variant == "recordvideo" else None
-        env = gym.make(ENV_ID, max_episode_steps=episode, render_mode=render_mode,
-                       **({"width": width, "height": height} if render_mode else {}))
+        size: dict[str, Any] = {"width": width, "height": height} if render_mode else {}
+        env = gym.make(ENV_ID, max_episode_steps=episode, render_mode=render_mode, **size)
         if variant == "tapes":
             env = RecordTape(env, folder, episode_trigger=lambda e: True, render=False)
         elif variant == "background":
@@ -77,7 +77,8 @@ def _inline_video(env: Any, folder: str) -> Any:
     class InlineFrames(gym.Wrapper):
         def __init__(self, env: gym.Env) -> None:
             super().__init__(env)
-            self.episode, self.frames = -1, []
+            self.episode = -1
+            self.frames: list[Any] = []
 
         def reset(self, **kwargs: Any) -> Any:
             out = self.env.reset(**kwargs)
@@ -171,7 +172,9 @@ def bench_record_tape_step_cost(ctx: Context) -> dict[str, Any]:
     bare = gym.make(ENV_ID, max_episode_steps=10**9)
     wrapped = RecordTape(gym.make(ENV_ID, max_episode_steps=10**9), ctx.dir("step-cost"),
                          episode_trigger=lambda e: False, render=False)
-    action = np.zeros(bare.action_space.shape, dtype=bare.action_space.dtype)
+    space = bare.action_space
+    assert isinstance(space, gym.spaces.Box)  # HalfCheetah's
+    action = np.zeros(space.shape, dtype=space.dtype)
 
     def loop(env: Any) -> float:
         env.reset(seed=SEED)

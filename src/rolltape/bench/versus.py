@@ -21,6 +21,7 @@ from rolltape.bench.common import (
     _median,
     _result,
     run_child,
+    run_seconds,
     track_workers,
 )
 
@@ -34,7 +35,7 @@ def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
     times: dict[str, list[float]] = {"rolltape": [], "sb3": []}
     evaluate_walls: list[float] = []
     loops: dict[str, list[float]] = {"rolltape": [], "sb3": []}
-    rolltape_returns: list[float] = []
+    rolltape_returns: list[float | None] = []
     sb3: dict[str, Any] = {}
     for rep in range(cfg.sb3_reps):
         for who in (("rolltape", "sb3") if rep % 2 == 0 else ("sb3", "rolltape")):
@@ -45,7 +46,7 @@ def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
                                max_episode_steps=cfg.sb3_steps, out=ctx.dir("rolltape"),
                                overwrite=True)
                 evaluate_walls.append(time.perf_counter() - started)
-                times["rolltape"].append(run.metadata["timings"]["pass1_s"])
+                times["rolltape"].append(run_seconds(run, "pass1_s"))
                 loops["rolltape"].append(sum(e.wall_s for e in run.results.episodes))
                 rolltape_returns = [e.ret for e in run.results.episodes]
             else:
@@ -58,7 +59,7 @@ def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
     ratio = _median(times["sb3"]) / _median(times["rolltape"])
     first_r, first_s = rolltape_returns[0], sb3["returns"][0]
     same = first_r == first_s
-    close = math.isclose(first_r, first_s, rel_tol=0, abs_tol=1e-5)
+    close = first_r is not None and math.isclose(first_r, first_s, rel_tol=0, abs_tol=1e-5)
     why = ("identical" if same else
            "equal to 1e-5: SB3's Monitor rounds each episode return to 6 decimals and sums "
            "in another order (rolltape uses math.fsum)" if close else
@@ -108,14 +109,15 @@ def sb3_evaluate_child(checkpoint: str, vecnormalize: str, episodes: int, steps:
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     imported = time.perf_counter()
-    venv = DummyVecEnv([lambda: Monitor(gym.make(ENV_ID, max_episode_steps=steps))])
-    venv = VecNormalize.load(vecnormalize, venv)
+    venv = VecNormalize.load(vecnormalize, DummyVecEnv(
+        [lambda: Monitor(gym.make(ENV_ID, max_episode_steps=steps))]))
     venv.training, venv.norm_reward = False, False
     model = PPO.load(checkpoint, device="cpu")
     venv.seed(seed)  # used by the next reset only: evaluate_policy's first episode
     loaded = time.perf_counter()
     returns, lengths = evaluate_policy(model, venv, n_eval_episodes=episodes,
                                        deterministic=True, return_episode_rewards=True)
+    assert isinstance(returns, list) and isinstance(lengths, list)  # per episode, as asked
     finished = time.perf_counter()
     venv.close()
     return {"import_s": imported - started, "load_s": loaded - imported,
@@ -156,6 +158,7 @@ def seed000_evaluate_child(checkpoint: str, vecnormalize: str, steps: int, seed:
     model = PPO.load(checkpoint, device="cpu")
     returns, _ = evaluate_policy(model, venv, n_eval_episodes=episodes, deterministic=True,
                                  return_episode_rewards=True)
+    assert isinstance(returns, list)  # per episode, as asked
     env, baseline = gym.make(ENV_ID, max_episode_steps=steps), []
     for i in range(episodes):
         env.reset(seed=seed + i)
@@ -185,7 +188,7 @@ def seed000_video_child(checkpoint: str, vecnormalize: str, steps: int, seed: in
     venv.training, venv.norm_reward = False, False
     model = PPO.load(checkpoint, device="cpu")
     venv.seed(seed)
-    obs = venv.reset()
+    obs: Any = venv.reset()
     frames = [venv.render()]
     for _ in range(steps):
         action, _ = model.predict(obs, deterministic=True)
@@ -195,6 +198,7 @@ def seed000_video_child(checkpoint: str, vecnormalize: str, steps: int, seed: in
         frames.append(venv.render())
     with open_writer(out, fps=venv.envs[0].metadata["render_fps"], overwrite=True) as writer:
         for frame in frames:
+            assert frame is not None  # render_mode="rgb_array" draws every time
             writer.write(frame)
     venv.close()
     return {"frames": len(frames),
@@ -245,7 +249,7 @@ def _measure_versus_seed000(ctx: Context, steps: int) -> dict[str, Any]:
     no_video, _, _ = rolltape(render_early=False, video=0)
     run, wall, workers = rolltape(render_early=False)
     early, early_wall, _ = rolltape(render_early=True)
-    pass1_kept = no_video.metadata["timings"]["pass1_s"] / run.metadata["timings"]["pass1_s"]
+    pass1_kept = no_video.metadata["timings"]["pass1_s"] / run_seconds(run, "pass1_s")
     same = [e.ret for e in run.results.episodes] == [e.ret for e in early.results.episodes]
     render_workers = run.metadata["config"]["render_workers"]
     folder = ctx.dir("seed000")

@@ -68,12 +68,13 @@ def _pair(a: LoadedRun, b: LoadedRun, seed: int) -> list[dict[str, Any]]:
         keys = _finite_pairs(a, b, keys)
         if not keys:
             continue
-        result = stats.paired_comparison(a.returns(keys), b.returns(keys), a.successes(keys),
+        ra, rb = a.returns(keys), b.returns(keys)
+        result = stats.paired_comparison(ra, rb, a.successes(keys),
                                          b.successes(keys), a_name=a.label, b_name=b.label,
                                          seed=seed)
         result["task"] = _task_name(group)
-        result["per_seed"] = [{"seed": k[2], "a": a.rows[k].ret, "b": b.rows[k].ret,
-                               "diff": a.rows[k].ret - b.rows[k].ret} for k in keys]
+        result["per_seed"] = [{"seed": k[2], "a": x, "b": y, "diff": x - y}
+                              for k, x, y in zip(keys, ra, rb)]
         out.append(result)
     return out
 
@@ -119,13 +120,13 @@ def _normalized(entries: list[LoadedRun], baseline: LoadedRun, reference: Loaded
     flat = []
     for group, keys in reference.tasks().items():
         name = _task_name(group) or "env"
-        rand = [baseline.rows[k].ret for k in keys if baseline.rows[k].ret is not None]
-        ref = [reference.rows[k].ret for k in keys if reference.rows[k].ret is not None]
+        rand = [r for k in keys if (r := baseline.rows[k].ret) is not None]
+        ref = [r for k in keys if (r := reference.rows[k].ret) is not None]
         if not rand or not ref or np.mean(ref) == np.mean(rand):
             flat.append(name)
             continue
         for e in entries:
-            values = [e.rows[k].ret for k in keys if e.rows[k].ret is not None]
+            values = [r for k in keys if (r := e.rows[k].ret) is not None]
             if values:
                 scores[e.label][name] = stats.normalize_scores(values, float(np.mean(rand)),
                                                                float(np.mean(ref)))

@@ -21,7 +21,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rolltape.errors import UsageError
 from rolltape.record import Episode, Run
@@ -104,8 +104,11 @@ class LoadedRun:
             grouped[key[:2]].append(key)
         return dict(grouped)
 
-    def returns(self, keys: list[Key]) -> list[float | None]:
-        return [self.rows[k].ret for k in keys]
+    def returns(self, keys: list[Key]) -> list[float]:
+        """The returns of ``keys``: episodes with a finite one (the callers keep those)."""
+        out = [r for k in keys if (r := self.rows[k].ret) is not None]
+        assert len(out) == len(keys), "returns() of an episode without a finite return"
+        return out
 
     def successes(self, keys: list[Key]) -> list[bool | None]:
         """Each episode's success by the run's headline rule (its task's, for a suite)."""
@@ -150,7 +153,7 @@ def sweep_runs(folder: Path) -> list[LoadedRun] | None:
                          "it, or compare its run folders one by one.") from None
 
 
-def load_runs(paths: list[str | os.PathLike[str]]) -> list[LoadedRun]:
+def load_runs(paths: Sequence[str | os.PathLike[str]]) -> list[LoadedRun]:
     """Each path as a run; a folder written by a multi-policy eval gives all of its runs
     (its random baseline flagged ``baseline``)."""
     runs: list[LoadedRun] = []
@@ -188,9 +191,9 @@ def check_comparable(runs: list[LoadedRun]) -> None:
         failed = run.run.results.failed
         if failed:
             f = failed[0]
-            where = f"{f['suite']}/{f['task']} " if f.get("suite") else ""
+            task = f"{f['suite']}/{f['task']} " if f.get("suite") else ""
             raise UsageError(f"'{run.path}' has {len(failed)} failed episode(s) (the first: "
-                             f"{f.get('role')} {where}episode {f.get('index')}, seed "
+                             f"{f.get('role')} {task}episode {f.get('index')}, seed "
                              f"{f.get('seed')}); play them again with that eval's command and "
                              "--resume, then compare.")
     for run in runs[1:]:

@@ -104,13 +104,15 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dic
             rtol=options.get("rtol") or 0.0, env_id=env))
     backends = options.get("backends") or ("egl", "osmesa")
     try:
-        results = render(requests, backends=backends,
-                         workers=options.get("render_workers") or os.cpu_count() or 1)
+        made = render(requests, backends=backends,
+                      workers=options.get("render_workers") or os.cpu_count() or 1)
     except UsageError as exc:
         return {"path": None, "seed": key[2], "labels": [], "verified": False,
                 "problems": [str(exc)]}
-    problems = [f"{run.label}: diverged at {r.divergence.describe()}"
-                for run, r in zip(checkpoints, results) if r.verified is False]
+    results = [r for r in made if r is not None]
+    assert len(results) == len(made)  # render raises for a video it could not make
+    problems = [f"{run.label}: diverged at {d.describe()}"  # verified False: it diverged
+                for run, r in zip(checkpoints, results) if (d := r.divergence) is not None]
     labels = [f"{run.steps:,} steps" if run.steps is not None else run.label
               for run in checkpoints]
     with av.open(requests[0].outputs[0]) as first:

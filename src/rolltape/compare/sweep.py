@@ -86,16 +86,7 @@ def evaluate_many(env: str | None, policies: list[str], *, out: str | os.PathLik
     if reference is not None and reference not in labels:  # before minutes of evaluation
         raise UsageError(f"--reference '{reference}' is not one of the policies' folder names "
                          f"({', '.join(labels)}); name one of them.")
-    if overwrite and resume:
-        raise UsageError("--overwrite and --resume contradict each other: --resume continues "
-                         "the run in --out, --overwrite starts it again; pass one.")
-    root = Path(out)
-    check_writable_folder(root)
-    if not resume:
-        refuse_existing(root, overwrite)
-    # The first folder this command makes: removed again if bad input stops the first run.
-    created = next((p for p in reversed([root, *root.parents]) if not p.exists()), None)
-    root.mkdir(parents=True, exist_ok=True)
+    root, created = prepare_root(out, overwrite=overwrite, resume=resume)
     jobs = [(e.label, e.policy, e.vecnormalize, options) for e in entries]
     if baseline is not None:  # evaluated once, no videos: it is the yardstick
         jobs.append((BASELINE, "random", None, {**options, "video": 0}))
@@ -122,6 +113,23 @@ def evaluate_many(env: str | None, policies: list[str], *, out: str | os.PathLik
     result = write_comparison(loaded, root, baseline=base, reference=reference,
                               strip=strip_info)
     return SweepResult(root, entries, runs, result)
+
+
+def prepare_root(out: str | os.PathLike[str], *, overwrite: bool, resume: bool
+                 ) -> tuple[Path, Path | None]:
+    """The folder of a multi-run command, made (refused when it exists without --overwrite
+    or --resume), and the first folder this command made, to remove again if bad input
+    stops the first run (None when it made none)."""
+    if overwrite and resume:
+        raise UsageError("--overwrite and --resume contradict each other: --resume continues "
+                         "the run in --out, --overwrite starts it again; pass one.")
+    root = Path(out)
+    check_writable_folder(root)
+    if not resume:
+        refuse_existing(root, overwrite)
+    created = next((p for p in reversed([root, *root.parents]) if not p.exists()), None)
+    root.mkdir(parents=True, exist_ok=True)
+    return root, created
 
 
 def _evaluate_all(env: str | None, jobs: list[tuple[str, str, str | None, dict[str, Any]]],

@@ -133,7 +133,7 @@ def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any
             while True:
                 kind, _, payload = worker.conn.recv()
                 if kind == "done":
-                    return payload  # type: ignore[no-any-return]
+                    return payload
                 if kind == "usage_error":
                     raise UsageError(payload)
                 if kind != "progress":
@@ -142,7 +142,7 @@ def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any
             pass
         stop_worker(started.pop(0))
     try:
-        return run_once(probe_envs, list(specs), named, env=NO_GL,  # type: ignore[no-any-return]
+        return run_once(probe_envs, list(specs), named, env=NO_GL,
                         timeout=600, cwd_on_path=False)
     except ChildFailed as exc:
         if exc.exception == "UsageError":
@@ -245,8 +245,8 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
         problems = [text if kind == "usage_error" else
                     f"Replaying '{jobs[j].tape}' failed: {text.splitlines()[0]}"
                     for j, kind, text in pool.errors]
-        if not problems and len(done) < len(chosen) and pool.fallback.problem():
-            problems.append(pool.fallback.problem())
+        if not problems and len(done) < len(chosen) and (problem := pool.fallback.problem()):
+            problems.append(problem)
         if problems:
             raise UsageError(" ".join(dict.fromkeys(problems)))
     return [done[c.index] for c in chosen]

@@ -250,7 +250,8 @@ def _flat_states(space: Any, observed: Any, steps: int) -> np.ndarray:
             return value[t]
         return pick(observed)
 
-    return np.stack([spaces.flatten(space, row(t)) for t in range(steps)]).astype(np.float32)
+    return np.stack([np.asarray(spaces.flatten(space, row(t)))  # a Box's flat row
+                     for t in range(steps)]).astype(np.float32)
 
 
 def _features(obs_space: Any, state_dim: int, action_dim: int, keys: list[str],

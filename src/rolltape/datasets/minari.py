@@ -38,7 +38,7 @@ def unstorable(space: Any, where: str) -> str | None:
     name = type(space).__name__
     if name not in STORABLE:
         return f"{where} is a {name} space"
-    subs = getattr(space, "spaces", None)
+    subs: Any = getattr(space, "spaces", None)  # a Dict's or a Tuple's
     if name == "Dict":
         for key, sub in subs.items():
             found = unstorable(sub, f"{where}[{key!r}]")
@@ -100,7 +100,7 @@ def _write(job: dict[str, Any]) -> int:
     # episode it stores (time quadratic in the episodes: 30 s of 47 for 300 short ones);
     # the size is computed once, at the end, with the same method.
     real_size = storage.get_size
-    storage.get_size = lambda: 0  # type: ignore[method-assign]
+    storage.get_size = lambda: 0
     extra: dict[str, Any] = {"env_spec": job["env_spec"].to_json()}
     if job["ref_min_score"] is not None and job["ref_max_score"] is not None:
         extra.update(ref_min_score=job["ref_min_score"], ref_max_score=job["ref_max_score"],
@@ -138,7 +138,7 @@ def _write(job: dict[str, Any]) -> int:
             flush()
             pending = 0
     flush()
-    storage.get_size = real_size  # type: ignore[method-assign]
+    storage.get_size = real_size
     storage.update_metadata({"rolltape": job["provenance"], "dataset_size": real_size()})
     return steps
 

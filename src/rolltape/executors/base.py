@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Generator, Mapping, Protocol, Sequence
 
 from rolltape.errors import UsageError
 
@@ -122,7 +122,7 @@ class Executor(Protocol):
     def check(self) -> None:
         """Make sure it can run (connect to a cluster, ...), or raise UsageError."""
 
-    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Iterator[Message]:
+    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Generator[Message, None, None]:
         """Run every share; yield their messages as they come. Raises UsageError for a
         share's ``usage_error``, RunFailed for a failure; stops everything it started
         when the generator ends, however it ends."""

@@ -26,8 +26,8 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Generator, Mapping, Sequence, cast
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.base import Message, RenderWork, ShareWork
@@ -44,7 +44,7 @@ from rolltape.executors.launch import (
 def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[Any, ...], *,
                env: Mapping[str, str | None], timeout: float, units: tuple[str, ...],
                stalled: Callable[[int, int], str], timeout_name: str = "its timeout"
-               ) -> Iterator[tuple[str, Any]]:
+               ) -> Generator[tuple[str, Any], None, None]:
     """Run ``target(share, *args, conn)`` for each share in its own worker and yield its
     ``(kind, payload)`` messages as they arrive, until each has sent ("done", ...).
 
@@ -60,7 +60,8 @@ def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[A
     heard = {w.conn: time.monotonic() for w in workers}
     try:
         while running:
-            for conn in wait(list(running), timeout=min(timeout, 5.0)):
+            # wait() answers with some of the objects it was given: these Connections.
+            for conn in cast("list[Connection]", wait(list(running), timeout=min(timeout, 5.0))):
                 worker = running[conn]
                 try:
                     kind, payload = conn.recv()
@@ -98,7 +99,7 @@ def warm_workers(target: Callable[..., None], backend: str, args: tuple[Any, ...
                          cwd_on_path=cwd_on_path) for _ in range(workers)]
 
 
-class Prestart(list):  # type: ignore[type-arg]
+class Prestart(list[Any]):
     """Workers to start ahead of their jobs (:func:`warm_workers`), but only once the run is
     known to go ahead: empty until :meth:`start` (called again, it does nothing). A run
     refused by its first worker (a checkpoint that does not load) starts none."""
@@ -222,6 +223,7 @@ class BackendPool:
             self._backend_died(slot, payload)
             return
         i, slot.job = slot.job, None
+        assert i is not None, "a worker answered with no job given to it"
         if kind == "done":
             self.on_done(i, payload)
         else:
@@ -239,7 +241,7 @@ class LocalExecutor:
     def check(self) -> None:
         return None  # nothing to connect to
 
-    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Iterator[Message]:
+    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Generator[Message, None, None]:
         return run_shares(work.worker, shares, work.args, env=work.env, timeout=work.timeout,
                           units=work.units, stalled=work.stalled,
                           timeout_name=work.timeout_name)

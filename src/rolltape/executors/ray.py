@@ -39,7 +39,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.base import RenderWork, ShareWork
@@ -143,7 +143,8 @@ class _DropMessage(logging.Filter):
 
 def _connect_failure(address: str, exc: BaseException) -> str:
     """One sentence for a failed ray.init; the real cause is often a few exceptions deep."""
-    chain, seen = [], exc
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
     while seen is not None and len(chain) < 8:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
@@ -198,7 +199,7 @@ def _write_files(files: dict[str, bytes | dict[str, bytes]]) -> None:
 
 
 def run_on_ray(task: Callable[[Any], dict[str, Any]], tasks: Sequence[Any], limit: int
-               ) -> Iterator[tuple[str, Any]]:
+               ) -> Generator[tuple[str, Any], None, None]:
     """Run ``task(t)`` for each of ``tasks`` as Ray tasks, at most ``limit`` at once.
 
     A task answers {"files": {path: bytes}, "messages": [(kind, payload), ...]}: the files
@@ -373,7 +374,8 @@ class RayExecutor:
     def check(self) -> None:
         check_ray(self.address)
 
-    def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Iterator[tuple[str, Any]]:
+    def run_shares(self, work: ShareWork, shares: Sequence[Any]
+                   ) -> Generator[tuple[str, Any], None, None]:
         if work.task is None:
             raise UsageError("This work runs in worker processes of this machine only; drop "
                              "--executor ray.")

@@ -23,12 +23,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rolltape.errors import UsageError
 from rolltape.files import write_json, write_text  # noqa: F401  (re-exported)
 from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass2.formats import TABLE, file_suffixes, names
+
+if TYPE_CHECKING:
+    from rolltape.tape import Tape
 
 
 def append_jsonl(path: str | os.PathLike[str], row: dict[str, Any]) -> None:
@@ -364,7 +367,7 @@ def check_writable_folder(out: str | os.PathLike[str], flag: str = "--out") -> N
                          f"({exc.strerror}); choose a writable {flag}.") from None
 
 
-def write_episode_jsonl(path: str | os.PathLike[str], tape: Any, record: dict[str, Any]) -> Path:
+def write_episode_jsonl(path: str | os.PathLike[str], tape: Tape, record: dict[str, Any]) -> Path:
     """A rendered episode without pixels: a metadata line, an episode line, one line per frame."""
     import math
 
@@ -382,7 +385,7 @@ def write_episode_jsonl(path: str | os.PathLike[str], tape: Any, record: dict[st
     return write_text(path, "".join(json.dumps(line, allow_nan=False) + "\n" for line in lines))
 
 
-def write_tape_copy(path: str | os.PathLike[str], tape: Any, record: dict[str, Any]) -> Path:
+def write_tape_copy(path: str | os.PathLike[str], tape: Tape, record: dict[str, Any]) -> Path:
     """The tape itself, with what rendered it (config, result, provenance) in its header."""
     from dataclasses import replace
 

@@ -296,7 +296,8 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
     ys += [float(v) for s in series if s.band for side in s.band for v in side]
     if not xs:
         xs, ys = [0.0], [0.0]
-    items = [(s.label, s.color, s.dash, "line" if s.line else "dot") for s in series]
+    items = [(s.label, s.color, s.dash, "line" if s.line else "dot") for s in series
+             if s.label]  # an unlabelled series (the second edge of a band) has no entry
     items += list(extra_legend)
     y = _Axis(min(ys), max(ys), integer=integer_y)
     x = _Axis(min(xs), max(xs), integer=integer_x, extend=False, count=7)

@@ -57,7 +57,7 @@ def seed_text(seeds: list[int]) -> str:
     return ", ".join(str(s) for s in seeds)
 
 
-def describe_policy(policy: dict[str, Any] | None, fallback: str = "") -> str:
+def describe_policy(policy: Mapping[str, Any] | None, fallback: str = "") -> str:
     """A short name for the policy: 'random policy', 'SB3 PPO · ppo.zip', ..."""
     if not policy:
         return fallback or "unknown policy"
@@ -270,6 +270,11 @@ def _charts(run: Run) -> list[dict[str, str]]:
     return charts
 
 
+def _returns(episodes: list[Episode]) -> list[float]:
+    """The returns of episodes that have a finite one (the charts draw only those)."""
+    return [r for e in episodes if (r := e.ret) is not None]
+
+
 def _task_charts(run: Run, task: tuple[Any, Any]) -> list[dict[str, str]]:
     results = run.results
     name = f"{task[0]}/{task[1]}" if task[0] is not None else None
@@ -288,7 +293,7 @@ def _task_charts(run: Run, task: tuple[Any, Any]) -> list[dict[str, str]]:
 
     charts = []
     # Lines between episodes guide the eye across a few; across many they are only noise.
-    series = [plots.Series(role, [e.key.index for e in eps], [e.ret for e in eps],  # type: ignore[misc]
+    series = [plots.Series(role, [e.key.index for e in eps], _returns(eps),
                            plots.ROLE_COLORS[role], tips=tips(eps, role),
                            line=len(eps) <= LINE_MAX, key=f"{role}{uid}")
               for role, eps in roles]
@@ -313,7 +318,7 @@ def _task_charts(run: Run, task: tuple[Any, Any]) -> list[dict[str, str]]:
             from rolltape.record import Summary
 
             s = Summary.of(eps)
-        strips.append(plots.Strip(role, [e.ret for e in eps], plots.ROLE_COLORS[role],  # type: ignore[misc]
+        strips.append(plots.Strip(role, _returns(eps), plots.ROLE_COLORS[role],
                                   tips=tips(eps, role), center=s.iqm,
                                   interval=s.iqm_ci, key=f"{role}{uid}"))
     charts.append({

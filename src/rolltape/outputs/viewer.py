@@ -39,12 +39,15 @@ import sys
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from rolltape.errors import UsageError
 from rolltape.files import atomic_folder
+
+if TYPE_CHECKING:
+    from rolltape.tape import Tape
 
 #: The page's own source, in the repository (``viewer/`` beside ``src/``).
 SOURCE_DIR = Path(__file__).resolve().parents[3] / "viewer"
@@ -105,7 +108,7 @@ def check_models(env_ids: Sequence[str] = GYMNASIUM_V5, *, steps: int = 20,
     for env_id in env_ids:
         env = gym.make(env_id)
         try:
-            base = env.unwrapped
+            base: Any = env.unwrapped  # a MujocoEnv: data, model, fullpath
             env.action_space.seed(0)
             env.reset(seed=0)
             poses = [base.data.qpos.copy()]
@@ -216,20 +219,21 @@ def model_files(main: str | os.PathLike[str]) -> list[Path]:
         except (ET.ParseError, OSError):
             return
         for compiler in root.iter("compiler"):
-            if compiler.get("assetdir"):
-                dirs["mesh"] = dirs["texture"] = resolve(base, compiler.get("assetdir"))
-            if compiler.get("meshdir"):
-                dirs["mesh"] = resolve(base, compiler.get("meshdir"))
-            if compiler.get("texturedir"):
-                dirs["texture"] = resolve(base, compiler.get("texturedir"))
+            if assetdir := compiler.get("assetdir"):
+                dirs["mesh"] = dirs["texture"] = resolve(base, assetdir)
+            if meshdir := compiler.get("meshdir"):
+                dirs["mesh"] = resolve(base, meshdir)
+            if texturedir := compiler.get("texturedir"):
+                dirs["texture"] = resolve(base, texturedir)
         for el in root.iter():
             names: list[tuple[Path, str]] = []
-            if el.tag in ("include", "model") and el.get("file"):
-                names.append((base, el.get("file")))
-            elif el.tag in ("mesh", "skin", "hfield") and el.get("file"):
-                names.append((dirs["mesh"], el.get("file")))
+            file = el.get("file")
+            if el.tag in ("include", "model") and file:
+                names.append((base, file))
+            elif el.tag in ("mesh", "skin", "hfield") and file:
+                names.append((dirs["mesh"], file))
             elif el.tag == "texture":
-                names += [(dirs["texture"], el.get(a)) for a in _TEXTURE_FILES if el.get(a)]
+                names += [(dirs["texture"], v) for a in _TEXTURE_FILES if (v := el.get(a))]
             for folder, name in names:
                 path = resolve(folder, name)
                 if path.is_file() and path not in found:
@@ -278,7 +282,7 @@ def describe_envs(specs: list[dict[str, Any]], trusted: bool = False) -> list[di
 
     try:
         # A tape's env must not come from the current folder (only a user-named one may).
-        return run_once(_describe_envs, specs, env=NO_GL, cwd_on_path=trusted)  # type: ignore[no-any-return]
+        return run_once(_describe_envs, specs, env=NO_GL, cwd_on_path=trusted)
     except ChildFailed as exc:
         raise UsageError(f"Could not build the run's env to find its MuJoCo model "
                          f"({exc}).") from None
@@ -324,7 +328,8 @@ def export_viewer(run_dir: str | os.PathLike[str],
     if final.exists() and not overwrite:
         raise UsageError(f"'{final}' already exists; pass overwrite=True (or `rolltape view "
                          "--refresh`) to rebuild it.")
-    loaded, skipped = [], []
+    loaded: list[tuple[Path, Tape]] = []
+    skipped: list[tuple[Path, Tape]] = []
     for path in tapes:
         tape = Tape.load(path)
         if not trusted:
@@ -349,13 +354,13 @@ def export_viewer(run_dir: str | os.PathLike[str],
         return _write(staging, assets, loaded, specs, described, note_parts)
 
 
-def _write(out: Path, assets: Path, loaded: list[tuple[Path, Any]],
+def _write(out: Path, assets: Path, loaded: list[tuple[Path, Tape]],
            specs: dict[str, dict[str, Any]], described: dict[str, dict[str, Any]],
            note_parts: list[str]) -> dict[str, Any]:
     (out / "tapes").mkdir(parents=True)
-    for pkg, rel, dest in ASSETS:
-        (out / dest).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(assets / pkg / rel, out / dest)
+    for pkg, rel, target in ASSETS:
+        (out / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(assets / pkg / rel, out / target)
     for name in PAGE_FILES:
         shutil.copyfile(SOURCE_DIR / name, out / name)
 

@@ -127,13 +127,13 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                 episode = waiting.popleft() if waiting else None
                 playing[s] = None if episode is None else _Playing(episode)
                 seeds[s] = None if episode is None else episode.seed
-            options = {**(job.reset_options or {}), "reset_mask": slots}
+            options = {"reset_mask": slots}
             obs, infos = envs.reset(seed=seeds, options=options)
             rows = list(iterate(space, obs))
             for s in np.flatnonzero(slots):
-                if playing[s] is not None:
-                    playing[s].first_obs = kept_obs(rows[s])
-                    playing[s].states.append(infos[_INFO_KEY][s][0])
+                if (fresh := playing[s]) is not None:
+                    fresh.first_obs = kept_obs(rows[s])
+                    fresh.states.append(infos[_INFO_KEY][s][0])
             return obs, rows
 
         obs, rows = reset(np.ones(num_envs, dtype=bool))
@@ -158,7 +158,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                     physics = ((None, None, None) if state is None else
                                split_physics(np.stack(episode.states), nq, nv))
                     fields = tape_fields(
-                        episode.job.seed, job.reset_options, episode.first_obs, episode.steps,
+                        episode.job.seed, None, episode.first_obs, episode.steps,
                         physics, success, metrics, episode.started)
                     fields["success_once"] = episode.once
                     save_episode(job, episode.job, description, fields, send)

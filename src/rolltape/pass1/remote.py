@@ -44,7 +44,7 @@ def cut_into_tasks(chunks: list[list[PolicyJob]]) -> list[list[PolicyJob]]:
     per_chunk = [[[replace(job, episodes=job.episodes[k:k + size])]
                   for job in chunk for k in range(0, len(job.episodes), size)]
                  for chunk in chunks]
-    tasks = []
+    tasks: list[list[PolicyJob]] = []
     for row in range(max((len(c) for c in per_chunk), default=0)):
         tasks.extend(c[row] for c in per_chunk if row < len(c))
     return tasks

@@ -44,7 +44,7 @@ class EpisodeJob:
 
 
 @dataclass(frozen=True)
-class Episodes(Sequence):  # type: ignore[type-arg]
+class Episodes(Sequence[EpisodeJob]):
     """Episodes of one role, made on demand from their indices (a ``range`` unless some are
     done), so that even ``--episodes 10**12`` costs nothing before the first one plays.
     Slicing gives Episodes again: ``episodes[w::W]`` is worker w's share.
@@ -79,7 +79,6 @@ class PolicyJob:
     vecnormalize: str | None = None
     algo: str | None = None
     deterministic: bool = True
-    reset_options: dict[str, Any] | None = None
     needs_rgb_array: bool = False  # a video was asked for: refuse an env that cannot draw
     extra_meta: dict[str, Any] = field(default_factory=dict)  # a suite's {"suite", "task"}
     success_key: str | None = "is_success"  # the info key that says success (None: none)
@@ -222,10 +221,9 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
                          **policy.description}))
         for ep in job.episodes:
             try:
-                fields = (record_wrapped_episode(wrapped, policy, ep.seed, job.reset_options,
+                fields = (record_wrapped_episode(wrapped, policy, ep.seed, None,
                                                  job.success_key) if wrapped is not None else
-                          record_episode(env, policy, ep.seed, job.reset_options,
-                                         job.success_key))
+                          record_episode(env, policy, ep.seed, None, job.success_key))
             except (UsageError, OSError, MemoryError):
                 raise  # bad input or a broken machine: not this episode's fault
             except Exception as exc:  # the env (or policy) failed this episode alone
@@ -272,7 +270,3 @@ def playing(chunk: list[PolicyJob], finished: int) -> str:
 def tape_name(role: str, index: int) -> str:
     """File name of an episode's tape inside ``tapes/``."""
     return f"{role}-{index:04d}.npz"
-
-
-def tapes_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "tapes"

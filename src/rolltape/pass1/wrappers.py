@@ -148,7 +148,8 @@ def recording_tap(base: Any) -> Any:
             self.key = success_key or "\0"
             self.first: Any = None
             self.steps: list[tuple[Any, ...]] = []
-            self.physics = self.ale = None
+            self.physics: Any = None
+            self.ale: Any = None
             self.done = False
             self.info: dict[str, Any] = {}
             self.reported = self.hit = False

@@ -163,6 +163,7 @@ class CameraRig:
         import mujoco
 
         renderer = self.renderer
+        assert renderer is not None  # __init__ refused named cameras without one
         viewer = renderer._get_viewer(self.env.unwrapped.render_mode)
         cam = viewer.cam
         saved = {f: getattr(cam, f) for f in self._CAM_FIELDS}

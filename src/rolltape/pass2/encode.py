@@ -48,7 +48,7 @@ import re
 import shutil
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import IO, ClassVar
@@ -416,11 +416,12 @@ class _VideoWriter(FrameWriter):
         self._pad = (height % 2, width % 2)
         self._container = av.open(str(self._temp), mode="w", format=self.fmt)
         stream = self._container.add_stream(self._codec, rate=self.fps)
+        assert isinstance(stream, av.VideoStream)  # a video codec's stream
         stream.width = width + self._pad[1]
         stream.height = height + self._pad[0]
         stream.pix_fmt = "yuv420p"
         stream.codec_context.time_base = 1 / self.fps
-        stream.options = self._options
+        stream.options = {**self._options}
         self._stream = stream
 
     def _write(self, frame: np.ndarray) -> None:
@@ -727,7 +728,8 @@ def open_writer(
 
 
 def join_videos(
-    parts: list[str | os.PathLike[str]], path: str | os.PathLike[str], *, overwrite: bool = False
+    parts: Sequence[str | os.PathLike[str]], path: str | os.PathLike[str], *,
+    overwrite: bool = False,
 ) -> int:
     """Joins mp4 or webm files made by :func:`open_writer` into one, end to end, without
     decoding: their compressed packets are copied with shifted timestamps, as

@@ -121,8 +121,8 @@ class ExportJob(RenderOptions):
                                     time.perf_counter() - start,
                                     torch_loaded="torch" in sys.modules,
                                     forbidden_loaded=forbidden_modules())
-            arrays = {f"obs{name}": np.stack(rows) for name, rows in
-                      _leaves(observations).items()}
+            arrays: dict[str, Any] = {f"obs{name}": np.stack(rows) for name, rows in
+                                      _leaves(observations).items()}
             arrays.update(actions=tape.actions, rewards=tape.rewards,
                           terminated=tape.terminated, truncated=tape.truncated,
                           success=success)

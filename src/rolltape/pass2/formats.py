@@ -24,7 +24,10 @@ import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for annotations only: nothing heavy is imported at run time
+    from rolltape.tape import Tape
 
 __all__ = ["TABLE", "Format", "by_suffix", "data_suffixes", "file_suffixes", "names",
            "pixel_formats", "suffix_list"]
@@ -61,7 +64,7 @@ class Format:
         assert self.writer is not None, f"{self.name} has no pixels"
         return _resolve(self.writer)(path, fps, **options)
 
-    def write_from_tape(self, path: str, tape: Any, record: dict[str, Any]) -> Any:
+    def write_from_tape(self, path: str, tape: Tape, record: dict[str, Any]) -> Any:
         """Write the row's pixel-free output of ``tape`` (with what rendered it)."""
         assert self.tape_writer is not None, f"{self.name} is drawn from pixels"
         return _resolve(self.tape_writer)(path, tape, record)

@@ -40,7 +40,7 @@ from rolltape.envs import check_tape_env_module
 from rolltape.errors import UsageError
 from rolltape.pass2.backends import select_backend_in_this_process
 from rolltape.pass2.cameras import CameraRig, Compositor, draw_overlay, separate_path
-from rolltape.tape import sum_rewards
+from rolltape.tape import Tape, sum_rewards
 
 MODES = ("resim", "restore", "auto")
 #: Render workers draw off screen. Classic-control envs draw with pygame, whose SDL would
@@ -224,7 +224,7 @@ class _Replayer:
                                        width=req.width, height=req.height)
         return key, self._envs[key]
 
-    def _reset(self, key: str, env: Any, tape: Any, draw: bool, quality: str) -> Any:
+    def _reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str) -> Any:
         """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer.
         Returns the reset observation, or None for a tape that begins mid-episode."""
         obs = _reset_as_recorded(env, tape)
@@ -252,7 +252,6 @@ class _Replayer:
     def run(self, req: RenderRequest) -> RenderResult:
         from rolltape.envs import mujoco_warnings
         from rolltape.pass2.encode import BackgroundWriter, open_writer
-        from rolltape.tape import Tape
 
         start = time.perf_counter()
         tape = Tape.load(req.tape)
@@ -292,6 +291,7 @@ class _Replayer:
 
         def emit(index: int) -> None:
             if draw:
+                assert rig is not None  # made whenever it draws
                 views = rig.frames()
                 if req.layout != "separate":
                     views = [compositor(views)]
@@ -340,7 +340,7 @@ class _Replayer:
             camera_hint=hint,
         )
 
-    def _resim(self, tape: Any, env: Any, req: RenderOptions, first: int, stop: int,
+    def _resim(self, tape: Tape, env: Any, req: RenderOptions, first: int, stop: int,
                reset: Callable[[], Any], emit: Callable[[int], None],
                observe: Callable[[int, Any, Any], None] | None = None,
                digests_later: bool = False
@@ -367,6 +367,7 @@ class _Replayer:
                 emit(0)
             begin = 0
         else:
+            assert tape.physics is not None  # else it replays from the reset
             continue_from(env, tape.physics[first - 1])
             begin = first - 1
         rewards = []
@@ -397,13 +398,14 @@ class _Replayer:
             divergence = pending.flush()
         return divergence, rewards
 
-    def _restore(self, tape: Any, env: Any, first: int, stop: int, reset: Callable[[], Any],
+    def _restore(self, tape: Tape, env: Any, first: int, stop: int, reset: Callable[[], Any],
                  emit: Callable[[int], None]) -> None:
         """Draw the recorded states themselves, no simulation. An Atari screen is not part of
         its emulator state: frame t is drawn by restoring state t-1 and taking the recorded
         action t-1 from it (one emulator step, RNG included in the state)."""
         from rolltape.envs import restore_ale_state, restore_state
 
+        assert tape.qpos is not None and tape.qvel is not None  # restore needs has_state
         reset()
         if tape.has_ale_state and not tape.has_state:
             for t in range(first, stop):
@@ -417,7 +419,7 @@ class _Replayer:
             emit(t)
 
 
-def _reset_as_recorded(env: Any, tape: Any) -> Any:
+def _reset_as_recorded(env: Any, tape: Tape) -> Any:
     """Reset the env into the state the tape begins in, and return the reset observation
     (None when the tape begins mid-episode, where no reset observation was recorded).
 
@@ -486,7 +488,7 @@ class _PendingDigests:
         return None
 
 
-def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs: Any,
+def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, obs: Any,
                   rtol: float, atol: float) -> Divergence | None:
     from rolltape.envs import obs_digest
 
@@ -509,7 +511,7 @@ def _compare_step(tape: Any, t: int, reward: float, term: bool, trunc: bool, obs
     return None
 
 
-def first_wrong_digest(tape: Any, observations: list[Any], rtol: float = 0.0,
+def first_wrong_digest(tape: Tape, observations: list[Any], rtol: float = 0.0,
                        atol: float = 0.0) -> Divergence | None:
     """The first of a replay's observations (the reset's, then each step's) whose digest is
     not pass 1's, as :func:`_compare_step` would report it, or None. Array observations
@@ -531,7 +533,7 @@ def first_wrong_digest(tape: Any, observations: list[Any], rtol: float = 0.0,
     return Divergence(t - 1, "observation", "pass-1 digest", "another digest")
 
 
-def _check_same_env(tape: Any, env: Any, path: str) -> None:
+def _check_same_env(tape: Tape, env: Any, path: str) -> None:
     """Refuse to replay a tape on an env whose action or state shapes differ from its own."""
     from rolltape.envs import mujoco_data
 
@@ -542,7 +544,8 @@ def _check_same_env(tape: Any, env: Any, path: str) -> None:
     mismatch = None
     if shape != recorded:
         mismatch = f"actions of shape {recorded}, the env takes {shape}"
-    elif tape.has_state and data is not None and tape.qpos.shape[1] != data.qpos.shape[0]:
+    elif (tape.qpos is not None and tape.qvel is not None  # has_state, spelled for mypy
+          and data is not None and tape.qpos.shape[1] != data.qpos.shape[0]):
         mismatch = f"{tape.qpos.shape[1]} position coordinates, the env has {data.qpos.shape[0]}"
     if mismatch:
         raise UsageError(

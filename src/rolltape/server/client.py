@@ -208,6 +208,7 @@ class RemotePhysicsLog:
         self.rows.append(self.env.last_physics)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        assert self.env.physics_dims is not None  # made only for an env with physics
         nq, nv = self.env.physics_dims
         return split_physics(np.stack(self.rows), nq, nv)
 

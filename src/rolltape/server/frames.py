@@ -33,9 +33,10 @@ class FrameDrawer:
         self.spec = spec
         self._envs: dict[tuple[int, int, str | None], Any] = {}
 
-    def draw(self, physics: np.ndarray, width: int, height: int,
-             camera: str | None = None) -> np.ndarray:
-        """The RGB frame (height x width x 3, uint8) of a recorded physics row."""
+    def draw(self, physics: np.ndarray, width: Any, height: Any,
+             camera: Any = None) -> np.ndarray:
+        """The RGB frame (height x width x 3, uint8) of a recorded physics row (the size and
+        camera are checked here: they may come off the wire)."""
         import mujoco
 
         check_size(width, height, camera)

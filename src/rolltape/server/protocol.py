@@ -19,12 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import struct
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -161,11 +162,9 @@ def decode(data: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> dict[str, Any
         raise ProtocolError(f"the message has {len(data)} bytes, more than the "
                             f"{max_payload}-byte cap")
 
-    if max_payload == DEFAULT_MAX_PAYLOAD:
-        hook = _ext_hook
-    else:
-        def hook(code: int, payload: bytes) -> np.ndarray:
-            return _ext_hook(code, payload, max_payload)
+    hook: Callable[[int, bytes], np.ndarray] = _ext_hook
+    if max_payload != DEFAULT_MAX_PAYLOAD:
+        hook = functools.partial(_ext_hook, max_payload=max_payload)
 
     try:
         message = msgpack.unpackb(data, raw=False, strict_map_key=True,

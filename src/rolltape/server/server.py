@@ -275,7 +275,8 @@ class EnvServer:
         except UsageError as exc:
             reply = {"status": P.ERROR, "error": str(exc)}
         except _Timeout:  # the env may be half-way through a call: its session is not reused
-            self.sessions.pop(message.get("sid") if message else None, None)
+            if message and message.get("sid") is not None:
+                self.sessions.pop(message["sid"], None)
             reply = {"status": P.ERROR, "error": f"the env took more than "
                      f"{self.cfg.request_timeout:g} s to answer; its session is closed"}
         except Exception as exc:  # the env failed this call: say so, keep serving
@@ -369,7 +370,7 @@ class EnvServer:
                 "envs": list(self.envs)}
 
     def _physics(self, session: Session) -> np.ndarray | None:
-        if session.served.nq_nv is None:
+        if session.served.state_size is None:  # set with nq_nv: no MuJoCo physics
             return None
         import mujoco
 

@@ -26,7 +26,10 @@ Every result that leaves this module as a dict is JSON-safe: plain ``int``/``flo
 ``json.dumps(result, allow_nan=False)`` always works.
 
 The functions live by concern in :mod:`.intervals` (one evaluation), :mod:`.paired` (two
-policies on the same seeds) and :mod:`.aggregates` (a suite's tasks); all are named here.
+policies on the same seeds), :mod:`.aggregates` (a suite's tasks), :mod:`.sequential`
+(confidence sequences, valid at every look: :func:`bernoulli_cs`, :func:`betting_cs`) and
+:mod:`.recipes` (several training runs per recipe: :func:`recipe_summary`,
+:func:`recipe_comparison`); all are named here.
 
 May import: numpy only.
 """
@@ -55,5 +58,7 @@ from rolltape.stats.paired import (
     paired_improvement,
     probability_of_improvement,
 )
+from rolltape.stats.recipes import recipe_comparison, recipe_summary
+from rolltape.stats.sequential import bernoulli_cs, betting_cs
 
-__all__ = ["Summary", "aggregate", "aggregate_scores", "bootstrap_ci", "iqm", "mcnemar_exact", "mean_of_rates", "minimum_detectable_difference", "newcombe_paired_interval", "normalize_scores", "paired_comparison", "paired_improvement", "performance_profile", "probability_of_improvement", "success_percent", "suite_probability_of_improvement", "summarize", "wilson_interval"]
+__all__ = ["Summary", "aggregate", "aggregate_scores", "bernoulli_cs", "betting_cs", "bootstrap_ci", "iqm", "mcnemar_exact", "mean_of_rates", "minimum_detectable_difference", "newcombe_paired_interval", "normalize_scores", "paired_comparison", "paired_improvement", "performance_profile", "probability_of_improvement", "recipe_comparison", "recipe_summary", "success_percent", "suite_probability_of_improvement", "summarize", "wilson_interval"]

@@ -86,7 +86,7 @@ class Manifest:
         return {"source": self.source, "tasks": [asdict(t) for t in self.tasks]}
 
 
-class _Mapping(dict):  # type: ignore[type-arg]
+class _Mapping(dict[Any, Any]):  # YAML keys may be any scalar: checked later
     """A YAML mapping that remembers the keys it saw twice (YAML itself keeps the last)."""
 
     duplicates: tuple[str, ...] = ()

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from rolltape import stats
 from rolltape.record import Episode, Video, group_by, return_stats
 
-TaskKey = tuple[str, str]
+TaskKey = tuple[str | None, str | None]  # EpisodeKey.task_key: (None, None) for one env
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -61,9 +61,9 @@ def _rate(flags: Sequence[bool | None]) -> dict[str, Any]:
 def group_numbers(episodes: Sequence[Episode], rules: Mapping[TaskKey, str]) -> dict[str, Any]:
     """Success (by each task's rule, and by both rules named), rewards, returns and lengths
     of some episodes."""
-    headline = [e.success(rules.get(e.key.task_key, "at_end")) for e in episodes]  # type: ignore[arg-type]
+    headline = [e.success(rules.get(e.key.task_key, "at_end")) for e in episodes]
     entry: dict[str, Any] = stats.success_percent(headline)
-    used = {rules.get(e.key.task_key, "at_end") for e in episodes} or {"at_end"}  # type: ignore[arg-type]
+    used = {rules.get(e.key.task_key, "at_end") for e in episodes} or {"at_end"}
     entry["success_rule"] = used.pop() if len(used) == 1 else "per task"
     entry["success_at_end"] = _rate([e.success_at_end for e in episodes])
     entry["success_once"] = _rate([e.success_once for e in episodes])

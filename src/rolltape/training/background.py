@@ -235,8 +235,10 @@ class BackgroundRenderer:
             done.verified = all(r.verified for r in results)
             diverged = [r for r in results if r.divergence is not None]
             if diverged:
-                done.divergence = diverged[0].divergence.describe()
-                self._warn_divergence(job, diverged[0])
+                first = diverged[0]
+                assert first.divergence is not None  # picked for having one
+                done.divergence = first.divergence.describe()
+                self._warn_divergence(job, first)
             try:
                 done.outputs = _join_parts(job, results) if len(job.tapes) > 1 else job.outputs
             except Exception as exc:

@@ -25,6 +25,7 @@ Example (not run: it trains):
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import time
@@ -76,9 +77,10 @@ def make_recorded_vec_env(env_id: str, n_envs: int = 1, *, out: str | Path = "ru
     trigger = every(record_every)
     folder = str(Path(out).absolute() / "videos")
     recorded = set(envs_to_record)
-    fns = [_SubEnv(env_id, dict(env_kwargs or {}), folder if i in recorded else None,
-                   f"train-env{i}", trigger, record, None if seed is None else seed + i)
-           for i in range(n_envs)]
+    fns: list[Callable[[], Any]] = [
+        _SubEnv(env_id, dict(env_kwargs or {}), folder if i in recorded else None,
+                f"train-env{i}", trigger, record, None if seed is None else seed + i)
+        for i in range(n_envs)]
     venv = (vec_env_cls or DummyVecEnv)(fns, **(vec_env_kwargs or {}))
     if seed is not None:
         venv.seed(seed)
@@ -193,7 +195,7 @@ class TapeCallback(BaseCallback):
     def _on_training_start(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         if self.record_every is not None:
-            self._install_recorders()
+            self._install_recorders(self.record_every)
         if self.eval_every is not None:  # a mistake shows now, before the first rollout
             self._eval_spec = self._check_eval_env()
         for child in self._children():
@@ -262,7 +264,7 @@ class TapeCallback(BaseCallback):
         wrapped = self.training_env.env_is_wrapped(RecordTape)
         return [i for i, w in enumerate(wrapped) if w]
 
-    def _install_recorders(self) -> None:
+    def _install_recorders(self, record_every: int) -> None:
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         if self._recording_envs():
@@ -279,7 +281,7 @@ class TapeCallback(BaseCallback):
             if not 0 <= i < base.num_envs:
                 raise UsageError(f"envs_to_record has {i}, but the training env has "
                                  f"{base.num_envs} sub-envs.")
-            base.envs[i] = RecordTape(base.envs[i], folder, episode_trigger=every(self.record_every),
+            base.envs[i] = RecordTape(base.envs[i], folder, episode_trigger=every(record_every),
                                       name_prefix=f"train-env{i}", **self.record_options)
 
     def _log_new_videos(self) -> int:
@@ -422,6 +424,7 @@ class TapeCallback(BaseCallback):
         """``model.save`` into a temporary sibling, renamed into place: a full disk leaves
         no half-written zip."""
         with atomic_file(path) as f:
+            assert isinstance(f, io.BufferedIOBase)  # opened "wb": what SB3 saves into
             self.model.save(f)
         return path
 

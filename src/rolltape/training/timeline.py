@@ -15,15 +15,13 @@ from typing import Any, Sequence
 
 
 def draw_timeline(evaluations: Sequence[dict[str, Any]], recorded: Sequence[dict[str, Any]],
-                  path: Path) -> str | None:
-    """Draw ``path`` (a PNG); returns its file name, or None when matplotlib is missing."""
-    try:
-        import matplotlib
+                  path: Path) -> str:
+    """Draw ``path`` (a PNG); returns its file name."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(8, 3.6))
     points = [e for e in evaluations if e.get("mean_reward") is not None]
     if points:

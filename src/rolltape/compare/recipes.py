@@ -1,0 +1,329 @@
+"""Recipes: several training runs per recipe, evaluated on the same seeds and compared.
+
+``rolltape eval ENV --recipe A='sb3:runs/a/seed*/model.zip' --recipe B=... -n 20 --out OUT``
+evaluates every checkpoint the globs match (each a training run, with its VecNormalize
+statistics found as :mod:`rolltape.compare.checkpoints` finds them) into
+``OUT/<recipe>/<run>/``, a normal run folder each, all on seeds ``seed .. seed + n - 1``,
+writes ``OUT/recipes.json`` (what each folder holds) and then the comparison
+(``OUT/comparison.json``, ``OUT/comparison.html``); ``rolltape compare OUT`` rebuilds it.
+
+The statistics are :mod:`rolltape.stats.recipes`: per recipe the mean over runs with a
+bootstrap over runs, IQM over runs x episodes, spread between and within runs; between
+recipes rliable's probability of improvement over runs and the seed-paired difference with
+a two-level bootstrap. A task is scored by its success (when every episode reports one)
+or else by its return.
+
+May import: evaluate (lazily), compare, stats, outputs, record, files, errors. Never:
+torch, SB3, GL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rolltape.compare.checkpoints import Entry, expand_policies
+from rolltape.errors import UsageError
+from rolltape.files import write_json, write_text
+from rolltape.record import Run
+from rolltape.stats.recipes import recipe_comparison, recipe_summary
+
+__all__ = ["evaluate_recipes", "is_recipe_folder", "parse_recipes", "recipe_result",
+           "summary_lines", "write_recipe_comparison"]
+
+MANIFEST = "recipes.json"
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def parse_recipes(texts: list[str]) -> dict[str, list[Entry]]:
+    """``NAME=SOURCE`` per --recipe: each recipe's runs (a glob of checkpoints, expanded)."""
+    recipes: dict[str, list[Entry]] = {}
+    for text in texts:
+        name, sep, source = text.partition("=")
+        name = name.strip()
+        if not sep or not source or not _NAME.match(name):
+            raise UsageError(f"--recipe '{text}' is not NAME=SOURCE; give e.g. "
+                             "--recipe A='sb3:runs/a/seed*/model.zip' (NAME: letters, digits, "
+                             "_ . -).")
+        if name in recipes:
+            raise UsageError(f"--recipe names '{name}' twice; give each recipe one name and "
+                             "one glob.")
+        if name == "random":
+            raise UsageError("--recipe 'random' is reserved for the baseline; rename it.")
+        source = source.strip()
+        if not source.startswith("sb3:"):
+            source = f"sb3:{source}" if source.endswith(".zip") else source
+        # A recipe's runs in path order (seed0, seed1, ...): they are runs, not checkpoints.
+        entries = sorted(expand_policies([source]), key=lambda e: e.policy)
+        recipes[name] = [Entry(label, e.policy, e.vecnormalize, e.steps)
+                         for label, e in zip(_run_labels([e.policy for e in entries]), entries)]
+    if len(recipes) < 1:
+        raise UsageError("--recipe needs at least one NAME=SOURCE.")
+    return recipes
+
+
+def _run_labels(sources: list[str]) -> list[str]:
+    """A folder name per run: the parts of the checkpoint paths that differ between runs
+    (seed1, seed2, ...), else run1, run2, ..."""
+    parts = [Path(s.partition(":")[2] or s).with_suffix("").parts for s in sources]
+    if len(parts) > 1 and len({len(p) for p in parts}) == 1:
+        differ = [k for k in range(len(parts[0])) if len({p[k] for p in parts}) > 1]
+        labels = ["-".join(p[k] for k in differ) for p in parts]
+        labels = [re.sub(r"[^A-Za-z0-9_.-]+", "-", x).strip("-.") for x in labels]
+        if all(labels) and len(set(labels)) == len(labels):
+            return labels
+    return [f"run{k + 1}" for k in range(len(sources))]
+
+
+def is_recipe_folder(folder: Path) -> bool:
+    return (Path(folder) / MANIFEST).is_file()
+
+
+def evaluate_recipes(env: str | None, texts: list[str], *, out: str | os.PathLike[str],
+                     episodes: int = 10, overwrite: bool = False, resume: bool = False,
+                     vecnormalize: str | None = None, baseline: str | None = None,
+                     **options: Any) -> dict[str, Any]:
+    """Evaluate every run of every recipe on the same seeds, then compare the recipes.
+    ``options`` are :func:`rolltape.evaluate`'s. Returns comparison.json's content."""
+    from rolltape.compare.sweep import _evaluate_all, prepare_root
+
+    if vecnormalize is not None:
+        raise UsageError("--vecnormalize applies to one checkpoint; a recipe's runs use the "
+                         "statistics saved beside each checkpoint.")
+    if baseline is not None:
+        raise UsageError("--baseline is not part of a recipe comparison; drop it (evaluate "
+                         "random as a recipe of its own to see it beside them).")
+    recipes = parse_recipes(texts)
+    root, created = prepare_root(out, overwrite=overwrite, resume=resume)
+    write_json(root / MANIFEST, {
+        "env": env, "suite": options.get("suite"), "tasks": options.get("tasks"),
+        "episodes": episodes, "seed": options.get("seed", 0),
+        "recipes": {name: [{"label": e.label, "folder": f"{name}/{e.label}",
+                            "policy": e.policy, "vecnormalize": e.vecnormalize}
+                           for e in entries] for name, entries in recipes.items()}})
+    show, command = options.pop("show_progress", False), options.pop("command", None)
+    opts = {**options, "episodes": episodes}
+    try:
+        for name, entries in recipes.items():
+            runs: list[Any] = []
+            _evaluate_all(env, [(e.label, e.policy, e.vecnormalize, opts) for e in entries],
+                          root / name, runs, overwrite=overwrite, resume=resume,
+                          show_progress=show, command=command, on_run=None)
+    except UsageError:
+        if created is not None and not resume:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    return write_recipe_comparison(root)
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def _load(root: Path) -> tuple[dict[str, Any], dict[str, list[Run]]]:
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+        runs = {name: [Run.load(root / r["folder"]) for r in rows]
+                for name, rows in manifest["recipes"].items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"'{root / MANIFEST}' or a run it names cannot be read; rerun the "
+                         "eval --recipe that wrote it (with --resume to keep what finished)."
+                         ) from None
+    return manifest, runs
+
+
+def _matrices(runs: list[Run]) -> tuple[str, dict[str, np.ndarray]]:
+    """(measure, {task: (runs, episodes) scores}) of one recipe's runs; every run must have
+    played the same seeds."""
+    first = runs[0].results
+    tasks = first.tasks
+    per: dict[str, list[list[float]]] = {}
+    success = True
+    for run in runs:
+        res = run.results
+        for task in tasks:
+            eps = sorted((e for e in res.episodes if e.key.task_key == task),
+                         key=lambda e: e.key.index)
+            flags = [e.success(res.rule_of(task)) for e in eps]
+            success = success and all(f is not None for f in flags)
+    for run in runs:
+        res = run.results
+        for task in tasks:
+            eps = sorted((e for e in res.episodes if e.key.task_key == task),
+                         key=lambda e: e.key.index)
+            name = "/".join(p for p in task if p) or res.env_id
+            row = [float(bool(e.success(res.rule_of(task)))) if success else
+                   (e.ret if e.ret is not None else float("nan")) for e in eps]
+            per.setdefault(name, []).append(row)
+    out = {}
+    for name, rows in per.items():
+        if len({len(r) for r in rows}) != 1:
+            raise UsageError(f"task '{name}': the runs played different numbers of episodes "
+                             f"({sorted({len(r) for r in rows})}); rerun with --resume so that "
+                             "every run plays the same seeds.")
+        arr = np.asarray(rows, dtype=float)
+        if not np.all(np.isfinite(arr)):
+            raise UsageError(f"task '{name}' has episodes without a finite return; they "
+                             "cannot be averaged.")
+        out[name] = arr
+    return ("success" if success else "return"), out
+
+
+def recipe_result(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """The comparison of the recipes in ``root`` (a folder written by eval --recipe)."""
+    root = Path(root)
+    manifest, runs = _load(root)
+    measures, scores = {}, {}
+    for name, rs in runs.items():
+        measures[name], scores[name] = _matrices(rs)
+    measure = "success" if set(measures.values()) == {"success"} else "return"
+    if measure == "return" and "success" in measures.values():
+        for name, rs in runs.items():  # one recipe reports success, another not: returns
+            scores[name] = _matrices([_without_success(r) for r in rs])[1]
+    summaries = {name: recipe_summary(s) for name, s in scores.items()}
+    names = list(scores)
+    pairs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pair = recipe_comparison(scores[a], scores[b])
+            named = {"A better": f"{a} better", "B better": f"{b} better"}
+            pair["verdict"] = named.get(pair["verdict"], pair["verdict"])
+            pairs.append({"a": a, "b": b, **pair})
+    return {"kind": "recipes", "env": manifest.get("env"), "suite": manifest.get("suite"),
+            "measure": measure, "episodes": manifest.get("episodes"),
+            "seed": manifest.get("seed"),
+            "recipes": {name: {**summaries[name],
+                               "runs_folders": [r["folder"] for r in manifest["recipes"][name]]}
+                        for name in names},
+            "pairs": pairs}
+
+
+def _without_success(run: Run) -> Run:
+    from dataclasses import replace
+
+    eps = tuple(replace(e, success_at_end=None, success_once=None)
+                for e in run.results.episodes)
+    return replace(run, results=replace(run.results, episodes=eps))
+
+
+def write_recipe_comparison(root: str | os.PathLike[str],
+                            out: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Write comparison.json and comparison.html of the recipes in ``root`` into ``out``
+    (default ``root``). Returns comparison.json's content."""
+    result = recipe_result(root)
+    dest = Path(out) if out is not None else Path(root)
+    dest.mkdir(parents=True, exist_ok=True)
+    html = _html(result)
+    write_text(dest / "comparison.json", json.dumps(result, indent=2, allow_nan=False) + "\n")
+    write_text(dest / "comparison.html", html)
+    return result
+
+
+# ----------------------------------------------------------------------------- showing
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _ci(pair: list[float | None] | None) -> str:
+    return "n/a" if not pair else f"[{_fmt(pair[0])}, {_fmt(pair[1])}]"
+
+
+def runs_chart(result: dict[str, Any], task: str) -> str:
+    """Per recipe, each training run's score as a dot, with the recipe's mean over runs
+    and its bootstrap interval over runs (as rliable draws an aggregate's interval)."""
+    from rolltape.outputs.plots import PALETTE, Strip, strip_chart
+
+    strips = []
+    for k, (name, r) in enumerate(result["recipes"].items()):
+        values = r["run_scores"][task]
+        folders = r["runs_folders"]
+        one = result["recipes"][name]["tasks"] == 1
+        center = r["mean"]["value"] if one else float(np.mean(values))
+        interval = tuple(r["mean"]["ci"]) if one else None
+        strips.append(Strip(name, values, PALETTE[k % len(PALETTE)],
+                            tips=[f"{f}: {v:.4g}" for f, v in zip(folders, values)],
+                            center=center, interval=interval))
+    unit = "success rate" if result["measure"] == "success" else "mean return"
+    return strip_chart(strips, title=f"Training runs per recipe: {task}",
+                       desc=f"each dot one training run's {unit} over the same "
+                            f"{result['episodes']} seeds", xlabel=f"{unit} of a run",
+                       uid=f"runs-{re.sub(r'[^A-Za-z0-9]', '-', task)}",
+                       marker_label="mean over runs, bar: 95% bootstrap over runs")
+
+
+_CSS = ("body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border-bottom:1px solid #ddd;"
+        "padding:.35em .7em;text-align:right}td.text,th.text{text-align:left}"
+        ".note{background:#fff4e0;padding:.5em .8em;border-left:4px solid #E69F00}"
+        ".sub{color:#666}")
+
+
+def _html(result: dict[str, Any]) -> str:
+    where = result["env"] or result["suite"] or ""
+    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>recipes · "
+             f"{escape(str(where))}</title><style>{_CSS}</style></head><body><main>",
+             f"<h1>Recipes compared over training runs</h1><p class='sub'>{escape(str(where))}"
+             f" · every run on the same {result['episodes']} seeds from {result['seed']} · "
+             f"score: {result['measure']} · written {escape(time.strftime('%Y-%m-%d %H:%M:%S'))}"
+             "</p>",
+             "<h2>Per recipe</h2><table><tr><th class='text'>recipe</th><th>runs</th>"
+             "<th>mean over runs [95% bootstrap over runs]</th><th>IQM of runs × episodes "
+             "[95% CI]</th><th>spread between runs</th><th>spread within a run</th></tr>"]
+    notes = []
+    for name, r in result["recipes"].items():
+        between = [s["between_runs"] for s in r["spread"].values()]
+        within = [s["within_run"] for s in r["spread"].values()]
+        parts.append(
+            f"<tr><td class='text'>{escape(name)}</td><td>{r['runs']}</td>"
+            f"<td>{_fmt(r['mean']['value'])} {_ci(r['mean']['ci'])}</td>"
+            f"<td>{_fmt(r['iqm']['value'])} {_ci(r['iqm']['ci'])}</td>"
+            f"<td>{', '.join(_fmt(b) for b in between)}</td>"
+            f"<td>{', '.join(_fmt(w) for w in within)}</td></tr>")
+        if r["note"]:
+            notes.append(f"{name}: {r['note']}")
+    parts.append("</table>")
+    parts += [f"<p class='note'>{escape(n)}</p>" for n in notes]
+    if result["pairs"]:
+        parts.append("<h2>Between recipes</h2><table><tr><th class='text'>comparison</th>"
+                     "<th>P(first &gt; second) over runs [95% CI]</th><th>difference, paired "
+                     "by seed, averaged over run pairs [95% two-level bootstrap]</th>"
+                     "<th class='text'>verdict</th></tr>")
+        for p in result["pairs"]:
+            poi, d = p["probability_of_improvement"], p["difference"]
+            parts.append(f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}</td>"
+                         f"<td>{_fmt(poi['p'])} {_ci(poi['ci'])}</td>"
+                         f"<td>{_fmt(d['value'])} {_ci(d['ci'])}</td>"
+                         f"<td class='text'>{escape(p['verdict'])}</td></tr>")
+        parts.append("</table>")
+    parts.append("<h2>Training runs</h2>")
+    first = next(iter(result["recipes"].values()))
+    for task in first["run_scores"]:
+        parts.append(f"<figure>{runs_chart(result, task)}</figure>")
+    parts.append("</main></body></html>")
+    return "".join(parts)
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """What the CLI prints after a recipe comparison."""
+    lines = [f"recipes on {result['env'] or result['suite']}: {result['episodes']} episodes "
+             f"per run on the same seeds, scored by {result['measure']}"]
+    for name, r in result["recipes"].items():
+        lines.append(f"  {name}: {r['runs']} run(s), mean over runs {_fmt(r['mean']['value'])} "
+                     f"{_ci(r['mean']['ci'])}, IQM {_fmt(r['iqm']['value'])}")
+        if r["note"]:
+            lines.append(f"    {r['note']}")
+    for p in result["pairs"]:
+        lines.append(f"  {p['a']} vs {p['b']}: {p['verdict']}; difference "
+                     f"{_fmt(p['difference']['value'])} {_ci(p['difference']['ci'])} "
+                     f"(two-level bootstrap), P({p['a']} > {p['b']}) over runs "
+                     f"{_fmt(p['probability_of_improvement']['p'])}")
+    return lines
