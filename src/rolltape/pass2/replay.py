@@ -405,7 +405,6 @@ class _Replayer:
         action t-1 from it (one emulator step, RNG included in the state)."""
         from rolltape.envs import restore_ale_state, restore_state
 
-        assert tape.qpos is not None and tape.qvel is not None  # restore needs has_state
         reset()
         if tape.has_ale_state and not tape.has_state:
             for t in range(first, stop):
@@ -414,6 +413,7 @@ class _Replayer:
                     env.step(tape.actions[t - 1])
                 emit(t)
             return
+        assert tape.qpos is not None and tape.qvel is not None  # restore needs has_state
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
