@@ -96,6 +96,11 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(quick_bench: QuickB
     b = quick_bench.benchmarks
     quick = bench.QUICK
 
+    atari = b["atari_pass1"]["raw"]
+    assert atari["same_episodes"] is True  # rl-zoo3's enjoy loop played the same episodes
+    assert len(atari["episodes_rolltape"]) == atari["episodes"]
+    assert b["atari_pass2"]["raw"]["fps"] > 0 and b["atari_pass2"]["target"] == 1.0
+
     presets = b["render_quality"]["raw"]["presets"]
     assert list(presets) == ["full", "balanced", "fast"]
     for preset in presets.values():

@@ -53,7 +53,7 @@ TRUST_HELP = ("MODULE: replay tapes whose env id names this module (MODULE:EnvId
 BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 
 
-def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
+def parse_kwargs(pairs: list[str] | None, flag: str = "--env-kwargs") -> dict[str, Any]:
     """KEY=VALUE pairs. A value is a Python literal (False, None, 1.5, (0.5, 2.0), 'abc')
     or JSON (true, null, [1, 2]); a bare word is refused rather than guessed to be a string
     (continuous=False must not become the string 'False'), so strings are quoted."""
@@ -62,13 +62,24 @@ def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
-            raise UsageError(f"--env-kwargs '{pair}' must look like KEY=VALUE with KEY a "
+            raise UsageError(f"{flag} '{pair}' must look like KEY=VALUE with KEY a "
                              "Python name.")
-        kwargs[key] = _literal(text.strip(), pair)
+        kwargs[key] = _literal(text.strip(), pair, flag)
     return kwargs
 
 
-def _literal(text: str, pair: str) -> Any:
+def parse_wrappers(texts: list[str] | None) -> tuple[dict[str, Any], ...]:
+    """``--wrapper`` values: a preset (atari) or MODULE:CLASS, then ``,KEY=VALUE`` arguments."""
+    from rolltape.pass1.wrappers import split_wrapper
+
+    out = []
+    for text in texts or []:
+        target, pairs = split_wrapper(text)
+        out.append({"target": target, "kwargs": parse_kwargs(pairs, "--wrapper")})
+    return tuple(out)
+
+
+def _literal(text: str, pair: str, flag: str = "--env-kwargs") -> Any:
     for parse in (ast.literal_eval, json.loads):
         try:
             value = parse(text)
@@ -76,11 +87,11 @@ def _literal(text: str, pair: str) -> Any:
             continue  # json.JSONDecodeError is a ValueError
         if _storable(value):
             return value
-        raise UsageError(f"--env-kwargs '{pair}': the value must be a number, string, "
+        raise UsageError(f"{flag} '{pair}': the value must be a number, string, "
                          "True/False/None, or a list, tuple or dict of those (finite numbers).")
     key = pair.partition("=")[0]
-    raise UsageError(f"--env-kwargs '{pair}' is neither a Python literal nor JSON; quote a "
-                     f"string: --env-kwargs \"{key}='{text}'\".")
+    raise UsageError(f"{flag} '{pair}' is neither a Python literal nor JSON; quote a "
+                     f"string: {flag} \"{key}='{text}'\".")
 
 
 def _storable(value: Any) -> bool:
@@ -130,8 +141,9 @@ def eval_(
         None, help="With --suite: step its tasks on `rolltape serve --suite` at tcp://HOST:PORT."),
     policy: Optional[List[str]] = typer.Option(
         None, "--policy", "-p",
-        help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | tape:PATH.npz; repeat, or "
-             "a quoted glob of SB3 checkpoints, to compare several on the same seeds."),
+        help="random | sb3:PATH.zip | zoo:FOLDER (rl-zoo3) | MODULE:ATTR | FILE.py:ATTR | "
+             "tape:PATH.npz; repeat, or a quoted glob of SB3 checkpoints, to compare several "
+             "on the same seeds."),
     vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics (.pkl)."),
     algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
     episodes: int = typer.Option(10, "--episodes", "-n", help="Number of episodes."),
@@ -144,7 +156,19 @@ def eval_(
         None, help="With several --policy: the one (by folder name) that scores 1 in the "
                    "normalized aggregates; random scores 0."),
     stochastic: bool = typer.Option(False, help="Sample actions instead of the deterministic ones."),
+    deterministic: bool = typer.Option(
+        False, help="Take the deterministic actions (the default, but for a zoo: Atari "
+                    "folder, whose actions are sampled as rl-zoo3's enjoy.py samples them)."),
+    checkpoint: Optional[str] = typer.Option(
+        None, help="With --policy zoo:FOLDER: last (the final model, default), best "
+                   "(best_model.zip) or N (rl_model_N_steps.zip)."),
     env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs", help="KEY=VALUE, repeatable."),
+    wrapper: Optional[List[str]] = typer.Option(
+        None, "--wrapper", help="Policy-side wrapper, repeatable: a preset (atari: SB3's "
+                                "AtariWrapper) or MODULE:CLASS[,KEY=VALUE...]; the tape records "
+                                "the base env."),
+    frame_stack: int = typer.Option(0, help="Stack N observations for the policy, as SB3's "
+                                            "VecFrameStack does."),
     max_episode_steps: Optional[int] = typer.Option(None, help="Override the env's time limit."),
     workers: int = typer.Option(1, "--workers", "-w", help="Pass-1 processes (tapes are identical for any count)."),
     batched_inference: bool = typer.Option(
@@ -214,7 +238,13 @@ def eval_(
             raise UsageError(f"--algo names the algorithm of an SB3 checkpoint; drop it for "
                              f"--policy {policies[0]}, or give --policy sb3:PATH.zip.")
         check_choice("--algo", algo.upper(), SB3_ALGOS)
-    name = Path(env or Path(suite or "suite").stem).name.replace(":", "-")
+    if stochastic and deterministic:
+        raise UsageError("--stochastic and --deterministic contradict each other; give one.")
+    if checkpoint is not None and not policies[0].startswith("zoo:"):
+        raise UsageError("--checkpoint picks a model of --policy zoo:FOLDER; give the "
+                         "checkpoint's own path with --policy sb3:PATH.zip instead.")
+    zoo = policies[0][4:].rstrip("/") if policies[0].startswith("zoo:") else None
+    name = Path(env or zoo or Path(suite or "suite").stem).name.replace(":", "-")
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
     many = wants_sweep(policies)
     if reference is not None and not many:
@@ -223,8 +253,12 @@ def eval_(
     options: dict[str, Any] = dict(
         seed=seed, suite=suite, tasks=tasks, served=served,
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
-        baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo, deterministic=not stochastic,
+        baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo,
+        **({"deterministic": not stochastic} if stochastic or deterministic else {}),
+        **({"checkpoint": checkpoint} if checkpoint is not None else {}),
         env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
+        **({"wrappers": parse_wrappers(wrapper), "frame_stack": frame_stack}
+           if wrapper or frame_stack else {}),
         workers=workers, batched_inference=batched_inference, executor=executor,
         executor_options={k: v for k, v in (("address", ray_address),
                                             ("render_gpus", ray_render_gpus)) if v},

@@ -32,6 +32,7 @@ from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
 from rolltape.outputs.artifacts import artifact_paths
 from rolltape.pass1.rollout import EPISODE_TIMEOUT
+from rolltape.pass1.wrappers import check_wrapper_use
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions
@@ -165,6 +166,9 @@ class EvalConfig(RenderOptions):
     vecnormalize: str | None = None
     algo: str | None = None
     deterministic: bool = True
+    wrappers: tuple[Any, ...] = ()  # policy-side: presets, MODULE:CLASS or {target, kwargs}
+    frame_stack: int = 0  # policy-side, as SB3's VecFrameStack (0 or 1: none)
+    zoo: dict[str, Any] | None = None  # --policy zoo:FOLDER: the folder and the files read
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
     workers: int = 1
@@ -238,6 +242,8 @@ class EvalConfig(RenderOptions):
                              f"{self.episode_timeout}.")
         check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
+        check_wrapper_use(self.wrappers, self.frame_stack, batched=self.batched_inference,
+                          served=bool(self.served) or is_served(self.env or ""))
         from rolltape.policies import sb3_checkpoint
 
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy

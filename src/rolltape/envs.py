@@ -82,6 +82,7 @@ def env_spec(
             name = None  # "module:factory": a class or factory of that module
     else:
         name = env_id
+        register_atari(name)
     if name is not None and name not in gym.registry:
         close = difflib.get_close_matches(name, list(gym.registry), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}?" if close else "see `gymnasium.pprint_registry()`."
@@ -139,6 +140,27 @@ def _load_user_env(env_id: str) -> str:
     if gym_id not in gym.registry or gym.registry[gym_id].entry_point is not creator:
         gym.register(id=gym_id, entry_point=creator)
     return gym_id
+
+
+def is_atari(env_id: str) -> bool:
+    """An id of ale-py's Atari games (``ALE/Pong-v5``, ``PongNoFrameskip-v4``)."""
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id or \
+        env_id.endswith("Deterministic-v4")
+
+
+def register_atari(env_id: str) -> None:
+    """Register ale-py's games when ``env_id`` is one of them and not yet known (Gymnasium 1
+    loads no plugins by itself); one sentence naming the extra when ale-py is missing."""
+    import gymnasium as gym
+
+    if env_id in gym.registry or not is_atari(env_id):
+        return
+    try:
+        import ale_py
+    except ImportError:
+        raise UsageError(f"Env '{env_id}' is an Atari game; install ale-py with `pip install "
+                         "'rolltape[atari]'` (its wheel ships the ROMs).") from None
+    gym.register_envs(ale_py)
 
 
 def _module_factory(env_id: str) -> str:
@@ -274,6 +296,8 @@ def make_env(
     gym_id = _load_user_env(spec["id"])
     if ":" in gym_id:
         importlib.import_module(gym_id.partition(":")[0])
+    else:
+        register_atari(gym_id)
     kwargs = decode_kwargs(dict(spec.get("kwargs") or {}))
     if spec.get("max_episode_steps") is not None:
         kwargs["max_episode_steps"] = int(spec["max_episode_steps"])
@@ -412,6 +436,55 @@ class PhysicsLog:
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(physics, qpos, qvel), one row per recorded frame."""
         return split_physics(self._buf[:self.frames].copy(), self._nq, self._nv)
+
+
+ALE_STATE_CAP = 64 * 1024**2  # bytes of emulator states one tape keeps (~4,500 frames)
+
+
+class AleLog:
+    """Records an Atari (ale-py) env's emulator state, RNG included, once per frame, as
+    ALE serializes it (``cloneState(include_rng=True)``); ``restore`` draws from them. Past
+    :data:`ALE_STATE_CAP` bytes it keeps none (the tape then replays by re-simulation only)."""
+
+    def __init__(self, ale: Any) -> None:
+        self._ale = ale
+        self._states: list[bytes] = []
+        self._bytes = 0
+        self.dropped = False
+
+    @classmethod
+    def for_env(cls, env: Any) -> AleLog | None:
+        ale = getattr(getattr(env, "unwrapped", None), "ale", None)
+        return cls(ale) if ale is not None and hasattr(ale, "cloneState") else None
+
+    def record(self) -> None:
+        if self.dropped:
+            return
+        state = self._ale.cloneState(include_rng=True).serialize()
+        self._bytes += len(state)
+        if self._bytes > ALE_STATE_CAP:
+            self.dropped, self._states = True, []
+            return
+        self._states.append(state)
+
+    def arrays(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(every state's bytes end to end as uint8, offsets: state t is [o[t], o[t+1]))."""
+        if self.dropped or not self._states:
+            return None, None
+        offsets = np.zeros(len(self._states) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in self._states], out=offsets[1:])
+        return np.frombuffer(b"".join(self._states), dtype=np.uint8).copy(), offsets
+
+
+def restore_ale_state(env: Any, blob: bytes) -> None:
+    """Put an Atari env into a recorded emulator state (its screen is drawn by the next step)."""
+    import ale_py
+
+    try:
+        env.unwrapped.ale.restoreState(ale_py.ALEState(blob))
+    except Exception as exc:  # ALE's deserializer refuses a damaged state
+        raise UsageError(f"A recorded ALE state could not be restored ({type(exc).__name__}); "
+                         "re-record the tape with `rolltape eval`.") from None
 
 
 def split_physics(physics: np.ndarray, nq: int, nv: int

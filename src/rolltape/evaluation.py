@@ -56,6 +56,8 @@ from rolltape.outputs.artifacts import (
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
+from rolltape.pass1.wrappers import describe as describe_wrappers
+from rolltape.pass1.wrappers import wrapper_entries
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.progress import Progress
 from rolltape.record import (
@@ -90,6 +92,10 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     evaluates every task of the suite instead of ``env`` (``tasks``: only those); each
     task's episode i is reset with seed ``seed + i``, and ``eval_info.json`` is written too.
     """
+    if isinstance(policy, str) and policy.startswith("zoo:"):  # the folder says the rest
+        from rolltape.zoo import zoo_options
+
+        env, policy, options = zoo_options(policy, env, options)
     # Ray's options by their older keywords (and the CLI's flags): executor options now.
     for old, new in (("ray_address", "address"), ("ray_render_gpus", "render_gpus")):
         if old in options:
@@ -178,6 +184,9 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     run.check_config({**envs, "env_versions": spec["versions"], "policy": cfg.policy,
                       "vecnormalize": cfg.vecnormalize, "algo": cfg.algo, "seed": cfg.seed,
                       "deterministic": cfg.deterministic, "baseline": cfg.baseline,
+                      **({"wrappers": describe_wrappers(wrapper_entries(
+                          cfg.wrappers, cfg.frame_stack))} if cfg.wrappers or cfg.frame_stack > 1
+                         else {}),
                       **_input_digests(cfg)})
     timings: dict[str, float] = {}
     with Progress(show_progress) as bar, warm_render_workers(cfg, targets) as warm:
@@ -285,7 +294,8 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     deterministic=cfg.deterministic if mine else False,
                     needs_rgb_array=cfg.wants_video,
                     extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
-                    success_key="is_success" if task is None else task.success_key))
+                    success_key="is_success" if task is None else task.success_key,
+                    wrappers=wrapper_entries(cfg.wrappers, cfg.frame_stack) if mine else ()))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}

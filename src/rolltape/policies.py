@@ -309,12 +309,7 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
             f"Checkpoint '{path}' could not be loaded as {algo} ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}); check the file and --algo."
         ) from None
-    if model.observation_space.shape != env.observation_space.shape:
-        raise UsageError(
-            f"Checkpoint '{path}' expects observations of shape {model.observation_space.shape} "
-            f"but env '{env.spec.id}' gives {env.observation_space.shape}; use the env it was "
-            "trained on."
-        )
+    check_observation_shape(model.observation_space, env, path)
     check_action_space(model, algo, path, env)
     normalizer = None
     desc: dict[str, Any] = {
@@ -327,6 +322,30 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
         desc["vecnormalize"] = str(vecnormalize)
         desc["vecnormalize_sha256"] = sha256_of(vecnormalize)
     return SB3Policy(model, normalizer, deterministic, desc)
+
+
+def check_observation_shape(theirs: Any, env: Any, path: Path) -> None:
+    """Refuse, before any episode, observations the checkpoint cannot take; SB3 takes an image
+    channel-last where it was trained channel-first (VecTransposeImage), as predict does. When
+    SB3's Atari preprocessing and frame stacking would make them fit, say so."""
+    want, got = tuple(theirs.shape or ()), tuple(env.observation_space.shape or ())
+    if want == got or (len(want) == 3 and want == (got[2], got[0], got[1])
+                       and np.dtype(theirs.dtype) == np.uint8):
+        return
+    image = len(got) == 3 and got[-1] in (1, 3, 4) and np.dtype(
+        env.observation_space.dtype) == np.uint8
+    stack = [n for n in (want[0], want[-1]) if len(want) == 3 and sorted(want) == sorted(
+        (84, 84, n))]
+    if image and stack:
+        hint = "--wrapper atari" + (f" --frame-stack {stack[0]}" if stack[0] > 1 else "")
+        fix = f"add {hint} (SB3's Atari preprocessing, as make_atari_env + VecFrameStack)"
+    elif got and want and want[:-1] == got[:-1] and got[-1] and want[-1] % got[-1] == 0 \
+            and want[-1] > got[-1]:
+        fix = f"add --frame-stack {want[-1] // got[-1]} (as SB3's VecFrameStack)"
+    else:
+        fix = "use the env (and --wrapper) it was trained on"
+    raise UsageError(f"Checkpoint '{path}' expects observations of shape {want} but env "
+                     f"'{env.spec.id if env.spec else env}' gives {got} to the policy; {fix}.")
 
 
 def check_action_space(model: Any, algo: str, path: Path, env: Any) -> None:

@@ -39,7 +39,7 @@ SCHEMA_VERSION = 1
 _RECENT: OrderedDict[tuple[Any, ...], Tape] = OrderedDict()  # see Tape.load
 _RECENT_TAPES = 16
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
-_OPTIONAL_ARRAYS = ("obs_digest", "qpos", "qvel", "physics")
+_OPTIONAL_ARRAYS = ("obs_digest", "qpos", "qvel", "physics", "ale_state", "ale_state_offsets")
 
 # A tape is untrusted data. Real tapes barely compress (float64 physics states are most of
 # the bytes: a 1000-step HalfCheetah tape is 0.4 MB on disk and 1.05x that expanded), but
@@ -73,6 +73,10 @@ class Tape:
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
         physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.physics_spec`), from
             which stepping continues bit for bit; lets one episode render in segments.
+        ale_state, ale_state_offsets: Atari (ale-py) only: each frame's emulator state as ALE
+            serializes it, end to end (uint8), and the T+2 offsets where state t is
+            ``ale_state[offsets[t]:offsets[t+1]]``; ``restore`` draws from them. Data only:
+            ALE's own deserializer reads them, in a render worker.
         success_at_end: ``info["is_success"]`` (or the run's success key) on the last step,
             None when the env does not say (what LeRobot's own rollout counts).
         success_once: whether that key was true at some step, None when never reported.
@@ -103,6 +107,8 @@ class Tape:
     qpos: np.ndarray | None = None
     qvel: np.ndarray | None = None
     physics: np.ndarray | None = None
+    ale_state: np.ndarray | None = None
+    ale_state_offsets: np.ndarray | None = None
     success_at_end: bool | None = None
     success_once: bool | None = None
     metrics: dict[str, Any] | None = None
@@ -134,6 +140,21 @@ class Tape:
         if self.window is None:
             return 0, self.length + 1
         return self.window[0], self.window[1] + 1
+
+    @property
+    def has_ale_state(self) -> bool:
+        """True when the tape holds an Atari emulator state per frame."""
+        return self.ale_state is not None and self.ale_state_offsets is not None
+
+    def ale_state_at(self, t: int) -> bytes:
+        """Frame ``t``'s serialized ALE state."""
+        assert self.ale_state is not None and self.ale_state_offsets is not None
+        return self.ale_state[self.ale_state_offsets[t]:self.ale_state_offsets[t + 1]].tobytes()
+
+    @property
+    def can_restore(self) -> bool:
+        """True when ``restore`` mode can draw the tape (MuJoCo or ALE states)."""
+        return self.has_state or self.has_ale_state
 
     @property
     def has_state(self) -> bool:
@@ -451,6 +472,15 @@ def _check_shapes(tape: Tape, where: str) -> None:
                                 or arr.shape[0] != n + 1):
             raise UsageError(f"{where} {name} must have {n + 1} rows of float64, got "
                              f"{arr.dtype}{arr.shape}.")
+    blob, offsets = tape.ale_state, tape.ale_state_offsets
+    if (blob is None) != (offsets is None):
+        raise UsageError(f"{where} must have both ale_state and ale_state_offsets, or neither.")
+    if blob is not None and offsets is not None and not (
+            blob.dtype == np.uint8 and blob.ndim == 1 and offsets.dtype == np.int64
+            and offsets.shape == (n + 2,) and offsets[0] == 0 and offsets[-1] == blob.shape[0]
+            and (np.diff(offsets) > 0).all()):
+        raise UsageError(f"{where} ale_state must be uint8 bytes with {n + 2} increasing int64 "
+                         "offsets from 0 to its length (one state per frame).")
     if tape.start_step and tape.physics is None:
         raise UsageError(f"{where} begins at step {tape.start_step} of its episode but has no "
                          "physics state to begin from.")

@@ -145,7 +145,7 @@ def test_restore_needs_state(tmp_path):
                 seed=0, actions=np.array([0, 1]), rewards=np.array([1.0, 1.0]),
                 terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
     path = tape.save(tmp_path / "c.npz")
-    with pytest.raises(UsageError, match="no MuJoCo state"):
+    with pytest.raises(UsageError, match="no MuJoCo or ALE state"):
         render([RenderRequest(str(path), (str(tmp_path / "c.mp4"),), mode="restore")])
 
 

@@ -71,6 +71,11 @@ Benchmarks, in the order they run and are reported (module in brackets):
   ``rolltape.render`` of the same episodes (target: >= 0.9).
 - ``export_rss`` [export]: peak RSS of an export of few vs many episodes (target:
   difference <= 50 MB).
+- ``atari_pass1`` [atari]: pass 1 of a PPO CnnPolicy on Breakout (``--wrapper atari
+  --frame-stack 4``, sampled actions) vs rl-zoo3's ``enjoy.py --no-render`` loop on the same
+  episodes (target: >= 1.5x; the episodes must be equal).
+- ``atari_pass2`` [atari]: rolltape.render of an Atari tape (ALE's screen) vs a bare
+  ``env.render()`` + encode loop (target: >= 1.0).
 
 The policy is an untrained SB3 PPO ``MlpPolicy`` (64x64) with fresh VecNormalize statistics,
 made in a temporary folder: its inference cost is the same as a trained one's.
@@ -99,6 +104,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rolltape.bench.artifacts import bench_gif_vs_mp4, bench_report_build
+from rolltape.bench.atari import bench_atari_pass1, bench_atari_pass2
 from rolltape.bench.common import ENV_ID, FULL, POLICY_NOTE, QUICK, SEED, Config, Context
 from rolltape.bench.export import bench_export_camera, bench_export_obs, bench_export_rss
 from rolltape.bench.pass1 import bench_pass1_overhead, bench_pass1_video_requested
@@ -156,6 +162,8 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "export_obs": bench_export_obs,
     "export_camera": bench_export_camera,
     "export_rss": bench_export_rss,
+    "atari_pass1": bench_atari_pass1,
+    "atari_pass2": bench_atari_pass2,
 }
 
 

@@ -406,7 +406,8 @@ def _provenance(metadata: Metadata | None, results: Results,
     sha = meta.get("checkpoint_sha256") or policy.get("sha256")
     vn_sha = meta.get("vecnormalize_sha256") or policy.get("vecnormalize_sha256")
     # A random policy samples its actions: "deterministic" says nothing about it.
-    hidden = ("kind", "source", "sha256", "vecnormalize", "vecnormalize_sha256", "algo") + \
+    hidden = ("kind", "source", "sha256", "vecnormalize", "vecnormalize_sha256", "algo",
+              "wrappers") + \
         (("deterministic",) if policy.get("kind") == "random" else ())
     details = ", ".join(f"{k} {plain(v)}" for k, v in policy.items()
                         if k not in hidden and v is not None)
@@ -422,6 +423,9 @@ def _provenance(metadata: Metadata | None, results: Results,
         ("Working directory", [(plain(meta.get("cwd")), "code")]),
         ("Run finished", [(run_finished or "n/a", "")]),
         ("Policy", [(describe_policy(policy), "")] + ([(details, "muted")] if details else [])),
+        ("Policy saw", [(" + ".join(map(str, policy["wrappers"])) + " (over the base env "
+                         "the tapes record)", "code")] if policy.get("wrappers")
+         else [("the env itself (no policy-side wrappers)", "")]),
         ("Checkpoint", checkpoint),
         ("VecNormalize statistics", stats_file),
         ("Baseline", [(describe_policy(meta.get("baseline"), "none"), "")]),

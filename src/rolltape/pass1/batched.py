@@ -33,15 +33,8 @@ import numpy as np
 
 from rolltape.envs import make_env, mujoco_data, physics_spec, split_physics
 from rolltape.errors import UsageError
-from rolltape.pass1.rollout import (
-    EpisodeJob,
-    PolicyJob,
-    kept_obs,
-    refuse_if_it_cannot_draw,
-    save_episode,
-    success_flag,
-    tape_fields,
-)
+from rolltape.pass1.fields import kept_obs, success_flag, tape_fields
+from rolltape.pass1.rollout import EpisodeJob, PolicyJob, refuse_if_it_cannot_draw, save_episode
 from rolltape.policies import Policy, SB3Policy, load_policy
 
 _INFO_KEY = "rolltape"  # what each sub-env adds to its info: (state, is_success, metrics)

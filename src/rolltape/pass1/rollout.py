@@ -6,7 +6,7 @@ float64; actions stay the exact array passed to ``env.step``). :func:`run_policy
 it for one job; :mod:`rolltape.pass1.worker` is the process that runs them (the
 orchestrator picks the executor that starts it).
 
-May import: envs, tape, policies, errors. Never: an executor, the render side, outputs.
+May import: envs, tape, policies, pass1.wrappers, errors. Never: an executor, the render side, outputs.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import PhysicsLog, json_safe, make_env, obs_digest, obs_digests
+from rolltape.envs import AleLog, PhysicsLog, make_env
 from rolltape.errors import UsageError
+from rolltape.pass1.fields import COMPACT_EVERY, compact, kept_obs, success_flag, tape_fields
+from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, load_policy
 from rolltape.record import Episode, EpisodeKey
 from rolltape.tape import Tape, finite_or_none
@@ -80,6 +82,7 @@ class PolicyJob:
     needs_rgb_array: bool = False  # a video was asked for: refuse an env that cannot draw
     extra_meta: dict[str, Any] = field(default_factory=dict)  # a suite's {"suite", "task"}
     success_key: str | None = "is_success"  # the info key that says success (None: none)
+    wrappers: tuple[dict[str, Any], ...] = ()  # policy-side wrappers (pass1.wrappers entries)
 
 
 def record_episode(env: Any, policy: Policy, seed: int | None,
@@ -97,6 +100,9 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     physics = PhysicsLog.for_env(env)
     if physics is not None:
         physics.record()
+    ale = AleLog.for_env(env)  # Atari: the emulator state per frame, for --mode restore
+    if ale is not None:
+        ale.record()
     first = kept_obs(obs)
     steps = []  # one tuple per step: fewer appends keep the loop as lean as a bare one
     done = False
@@ -106,8 +112,12 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         action = policy.act(obs)
         obs, reward, term, trunc, info = env.step(action)
         steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
+        if not len(steps) % COMPACT_EVERY:
+            compact(steps)  # screens: digested as they come, not all held
         if physics is not None:
             physics.record()
+        if ale is not None:
+            ale.record()
         done = term or trunc
         said = info.get(key)
         if said is not None:  # two tests a step; success_flag only on a truthy report
@@ -118,64 +128,17 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
                          physics.arrays() if physics is not None else (None, None, None),
                          info.get(key), info.get("metrics"), start)
     fields["success_once"] = hit if reported else None
+    if ale is not None:
+        fields["ale_state"], fields["ale_state_offsets"] = ale.arrays()
     return fields
 
 
-def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
-                steps: list[tuple[Any, ...]], physics: tuple[Any, Any, Any],
-                success: Any, metrics: Any, started: float) -> dict[str, Any]:
-    """The fields of a tape from what one episode produced: ``steps`` holds one (action,
-    reward, terminated, truncated, kept observation) tuple per step, ``physics`` is
-    (state, qpos, qvel) with one row per frame (Nones for non-MuJoCo envs), ``success`` and
-    ``metrics`` come from the last step's info, ``started`` is when the episode began."""
-    actions, rewards, terminated, truncated, observations = zip(*steps)
-    digests = digest_all([first_obs, *observations])
-    wall = time.perf_counter() - started
-    state, qpos, qvel = physics
-    return {
-        "seed": seed,
-        "options": options,
-        "actions": np.stack(actions),
-        "rewards": np.asarray(rewards, dtype=np.float64),
-        "terminated": np.asarray(terminated, dtype=bool),
-        "truncated": np.asarray(truncated, dtype=bool),
-        "obs_digest": digests,
-        "qpos": qpos,
-        "qvel": qvel,
-        "physics": state,
-        "success_at_end": success_flag(success),
-        "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
-        "wall_s": wall,
-    }
 
 
-def success_flag(value: Any) -> bool | None:
-    """``info["is_success"]`` as a flag: None when the env does not say, and NaN (an
-    undefined outcome) is not a success."""
-    if value is None:
-        return None
-    try:
-        if math.isnan(float(value)):
-            return False
-    except (TypeError, ValueError):
-        pass
-    return bool(value)
 
 
-def kept_obs(obs: Any) -> Any:
-    """A copy of an array observation (an env may reuse its buffer), else its digest now."""
-    return obs.copy() if isinstance(obs, np.ndarray) else obs_digest(obs)
 
 
-def digest_all(observations: list[Any]) -> np.ndarray:
-    """Digests of every observation; array observations in one vectorised pass."""
-    first = observations[0]
-    if isinstance(first, np.ndarray) and all(
-            isinstance(o, np.ndarray) and o.shape == first.shape and o.dtype == first.dtype
-            for o in observations):
-        return obs_digests(np.stack(observations))
-    return np.asarray([o if isinstance(o, int) else obs_digest(o) for o in observations],
-                      dtype=np.uint64)
 
 
 def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
@@ -234,30 +197,45 @@ def save_episode(job: PolicyJob, ep: EpisodeJob, policy: dict[str, Any],
     send(("episode", episode_row(tape, ep)))
 
 
-def run_policy_job(job: PolicyJob, send: Any) -> None:
-    """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
+def open_policy_env(job: PolicyJob) -> tuple[Any, WrappedEnv | None]:
+    """(base env, the env through the job's wrappers or None when it has none)."""
     env = open_env(job.env)
     try:
+        return env, WrappedEnv.build(env, job.wrappers) if job.wrappers else None
+    except BaseException:
+        env.close()
+        raise
+
+
+def run_policy_job(job: PolicyJob, send: Any) -> None:
+    """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
+    env, wrapped = open_policy_env(job)
+    try:
         refuse_if_it_cannot_draw(job, env)
-        policy = load_policy(job.policy, env, vecnormalize=job.vecnormalize, algo=job.algo,
+        policy = load_policy(job.policy, wrapped.env if wrapped else env,
+                             vecnormalize=job.vecnormalize, algo=job.algo,
                              deterministic=job.deterministic)
+        if wrapped is not None:  # stored in every tape and the run's metadata
+            policy.description["wrappers"] = wrapped.names
         send(("policy", {"role": job.episodes[0].role if job.episodes else None,
                          **policy.description}))
         for ep in job.episodes:
             try:
-                fields = record_episode(env, policy, ep.seed, None, job.success_key)
+                fields = (record_wrapped_episode(wrapped, policy, ep.seed, None,
+                                                 job.success_key) if wrapped is not None else
+                          record_episode(env, policy, ep.seed, None, job.success_key))
             except (UsageError, OSError, MemoryError):
                 raise  # bad input or a broken machine: not this episode's fault
             except Exception as exc:  # the env (or policy) failed this episode alone
                 # A suite's indices repeat across tasks: the task says which episode.
                 send(("episode_failed", {**job.extra_meta, "role": ep.role, "index": ep.index,
                                          "seed": ep.seed, "error": last_line(exc)}))
-                env.close()
-                env = open_env(job.env)  # the failed env may be half-way through a step
+                (wrapped or env).close()
+                env, wrapped = open_policy_env(job)  # the failed env may be half-way through
                 continue
             save_episode(job, ep, policy.description, fields, send)
     finally:
-        env.close()
+        (wrapped or env).close()
 
 
 def last_line(exc: BaseException) -> str:

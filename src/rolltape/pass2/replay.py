@@ -264,9 +264,9 @@ class _Replayer:
         key, env = self._env(spec, req, draw)
         _check_same_env(tape, env, req.tape)
         mode = req.mode
-        if mode == "restore" and not tape.has_state:
-            raise UsageError(f"Tape '{req.tape}' has no MuJoCo state, so it cannot be drawn in "
-                             "restore mode; use --mode resim.")
+        if mode == "restore" and not tape.can_restore:
+            raise UsageError(f"Tape '{req.tape}' has no MuJoCo or ALE state, so it cannot be "
+                             "drawn in restore mode; use --mode resim.")
         first, stop = req.frames or tape.frame_range
         fps = req.fps or float(env.metadata.get("render_fps") or 30)
         rig = CameraRig(env, req.cameras) if draw else None
@@ -308,7 +308,7 @@ class _Replayer:
             divergence, rewards = None, None
             if mode in ("resim", "auto"):
                 divergence, rewards = self._resim(tape, env, req, first, stop, reset, emit)
-                if divergence is not None and mode == "auto" and tape.has_state and draw:
+                if divergence is not None and mode == "auto" and tape.can_restore and draw:
                     for w in _flat(writers):
                         w.abort()
                     writers = open_all()
@@ -371,30 +371,49 @@ class _Replayer:
             continue_from(env, tape.physics[first - 1])
             begin = first - 1
         rewards = []
+        # Large observations (screens) are digested in batches: one digest is a loop over
+        # the observation's words, which numpy runs across many rows as cheaply as one.
+        pending = _PendingDigests(tape, req.rtol == 0 and req.atol == 0 and not digests_later)
         for t in range(begin, stop - 1):
             obs, reward, term, trunc, info = env.step(tape.actions[t])
             rewards.append(float(reward))
             if observe is not None:
                 observe(t + 1, obs, info)
             if divergence is None:
+                defer = pending.takes(obs)
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = _compare_step(tape, t, float(reward), bool(term),
                                            bool(trunc) if from_reset else bool(tape.truncated[t]),
-                                           None if digests_later else obs, req.rtol,
-                                           req.atol)
+                                           None if digests_later or defer else obs,
+                                           req.rtol, req.atol)
+                if defer and divergence is None:
+                    pending.add(t, obs)
+                if divergence is not None or pending.full:
+                    divergence = pending.flush() or divergence  # the earlier step comes first
             if t + 1 >= first:
                 emit(t + 1)
             if (term or trunc) and t + 1 < tape.length and from_reset:
                 break  # ended early: already reported as a divergence at this step
+        if divergence is None:
+            divergence = pending.flush()
         return divergence, rewards
 
     def _restore(self, tape: Tape, env: Any, first: int, stop: int, reset: Callable[[], Any],
                  emit: Callable[[int], None]) -> None:
-        """Draw the recorded states themselves, no simulation."""
-        from rolltape.envs import restore_state
+        """Draw the recorded states themselves, no simulation. An Atari screen is not part of
+        its emulator state: frame t is drawn by restoring state t-1 and taking the recorded
+        action t-1 from it (one emulator step, RNG included in the state)."""
+        from rolltape.envs import restore_ale_state, restore_state
 
-        assert tape.qpos is not None and tape.qvel is not None  # restore needs has_state
         reset()
+        if tape.has_ale_state and not tape.has_state:
+            for t in range(first, stop):
+                if t:
+                    restore_ale_state(env, tape.ale_state_at(t - 1))
+                    env.step(tape.actions[t - 1])
+                emit(t)
+            return
+        assert tape.qpos is not None and tape.qvel is not None  # restore needs has_state
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
@@ -428,6 +447,45 @@ def _reset_as_recorded(env: Any, tape: Tape) -> Any:
 
 def _flat(writers: list[list[Any]]) -> list[Any]:
     return [w for stream in writers for w in stream]
+
+
+class _PendingDigests:
+    """Observations of steps already compared on everything else, digested a batch at a time."""
+
+    BYTES = 16384  # larger array observations wait for a batch
+    BATCH = 256
+
+    def __init__(self, tape: Any, judged: bool) -> None:
+        self.tape = tape
+        self.judged = judged and tape.obs_digest is not None
+        self.steps: list[int] = []
+        self.rows: list[np.ndarray] = []
+
+    def takes(self, obs: Any) -> bool:
+        return (self.judged and isinstance(obs, np.ndarray) and obs.nbytes > self.BYTES
+                and (not self.rows or (obs.shape == self.rows[0].shape
+                                       and obs.dtype == self.rows[0].dtype)))
+
+    def add(self, t: int, obs: np.ndarray) -> None:
+        self.steps.append(t)
+        self.rows.append(obs.copy())
+
+    @property
+    def full(self) -> bool:
+        return len(self.rows) >= self.BATCH
+
+    def flush(self) -> Divergence | None:
+        """The first pending step whose observation differs from pass 1's, if any."""
+        if not self.rows:
+            return None
+        from rolltape.envs import obs_digests
+
+        digests = obs_digests(np.stack(self.rows))
+        steps, self.steps, self.rows = self.steps, [], []
+        for t, digest in zip(steps, digests):
+            if int(digest) != int(self.tape.obs_digest[t + 1]):
+                return Divergence(t, "observation", "pass-1 digest", "another digest")
+        return None
 
 
 def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, obs: Any,

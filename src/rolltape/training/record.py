@@ -27,7 +27,7 @@ import numpy as np
 
 from rolltape.envs import PhysicsLog, env_spec, mujoco_data, rng_state
 from rolltape.errors import UsageError
-from rolltape.pass1.rollout import kept_obs, tape_fields
+from rolltape.pass1.fields import kept_obs, tape_fields
 from rolltape.pass2.formats import file_suffixes
 from rolltape.tape import Tape
 from rolltape.training.background import (
@@ -393,7 +393,7 @@ def capped_cubic_video_schedule(episode_id: int) -> bool:
 def _no_steps(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
               space: gym.Space, physics: tuple[Any, Any, Any]) -> dict[str, Any]:
     """The fields of a tape of one frame and no steps."""
-    from rolltape.pass1.rollout import digest_all
+    from rolltape.pass1.fields import digest_all
 
     dtype = space.dtype if space.dtype is not None else np.int64
     return {"seed": seed, "options": options,

@@ -1,0 +1,236 @@
+"""``--policy zoo:FOLDER``: an rl-zoo3 experiment folder, or a model repo in its layout.
+
+What rl-zoo3's ``enjoy.py`` reads, read here as data (rl-zoo3 itself loads its YAML with
+``yaml.UnsafeLoader`` and ``eval``s a ``normalize`` string; here only the OrderedDict tag its
+``yaml.dump`` writes is understood, and nothing is evaluated):
+
+- an experiment folder ``logs/ppo/CartPole-v1_1/``: the model ``CartPole-v1.zip``
+  (``best_model.zip``, ``rl_model_N_steps.zip``) and ``CartPole-v1/`` holding ``config.yml``,
+  ``args.yml`` and ``vecnormalize.pkl``;
+- a model repo ``ppo-CartPole-v1/``: one model ``.zip`` with ``config.yml``, ``args.yml``,
+  ``env_kwargs.yml`` and ``vec_normalize.pkl`` beside it.
+
+From them: the env id (``args.yml``'s ``env``; a ``gym_packages`` module makes it
+``module:EnvId``), the algorithm, ``env_kwargs`` (``config.yml``'s, replaced by
+``args.yml``'s when set, then updated by ``--env-kwargs``, as enjoy.py does), ``env_wrapper``
+entries (policy-side wrappers, in order), ``frame_stack`` and ``normalize`` (the statistics,
+applied with training and reward normalization off). The env is then what rl-zoo3's
+``create_test_env`` builds: Monitor under the wrappers, VecNormalize, then VecFrameStack.
+Atari folders sample actions, as enjoy.py does unless told ``--deterministic``.
+
+May import: errors, files, pass1.wrappers (names only), yaml. Never: SB3, torch, rl-zoo3
+(the orchestrator reads folders; the pass-1 worker loads the model), the render side.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rolltape.errors import UsageError
+from rolltape.files import sha256_of
+
+_NOT_MODELS = ("best_model.zip", "train_eval_metrics.zip")
+_STEPS = re.compile(r"rl_model_(\d+)_steps\.zip")
+_ALGOS = {"ppo": "PPO", "a2c": "A2C", "sac": "SAC", "td3": "TD3", "ddpg": "DDPG", "dqn": "DQN"}
+
+
+@dataclass(frozen=True)
+class ZooFolder:
+    """What a zoo folder says about how its policy is evaluated."""
+
+    folder: Path
+    env_id: str
+    algo: str
+    model: Path
+    env_kwargs: dict[str, Any]
+    wrappers: tuple[dict[str, Any], ...]
+    frame_stack: int
+    vecnormalize: Path | None
+    atari: bool
+    files: dict[str, str] = field(default_factory=dict)  # every file read -> its sha256
+
+    def provenance(self, checkpoint: str) -> dict[str, Any]:
+        """What metadata.json keeps: the folder, the checkpoint asked for, the files read."""
+        return {"folder": str(self.folder), "checkpoint": checkpoint, "env": self.env_id,
+                "algo": self.algo, "files": dict(self.files)}
+
+
+def _loader() -> Any:
+    """A safe YAML loader that also reads rl-zoo3's ``!!python/object/apply:OrderedDict``."""
+    import yaml
+
+    class ZooLoader(yaml.SafeLoader):
+        pass
+
+    def ordered(loader: Any, node: Any) -> dict[str, Any]:
+        [pairs] = loader.construct_sequence(node, deep=True) or [[]]
+        return {str(k): v for k, v in pairs}
+
+    ZooLoader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict",
+                              ordered)
+    return ZooLoader
+
+
+def _read_yaml(path: Path, files: dict[str, str]) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.load(path.read_text(), Loader=_loader())  # noqa: S506 (a safe loader)
+    except (yaml.YAMLError, ValueError, TypeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"zoo: '{path}' is not a YAML file rolltape can read as data "
+                         f"({first}); only plain values and rl-zoo3's OrderedDict are "
+                         "understood.") from None
+    files[str(path)] = sha256_of(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"zoo: '{path}' holds a {type(data).__name__}, not a mapping.")
+    return data
+
+
+def _config_dir(folder: Path) -> tuple[Path, bool]:
+    """(the folder holding config.yml, whether the folder is a model repo)."""
+    if (folder / "config.yml").is_file():
+        return folder, True
+    inner = [d for d in sorted(folder.iterdir()) if (d / "config.yml").is_file()] \
+        if folder.is_dir() else []
+    if len(inner) != 1:
+        raise UsageError(f"zoo:{folder} is not an rl-zoo3 experiment folder or model repo: "
+                         "no config.yml in it or in one sub-folder named after its env "
+                         + ("(several sub-folders have one)." if inner else "."))
+    return inner[0], False
+
+
+def _model(folder: Path, env_name: str, repo: bool, checkpoint: str) -> Path:
+    """The model file ``--checkpoint`` names: last (the final model), best or N steps."""
+    if checkpoint == "best":
+        path = folder / "best_model.zip"
+    elif checkpoint.isdigit():
+        path = folder / f"rl_model_{int(checkpoint)}_steps.zip"
+    elif checkpoint == "last":
+        path = folder / f"{env_name}.zip"
+        if repo and not path.is_file():
+            zips = [p for p in sorted(folder.glob("*.zip"))
+                    if p.name not in _NOT_MODELS and not _STEPS.fullmatch(p.name)]
+            if len(zips) == 1:
+                path = zips[0]
+    else:
+        raise UsageError(f"--checkpoint '{checkpoint}' must be best, last or a step count N "
+                         "(rl_model_N_steps.zip).")
+    if not path.is_file():
+        have = sorted(p.name for p in folder.glob("*.zip"))
+        raise UsageError(f"zoo:{folder} has no model file '{path.name}' for --checkpoint "
+                         f"{checkpoint} (it has {', '.join(have) or 'no .zip'}).")
+    return path
+
+
+def _wrapper_entries(config: dict[str, Any], where: Path) -> tuple[dict[str, Any], ...]:
+    """``env_wrapper`` as policy-side wrapper entries (rl-zoo3's get_wrapper_class forms:
+    one dotted name, or a list of names and ``{name: kwargs}``)."""
+    import importlib.util
+
+    raw = config.get("env_wrapper")
+    if raw is None:
+        return ()
+    out = []
+    for item in raw if isinstance(raw, list) else [raw]:
+        kwargs: Any = {}
+        if isinstance(item, dict):
+            if len(item) != 1:
+                raise UsageError(f"zoo: '{where}' env_wrapper entry {item!r:.80} must name one "
+                                 "wrapper.")
+            item, kwargs = next(iter(item.items()))
+        module, _, name = str(item).rpartition(".")
+        if not module or not isinstance(kwargs or {}, dict):
+            raise UsageError(f"zoo: '{where}' env_wrapper entry {item!r:.80} is not a dotted "
+                             "module.Class name with keyword arguments.")
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            raise UsageError(f"zoo: '{where}' names the wrapper '{item}', whose module "
+                             f"'{module}' is not installed; install it to evaluate this folder.")
+        out.append({"target": f"{module}:{name}", "kwargs": dict(kwargs or {}),
+                    "flag": f"zoo env_wrapper '{item}'"})
+    return tuple(out)
+
+
+def read_zoo(folder: str | Path, checkpoint: str = "last") -> ZooFolder:
+    """Read a zoo folder; one sentence naming the entry when it cannot be reproduced."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UsageError(f"zoo:{folder} is not a folder; give an rl-zoo3 experiment folder "
+                         "(logs/ppo/ENV_1) or a model repo in its layout.")
+    files: dict[str, str] = {}
+    cfg_dir, repo = _config_dir(folder)
+    config = _read_yaml(cfg_dir / "config.yml", files)
+    args = _read_yaml(cfg_dir / "args.yml", files) if (cfg_dir / "args.yml").is_file() else {}
+    env_name = str(args.get("env") or ("" if repo else cfg_dir.name))
+    if not env_name:
+        raise UsageError(f"zoo:{folder} does not say its env: its args.yml (with env: ID) is "
+                         "missing.")
+    algo_name = str(args.get("algo") or "").lower()
+    if not algo_name and not repo:
+        algo_name = folder.parent.name.lower()  # logs/ALGO/ENV_N
+    if algo_name and algo_name not in _ALGOS:
+        raise UsageError(f"zoo:{folder} was trained with '{algo_name}', which rolltape does not "
+                         f"load; it loads {', '.join(_ALGOS)}.")
+    if config.get("vec_env_wrapper") is not None:
+        raise UsageError(f"zoo: '{cfg_dir / 'config.yml'}' has a vec_env_wrapper, which rolltape "
+                         "cannot apply on the policy side; evaluate it with rl-zoo3.")
+    packages = [str(p) for p in args.get("gym_packages") or []]
+    if len(packages) > 1:
+        raise UsageError(f"zoo:{folder} imports several gym_packages {packages}; rolltape "
+                         "takes one module (MODULE:EnvId).")
+    env_id = f"{packages[0]}:{env_name}" if packages else env_name
+    env_kwargs = dict(config.get("env_kwargs") or {})
+    if args.get("env_kwargs") is not None:  # enjoy.py: the training command line's win
+        env_kwargs = dict(args["env_kwargs"])
+    frame_stack = int(config.get("frame_stack") or 0)
+    stats = None
+    if config.get("normalize"):
+        stats = next((p for p in (cfg_dir / "vecnormalize.pkl", cfg_dir / "vec_normalize.pkl")
+                      if p.is_file()), None)
+        if stats is None:
+            raise UsageError(f"zoo:{folder} was trained with normalize but has no "
+                             f"vecnormalize.pkl in '{cfg_dir}'; copy the statistics there.")
+        if frame_stack > 1:
+            raise UsageError(f"zoo:{folder} normalizes and stacks frames; rolltape applies "
+                             "VecNormalize after the stack, rl-zoo3 before it, so it refuses "
+                             "rather than differ.")
+        files[str(stats)] = sha256_of(stats)
+    model = _model(folder, env_name, repo, checkpoint)
+    files[str(model)] = sha256_of(model)
+    wrappers = _wrapper_entries(config, cfg_dir / "config.yml")
+    atari = any("atari" in w["target"].lower() for w in wrappers) or \
+        env_name.startswith("ALE/") or "NoFrameskip" in env_name
+    return ZooFolder(folder, env_id, _ALGOS.get(algo_name, ""), model, env_kwargs, wrappers,
+                     frame_stack, stats, atari, files)
+
+
+def zoo_options(policy: str, env: str | None, options: dict[str, Any]
+                ) -> tuple[str, str, dict[str, Any]]:
+    """``evaluate``'s (env, policy, options) for ``--policy zoo:FOLDER``: the folder's env,
+    model, algorithm, kwargs, wrappers, frame stack and statistics, the user's flags checked
+    against them."""
+    checkpoint = str(options.pop("checkpoint", None) or "last")
+    zoo = read_zoo(policy[len("zoo:"):], checkpoint)
+    if env is not None and env != zoo.env_id:
+        raise UsageError(f"--policy {policy} was trained on '{zoo.env_id}', not '{env}'; leave "
+                         "the env out (the folder names it).")
+    for flag, key in (("--vecnormalize", "vecnormalize"), ("--frame-stack", "frame_stack"),
+                      ("--wrapper", "wrappers")):
+        if options.get(key):
+            raise UsageError(f"--policy {policy} brings its own {flag} (from its config.yml); "
+                             f"drop {flag}.")
+    if options.get("algo") and options["algo"].upper() != zoo.algo:
+        raise UsageError(f"--policy {policy} was trained with {zoo.algo}; drop --algo.")
+    options.update(
+        algo=zoo.algo or None, wrappers=zoo.wrappers, frame_stack=zoo.frame_stack,
+        vecnormalize=str(zoo.vecnormalize) if zoo.vecnormalize else None,
+        env_kwargs={**zoo.env_kwargs, **(options.get("env_kwargs") or {})},
+        zoo=zoo.provenance(checkpoint))
+    if zoo.atari and "deterministic" not in options:
+        options["deterministic"] = False  # enjoy.py samples Atari actions by default
+    return zoo.env_id, f"sb3:{zoo.model}", options
