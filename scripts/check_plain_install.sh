@@ -53,6 +53,13 @@ grep -q "rolltape\[suites\]" "$tmp/out" || { echo "plain install: 'rolltape suit
 expect 2 1 "$rt" eval --suite pusht --out "$tmp/pusht"
 grep -q "rolltape\[suites\]" "$tmp/err" || { echo "plain install: --suite pusht names no extra" >&2; failures=$((failures + 1)); }
 expect 0 9 "$rt" eval --suite classic --tasks cartpole -n 2 --max-episode-steps 20 --out "$tmp/classic" --quiet
+# Atari (ale-py) and datasets (minari, pyarrow) are extras too: one sentence naming each.
+expect 2 1 "$rt" eval ALE/Pong-v5 --episodes 1 --out "$tmp/ale"
+grep -q "rolltape\[atari\]" "$tmp/err" || { echo "plain install: ALE names no extra" >&2; failures=$((failures + 1)); }
+expect 2 1 "$rt" export "$tmp/run" --to minari --id rolltape/plain-v0
+grep -q "rolltape\[export\]" "$tmp/err" || { echo "plain install: export names no extra" >&2; failures=$((failures + 1)); }
+# Anytime-valid stopping needs numpy only.
+expect 0 9 "$rt" eval CartPole-v1 --until 'width<400' --max-episodes 20 --return-bounds 0,500 --out "$tmp/until" --quiet
 
 if [ "$failures" -gt 0 ]; then
   echo "plain install: $failures check(s) failed" >&2

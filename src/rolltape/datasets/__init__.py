@@ -20,6 +20,7 @@ Example (not run: it replays a run's tapes):
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -65,6 +66,12 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     from rolltape.pass2.backends import DEFAULT_ORDER
 
     check_choice("--to", to, FORMATS)
+    missing = [m for m in (("minari", "pyarrow") if to == "minari" else ("pyarrow",))
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"--to {to} needs {' and '.join(missing)}, which "
+                         f"{'is' if len(missing) == 1 else 'are'} not installed; install the "
+                         "export extra: pip install 'rolltape[export]'.")
     check_worker_count("--workers", workers)
     if to == "minari" and cameras:
         raise UsageError("--camera makes videos, which only --to lerobot stores; drop --camera "
