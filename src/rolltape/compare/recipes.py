@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import time
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -260,56 +259,16 @@ def runs_chart(result: dict[str, Any], task: str) -> str:
                        marker_label="mean over runs, bar: 95% bootstrap over runs")
 
 
-_CSS = ("body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0}td,th{border-bottom:1px solid #ddd;"
-        "padding:.35em .7em;text-align:right}td.text,th.text{text-align:left}"
-        ".note{background:#fff4e0;padding:.5em .8em;border-left:4px solid #E69F00}"
-        ".sub{color:#666}")
-
-
 def _html(result: dict[str, Any]) -> str:
-    where = result["env"] or result["suite"] or ""
-    parts = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>recipes · "
-             f"{escape(str(where))}</title><style>{_CSS}</style></head><body><main>",
-             f"<h1>Recipes compared over training runs</h1><p class='sub'>{escape(str(where))}"
-             f" · every run on the same {result['episodes']} seeds from {result['seed']} · "
-             f"score: {result['measure']} · written {escape(time.strftime('%Y-%m-%d %H:%M:%S'))}"
-             "</p>",
-             "<h2>Per recipe</h2><table><tr><th class='text'>recipe</th><th>runs</th>"
-             "<th>mean over runs [95% bootstrap over runs]</th><th>IQM of runs × episodes "
-             "[95% CI]</th><th>spread between runs</th><th>spread within a run</th></tr>"]
-    notes = []
-    for name, r in result["recipes"].items():
-        between = [s["between_runs"] for s in r["spread"].values()]
-        within = [s["within_run"] for s in r["spread"].values()]
-        parts.append(
-            f"<tr><td class='text'>{escape(name)}</td><td>{r['runs']}</td>"
-            f"<td>{_fmt(r['mean']['value'])} {_ci(r['mean']['ci'])}</td>"
-            f"<td>{_fmt(r['iqm']['value'])} {_ci(r['iqm']['ci'])}</td>"
-            f"<td>{', '.join(_fmt(b) for b in between)}</td>"
-            f"<td>{', '.join(_fmt(w) for w in within)}</td></tr>")
-        if r["note"]:
-            notes.append(f"{name}: {r['note']}")
-    parts.append("</table>")
-    parts += [f"<p class='note'>{escape(n)}</p>" for n in notes]
-    if result["pairs"]:
-        parts.append("<h2>Between recipes</h2><table><tr><th class='text'>comparison</th>"
-                     "<th>P(first &gt; second) over runs [95% CI]</th><th>difference, paired "
-                     "by seed, averaged over run pairs [95% two-level bootstrap]</th>"
-                     "<th class='text'>verdict</th></tr>")
-        for p in result["pairs"]:
-            poi, d = p["probability_of_improvement"], p["difference"]
-            parts.append(f"<tr><td class='text'>{escape(p['a'])} vs {escape(p['b'])}</td>"
-                         f"<td>{_fmt(poi['p'])} {_ci(poi['ci'])}</td>"
-                         f"<td>{_fmt(d['value'])} {_ci(d['ci'])}</td>"
-                         f"<td class='text'>{escape(p['verdict'])}</td></tr>")
-        parts.append("</table>")
-    parts.append("<h2>Training runs</h2>")
+    """The recipe page, from its template (the run report's stylesheet)."""
+    from rolltape.outputs.report import _environment, _version
+
     first = next(iter(result["recipes"].values()))
-    for task in first["run_scores"]:
-        parts.append(f"<figure>{runs_chart(result, task)}</figure>")
-    parts.append("</main></body></html>")
-    return "".join(parts)
+    return _environment().get_template("recipes.html.j2").render(
+        r=result, where=result["env"] or result["suite"] or "",
+        charts=[runs_chart(result, task) for task in first["run_scores"]],
+        written=time.strftime("%Y-%m-%d %H:%M:%S"), rolltape_version=_version(),
+        fmt=_fmt, ci=_ci)
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:
