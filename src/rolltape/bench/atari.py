@@ -147,9 +147,10 @@ def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
     from rolltape.pass2.replay import RenderRequest
     from rolltape.rendering import render
 
-    if "tape" not in ctx.results.get("atari", {}):
+    shared = ctx.results.setdefault("atari", {})  # the tape bench_atari_pass1 recorded
+    if "tape" not in shared:
         bench_atari_pass1(ctx)
-    tape = ctx.results["atari"]["tape"]
+    tape = shared["tape"]
     _, _, reps = atari_sizes(ctx)
     runs: dict[str, list[dict[str, float]]] = {"rolltape": [], "bare": []}
     for rep in range(reps):
