@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +157,30 @@ def fill(folder: Path, leave: int) -> Path:
     ballast = folder / "ballast"
     ballast.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
     return ballast
+
+
+class Server:
+    """`rolltape serve` in a subprocess (HalfCheetah-v5 with 30 steps unless ``what`` says
+    otherwise); ``address`` is what it printed. Shared by the server, Ray and record tests."""
+
+    def __init__(self, *args: str,
+                 what: tuple[str, ...] = ("HalfCheetah-v5", "--max-episode-steps", "30")
+                 ) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rolltape.cli", "serve", *what, "--bind", "127.0.0.1:0",
+             *args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self._line(60)
+        assert line.startswith("serving"), line
+        self.address = next(w for w in line.split() if w.startswith("tcp://"))
+
+    def _line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, "the server printed nothing"
+        return self.proc.stdout.readline()
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=30)
+        return out

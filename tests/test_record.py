@@ -298,7 +298,7 @@ def test_a_comparison_pairs_episodes_by_task_and_seed(runs: dict[str, Run], tmp_
 
 def test_a_served_suite_is_the_same_record(runs: dict[str, Run], tmp_path: Path) -> None:
     pytest.importorskip("zmq")
-    from test_server import Server
+    from conftest import Server
 
     server = Server(what=("--suite", str(manifest(tmp_path))))
     try:

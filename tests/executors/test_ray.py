@@ -210,7 +210,7 @@ def test_ray_workers_step_a_served_env(ray_session, tmp_path):
     """Ray's pass-1 workers open sessions on a loopback `rolltape serve`; the tapes equal a
     local run's bit for bit."""
     pytest.importorskip("zmq")
-    from test_server import Server
+    from conftest import Server
 
     server = Server()  # the env with --max-episode-steps 30, as RUN asks
     try:
@@ -245,7 +245,7 @@ def test_ray_workers_step_a_served_suite(ray_session, tmp_path):
     """`serve --suite` on loopback, Ray's pass-1 workers stepping each task there: the tapes
     equal a local suite run's."""
     pytest.importorskip("zmq")
-    from test_server import Server
+    from conftest import Server
 
     common = dict(suite="classic", tasks="cartpole,mountaincar", episodes=2, seed=3,
                   max_episode_steps=25, workers=2, report=False)

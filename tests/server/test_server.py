@@ -22,38 +22,13 @@ import pytest
 
 zmq = pytest.importorskip("zmq")
 
-from conftest import interruptible, run_cli  # noqa: E402
+from conftest import Server, interruptible, run_cli  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection  # noqa: E402
 
 ENV_ID = "HalfCheetah-v5"
 STEPS = 30
 FAST = {"ROLLTAPE_SERVER_TIMEOUT": "3"}  # a gone server is found within seconds
-
-
-class Server:
-    """`rolltape serve` in a subprocess; ``address`` is what it printed."""
-
-    def __init__(self, *args: str,
-                 what: tuple[str, ...] = (ENV_ID, "--max-episode-steps", str(STEPS))) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.cli", "serve", *what, "--bind", "127.0.0.1:0",
-             *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        line = self._line(60)
-        assert line.startswith("serving"), line
-        self.address = next(w for w in line.split() if w.startswith("tcp://"))
-
-    def _line(self, timeout: float) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, "the server printed nothing"
-        return self.proc.stdout.readline()
-
-    def stop(self, sig: int = signal.SIGTERM) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        out, _ = self.proc.communicate(timeout=30)
-        return out
 
 
 @pytest.fixture(scope="module")
