@@ -321,7 +321,7 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
                                                            zip(reversed(sx), reversed(lows))]
             pts = " ".join(f"{_f(x(a))},{_f(y(b))}" for a, b in ring)
             out.append(f'<polygon points="{pts}" fill-opacity="0.16" stroke="none"/>')
-        if s.line and len(sx) > 1:
+        if s.line and len(set(sx)) > 1:
             lx, ly = _thin(sx, sy)
             pts = " ".join(f"{_f(x(a))},{_f(y(b))}" for a, b in zip(lx, ly))
             dash = ' stroke-dasharray="5 3"' if s.dash else ""
@@ -329,6 +329,8 @@ def line_chart(series: Sequence[Series], *, title: str, desc: str = "", xlabel: 
             opacity = "" if not s.markers else ' stroke-opacity="0.55"'
             out.append(f'<polyline points="{pts}" fill="none" stroke-width="{width}" '
                        f'stroke-linejoin="round"{dash}{opacity}/>')
+        if s.line and not s.markers and sx and len(set(sx)) == 1:  # one x: dots, not nothing
+            out.extend(f'<circle cx="{_f(x(sx[0]))}" cy="{_f(y(b))}" r="2.6"/>' for b in set(sy))
         if s.markers:
             radius = "3.4" if len(sx) <= MANY else "2"
             tips = s.tips if s.tips and len(sx) <= MAX_TIPS else None
