@@ -133,14 +133,6 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     return fields
 
 
-
-
-
-
-
-
-
-
 def episode_row(tape: Tape, job: EpisodeJob) -> dict[str, Any]:
     """The per-episode line of ``episodes.jsonl`` (an :class:`rolltape.record.Episode`). A
     return that is not a finite number is None, with ``flags`` saying why (JSON has no
