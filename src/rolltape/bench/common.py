@@ -98,7 +98,7 @@ class Context:
         self.work = work
         self.log = log
         self.backend = backend
-        self._checkpoint: tuple[Path, Path] | None = None
+        self._checkpoints: dict[str, tuple[Path, Path]] = {}  # env id -> checkpoint
         self.tapes: dict[tuple[int, int], list[Path]] = {}  # (steps, n) -> random tapes
         self.results: dict[Any, dict[str, Any]] = {}  # a workload two benchmarks share
         self._n = 0
@@ -110,15 +110,17 @@ class Context:
         path.mkdir(parents=True)
         return path
 
-    def checkpoint(self) -> tuple[Path, Path]:
-        """(model.zip, vecnormalize.pkl) of an untrained PPO MlpPolicy, made once per run."""
-        if self._checkpoint is None:
-            self.log("making an untrained PPO MlpPolicy checkpoint + VecNormalize stats")
-            self._checkpoint = make_checkpoint(self.dir("checkpoint"))
-        return self._checkpoint
+    def checkpoint(self, env_id: str = ENV_ID) -> tuple[Path, Path]:
+        """(model.zip, vecnormalize.pkl) of an untrained PPO MlpPolicy for ``env_id``, made
+        once per run."""
+        if env_id not in self._checkpoints:
+            self.log(f"making an untrained PPO MlpPolicy checkpoint + VecNormalize stats "
+                     f"for {env_id}")
+            self._checkpoints[env_id] = make_checkpoint(self.dir("checkpoint"), env_id)
+        return self._checkpoints[env_id]
 
 
-def make_checkpoint(folder: Path) -> tuple[Path, Path]:
+def make_checkpoint(folder: Path, env_id: str = ENV_ID) -> tuple[Path, Path]:
     """Save an untrained PPO (default 64x64 MlpPolicy) and fresh VecNormalize statistics."""
     import torch
     from stable_baselines3 import PPO
@@ -127,7 +129,7 @@ def make_checkpoint(folder: Path) -> tuple[Path, Path]:
     from rolltape.envs import env_spec, make_env
 
     torch.set_num_threads(1)
-    venv = VecNormalize(DummyVecEnv([lambda: make_env(env_spec(ENV_ID))]), norm_obs=True,
+    venv = VecNormalize(DummyVecEnv([lambda: make_env(env_spec(env_id))]), norm_obs=True,
                         norm_reward=True)
     model = PPO("MlpPolicy", venv, seed=0, device="cpu")
     model.save(folder / "model.zip")

@@ -1,14 +1,18 @@
 """rolltape against the ways it replaces: SB3's ``evaluate_policy``
-(``pass1_vs_sb3_evaluate_policy``) and "the seed-000 way" of evaluating, then re-running
-the policy to film episode 0 (``end_to_end``, :func:`seed000_way`).
+(``pass1_vs_sb3_evaluate_policy``), "the seed-000 way" of evaluating, then re-running
+the policy to film episode 0 (``end_to_end``, :func:`seed000_way`), and seed 000's own
+script on its own small workload (``small_job``, :mod:`rolltape.bench.seed000`).
 
-May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module.
+May import: bench.common, bench.seed000 (a script of the standard library only, run as a
+file); rolltape inside functions. Never: bench itself, another sibling module.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -18,12 +22,18 @@ from rolltape.bench.common import (
     POLICY_NOTE,
     SEED,
     Context,
+    _backends,
     _median,
     _result,
+    child_env,
     run_child,
     run_seconds,
     track_workers,
 )
+from rolltape.interpreter import python_command
+
+#: Seed 000's env: its default 100-step episodes make a small job.
+SMALL_ENV_ID = "Pusher-v5"
 
 
 def bench_pass1_vs_sb3_evaluate_policy(ctx: Context) -> dict[str, Any]:
@@ -215,15 +225,89 @@ def bench_end_to_end(ctx: Context) -> dict[str, Any]:
 
 
 def bench_small_job(ctx: Context) -> dict[str, Any]:
-    """:func:`bench_end_to_end` on seed 000's own small workload: 30 + 30 episodes of 100
-    steps and one verified 640x480 video, where fixed costs (interpreters, imports, GL
-    contexts) weigh most (target: <= 0.8x the seed-000 way)."""
-    return _versus_seed000(ctx, ctx.config.e2e_steps if ctx.config.quick else 100, "small job")
+    """Seed 000's own workload, end to end from a cold interpreter each: ``rolltape eval``
+    (Pusher-v5 PPO + VecNormalize, 30 episodes + a 30-episode random baseline of 100 steps,
+    one verified 640x480 video) vs seed 000's own script doing the same
+    (:mod:`rolltape.bench.seed000`), interleaved (A B B A ...), medians compared."""
+    import sys
+
+    from rolltape.bench import seed000
+
+    cfg = ctx.config
+    episodes, steps = (cfg.e2e_episodes, cfg.e2e_steps) if cfg.quick else (30, None)
+    reps = 1 if cfg.quick else 3
+    ckpt, vecnorm = ctx.checkpoint(SMALL_ENV_ID)
+    backends = _backends(ctx)
+    limit = [] if steps is None else ["--max-episode-steps", str(steps)]
+    walls: dict[str, list[float]] = {"rolltape": [], "seed000": []}
+    runs: list[dict[str, Any]] = []
+    old: dict[str, Any] = {}
+    for rep in range(reps):
+        for who in (("rolltape", "seed000") if rep % 2 == 0 else ("seed000", "rolltape")):
+            folder = ctx.dir(f"small-{who}")
+            started = time.perf_counter()
+            if who == "rolltape":  # the command a user types, in a fresh interpreter
+                proc = subprocess.run(python_command(
+                    "import sys\nfrom rolltape.cli import main\nsys.argv[0] = 'rolltape'\n"
+                    "sys.exit(main())", "eval", SMALL_ENV_ID, "--policy", f"sb3:{ckpt}",
+                    "--vecnormalize", str(vecnorm), "--episodes", str(episodes),
+                    "--baseline", "random", "--seed", str(SEED), "--video", "1",
+                    "--width", str(cfg.width), "--height", str(cfg.height),
+                    "--backends", ",".join(backends), *limit, "--out", str(folder / "run"),
+                    "-q", guard=False), cwd=folder, env=child_env(), capture_output=True,
+                    text=True, timeout=1800)
+                walls[who].append(time.perf_counter() - started)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"rolltape eval exited with status {proc.returncode}:"
+                                       f"\n{proc.stderr[-3000:]}")
+                runs.append(json.loads((folder / "run" / "metadata.json").read_text()))
+                runs[-1]["results"] = json.loads((folder / "run" / "results.json").read_text())
+            else:  # seed 000's script: its function called from a fresh interpreter
+                request = {"env_id": SMALL_ENV_ID, "model": str(ckpt),
+                           "vecnormalize": str(vecnorm), "video": str(folder / "replay.mp4"),
+                           "episodes": episodes, "random_episodes": episodes,
+                           "eval_seed": SEED, "random_seed": SEED, "replay_seed": SEED,
+                           "width": cfg.width, "height": cfg.height, "backends": backends,
+                           "max_episode_steps": steps, "result": str(folder / "result.json")}
+                proc = subprocess.run([sys.executable, seed000.__file__, json.dumps(request)],
+                                      cwd=folder, env=child_env(), capture_output=True,
+                                      text=True, timeout=1800)
+                walls[who].append(time.perf_counter() - started)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"seed 000's script exited with status "
+                                       f"{proc.returncode}:\n{proc.stderr[-3000:]}")
+                old = json.loads((folder / "result.json").read_text())
+    ratio = _median(walls["rolltape"]) / _median(walls["seed000"])
+    last = runs[-1]
+    video = last["results"]["videos"][0]
+    return _result(
+        title="small job (seed 000's workload)", ratio=ratio, target=0.8, op="<=",
+        gating=False,
+        ratio_of="wall time of `rolltape eval` / seed 000's script, each a fresh interpreter "
+                 "(median of interleaved runs)",
+        baseline=f"seed 000's script {_median(walls['seed000']):.2f} s",
+        measured=f"rolltape eval {_median(walls['rolltape']):.2f} s",
+        raw={"env": SMALL_ENV_ID, "episodes": episodes, "steps": steps or 100, "reps": reps,
+             "size": [cfg.width, cfg.height], "wall_s": walls,
+             "rolltape_timings": [r["timings"] for r in runs],
+             "rolltape_video": {k: video.get(k) for k in ("frames", "verified", "segments")},
+             "rolltape_render_workers": last["config"]["render_workers"],
+             "seed000": old, "cpu_count": os.cpu_count()},
+        notes=[f"{episodes} episodes + {episodes}-episode random baseline of "
+               f"{steps or 100} steps + one {cfg.width}x{cfg.height} verified video, "
+               f"{reps} interleaved repetition(s); rolltape also writes tapes, statistics, "
+               "report.html and report.ipynb",
+               f"seed 000's script (two fresh interpreters, one after the other): evaluation "
+               f"{old['timings']['evaluate_s']:.2f} s, render + encode "
+               f"{old['timings']['render_s']:.2f} s in its last run",
+               f"rolltape's last run: pass 1 {last['timings']['pass1_s']:.2f} s, pass 2 "
+               f"{last['timings'].get('pass2_s', float('nan')):.2f} s; video "
+               f"{video.get('frames')} frames, verified {video.get('verified')}",
+               POLICY_NOTE])
 
 
 def _versus_seed000(ctx: Context, steps: int, title: str) -> dict[str, Any]:
-    """The comparison for ``steps``, run once per bench run: at --quick sizes end_to_end
-    and small_job are the same job, so the second reuses the first's measurement."""
+    """The comparison for ``steps``, run once per bench run."""
     if ("seed000", steps) not in ctx.results:
         ctx.results[("seed000", steps)] = _measure_versus_seed000(ctx, steps)
     return {**ctx.results[("seed000", steps)], "title": title}
