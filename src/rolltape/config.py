@@ -17,6 +17,7 @@ interpreter), the orchestrator.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -179,7 +180,8 @@ class EvalConfig(RenderOptions):
     video_format: str = "mp4"
     backends: tuple[str, ...] = DEFAULT_ORDER
     render_workers: int = 0  # 0: one per CPU core (a long video is split across them)
-    render_early: bool = False  # start pass 2 beside pass 1 (sooner overall; pass 1 may slow)
+    render_early: bool = False  # pass 2 beside pass 1 on every core, not only idle ones
+                               # (sooner overall; pass 1 may slow)
     on_divergence: str = "warn"
     render_timeout: float = 120.0
     episode_timeout: float = EPISODE_TIMEOUT  # a pass-1 worker that finishes no episode for
@@ -285,8 +287,18 @@ class EvalConfig(RenderOptions):
     def renders_early(self) -> bool:
         """Pass 2 starts beside pass 1: asked for, and possible (local executor, videos
         picked without needing the returns)."""
-        return (self.render_early and self.wants_video and self.runner.warms_workers
-                and not needs_returns(self.video) and self.suite is None)
+        return ((self.render_early or self.idle_cores > 0) and self.wants_video
+                and self.runner.warms_workers and not needs_returns(self.video)
+                and self.suite is None)
+
+    @property
+    def idle_cores(self) -> int:
+        """Cores pass 1 leaves idle on this machine (its workers, and with batched
+        inference its policy process, take one each): pass 2 starts on them beside pass 1
+        by itself when the videos are picked without returns, so a small job does not wait
+        for its video after its numbers; ``render_early`` takes every core instead."""
+        busy = self.workers + (1 if self.batched_inference else 0)
+        return max(0, (os.cpu_count() or 1) - busy)
 
 
 def needs_returns(selection: Any) -> bool:

@@ -15,6 +15,7 @@ Example (not run: it spawns render processes):
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
@@ -225,6 +226,8 @@ def render(
     cancel: threading.Event | None = None,
     background: bool = False,
     warm: Sequence[Any] = (),
+    cores: int | None = None,
+    widen: tuple[int, threading.Event] | None = None,
 ) -> list[RenderResult | None]:
     """Replay each request in spawned workers; return one result per request, in order.
 
@@ -237,6 +240,11 @@ def render(
     ``background`` runs the workers at a lower CPU priority (nice +10), so that work beside
     them (pass 1, with ``render_early``) comes first and rendering takes what is left.
     ``warm`` are workers from :func:`warm_render_workers`, used (or stopped) here.
+    ``cores``: how many cores the workers share (llvmpipe's drawing threads are dealt
+    from them; default: every core of this machine), e.g. the ones pass 1 leaves idle.
+    ``widen`` (N, event): when the event is set, N more workers may start (pass 1 ended and
+    gave its cores back); long episodes are split for ``workers`` + N from the start.
+    Executors that warm workers (the local one) only.
     ``executor``: a name of :mod:`rolltape.executors` or one built with its options.
     """
     runner = executors.get(executor) if isinstance(executor, str) else executor
@@ -246,7 +254,8 @@ def render(
              for r in requests]
     # Where workers share this disk, long episodes are split across them and joined; else
     # each episode is drawn by one task (its outputs come back as bytes).
-    jobs = plan_segments(drawn, workers if split and runner.splits_segments else 1)
+    jobs = plan_segments(drawn, workers + (widen[0] if widen else 0)
+                         if split and runner.splits_segments else 1)
     owner = [i for i, _ in jobs]
     parts: dict[int, dict[int, RenderResult]] = {i: {} for i in range(len(requests))}
     need = {i: owner.count(i) for i in range(len(requests))}
@@ -278,9 +287,10 @@ def render(
         stop_workers(warm)
         warm = ()
     work = _render_work((10 if background else 0, 0), [job.env_id for job in plain],
-                        needs_backend=[bool(job.outputs) for job in plain])
+                        needs_backend=[bool(job.outputs) for job in plain], cores=cores)
     pool = runner.render_pool(work, plain, order, workers, timeout, on_progress=job_progress,
-                              on_done=job_done, cancel=cancel, warm=warm)
+                              on_done=job_done, cancel=cancel, warm=warm,
+                              **({"widen": widen} if widen and runner.warms_workers else {}))
     try:
         pool.run()
     finally:
@@ -299,11 +309,12 @@ def render(
 
 
 def _render_work(args: tuple[int, int], env_ids: Sequence[str | None],
-                 needs_backend: Sequence[bool] = ()) -> RenderWork:
+                 needs_backend: Sequence[bool] = (), cores: int | None = None) -> RenderWork:
     """Pass 2 as an executor runs it: the render worker (``args``: its CPU niceness while
     drawing and while starting) or the same replay as a task on shipped tape bytes."""
     return RenderWork(worker=render_worker, args=args, task=replay_shipped, ship=_tape_bytes,
-                      environment=_worker_environment, needs_backend=needs_backend,
+                      environment=functools.partial(_worker_environment, cores=cores),
+                      needs_backend=needs_backend,
                       # A tape is data: a worker imports installed modules only, unless the
                       # user named an env module with --env (maybe a local file).
                       cwd_on_path=any(":" in (e or "") for e in env_ids))
@@ -335,11 +346,13 @@ def _tape_bytes(req: RenderRequest) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def _worker_environment(backend: str | None, workers: int) -> dict[str, str]:
+def _worker_environment(backend: str | None, workers: int,
+                        cores: int | None = None) -> dict[str, str]:
     """A render worker's variables: its GL backend's, SDL's dummy drivers, and its share of
-    the cores for Mesa's llvmpipe (which would otherwise draw on every core in each)."""
+    the ``cores`` (default: all) for Mesa's llvmpipe (which would otherwise draw on every
+    core in each)."""
     env = gl_environment(backend) if backend else {}
     env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
     if "LP_NUM_THREADS" not in os.environ:
-        env["LP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+        env["LP_NUM_THREADS"] = str(max(1, (cores or os.cpu_count() or 1) // workers))
     return env

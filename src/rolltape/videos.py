@@ -1,5 +1,6 @@
 """Pass 2 of an evaluation: the picked episodes' videos, drawn and verified in render
-workers (after pass 1, or beside it with ``render_early``), never losing a number.
+workers (beside pass 1 when they are picked without returns, else after it), never losing
+a number.
 
 May import: the render side's request types, rendering (the executor's pass 2), outputs,
 config. Never: torch, GL, policies.
@@ -30,16 +31,17 @@ if TYPE_CHECKING:
 
 
 class EarlyRender:
-    """Pass 2 started while pass 1 is still running (``render_early``, opt-in).
+    """Pass 2 started while pass 1 is still running.
 
     When the episodes to render are known before their returns are (a count or indices,
     not best/worst/median), each one's tape is final as soon as pass 1 saves it, so its
     video can be drawn while the other episodes play. Pass 2 runs in a thread of this
-    process (its work is in render workers, at a lower CPU priority), so it mostly takes
-    the cores pass 1 leaves idle. No number depends on it: rendering still only replays
-    tapes. It is opt-in because sharing a machine still slows pass 1 a little (measured on
-    2 cores: the policy process needed 12% more CPU time beside a render), while the whole
-    run finished about 11% sooner.
+    process (its work is in render workers). No number depends on it: rendering still only
+    replays tapes. By default it uses only the cores pass 1 leaves idle
+    (:attr:`EvalConfig.idle_cores`), at the normal priority, so pass 1 keeps its own;
+    ``render_early`` asks for every core (``render_workers``) at nice +10, which slows pass
+    1 a little (measured on 2 cores: the policy process needed 12% more CPU time beside a
+    render) while the whole run finished about 11% sooner.
     """
 
     def __init__(self, root: Path, cfg: EvalConfig, picked: list[int], warnings: list[str],
@@ -50,6 +52,7 @@ class EarlyRender:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.videos: list[Video] = []
+        self.pass1_done = threading.Event()  # its cores are then free for pass 2 too
         self.error: BaseException | None = None
         self.began = self.ended = 0.0
 
@@ -77,8 +80,18 @@ class EarlyRender:
     def _render(self) -> None:
         self.began = time.perf_counter()
         try:
-            self.videos = pass2_videos(self.root, self.rows, self.picked, self.cfg, self.warnings,
-                                 self.bar, self.stop)
+            if self.cfg.render_early:  # asked for: every core, at a lower priority
+                self.videos = pass2_videos(self.root, self.rows, self.picked, self.cfg,
+                                           self.warnings, self.bar, self.stop)
+            else:  # started by itself: the cores pass 1 leaves idle, at the normal priority
+                # (a loaded machine starved a nice +10 render: 100 s for 101 frames at load
+                # 10), then every core once pass 1 is done
+                every = self.cfg.render_workers or os.cpu_count() or 1
+                idle = min(every, self.cfg.idle_cores)
+                self.videos = pass2_videos(self.root, self.rows, self.picked, self.cfg,
+                                           self.warnings, self.bar, self.stop, workers=idle,
+                                           background=False,
+                                           widen=(every - idle, self.pass1_done))
         except BaseException as exc:  # re-raised in the caller's thread by finish()
             self.error = exc
         self.ended = time.perf_counter()
@@ -90,6 +103,7 @@ class EarlyRender:
             self.thread.join()
 
     def finish(self, timings: dict[str, float]) -> list[Video]:
+        self.pass1_done.set()
         if self.thread is None:  # cannot happen after a complete pass 1; kept safe
             self._render()
         else:
@@ -131,12 +145,16 @@ def warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pres
 def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg: EvalConfig,
            warnings: list[str], bar: Progress, cancel: threading.Event | None = None,
            tasks: Mapping[tuple[Any, Any], Target] | None = None,
-           warm: Sequence[Any] = ()) -> list[Video]:
+           warm: Sequence[Any] = (), workers: int | None = None,
+           background: bool | None = None,
+           widen: tuple[int, threading.Event] | None = None) -> list[Video]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
-    CPU priority, so that pass 1 keeps its speed. ``rows`` are keyed by what ``picked``
-    names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
-    (``tasks``: which the user's manifest named), verified to its ``reward_atol``."""
+    CPU priority unless ``background`` is False, so that pass 1 keeps its speed. ``rows``
+    are keyed by what ``picked`` names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
+    (``tasks``: which the user's manifest named), verified to its ``reward_atol``.
+    ``workers``: render processes at most (default: ``render_workers``, 0 one per core),
+    and ``widen`` more once its event is set (see :func:`rolltape.rendering.render`)."""
     def folder(e: Episode) -> Path:
         suite, task = e.key.task_key
         return root / "videos" / suite / task if suite and task else root / "videos"
@@ -159,11 +177,13 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i].length + 1 for i in picked])
     try:
-        workers = cfg.render_workers or os.cpu_count() or 1
+        workers = workers or cfg.render_workers or os.cpu_count() or 1
         rendered = render(requests, backends=cfg.backends, workers=workers,
                           timeout=cfg.render_timeout, executor=cfg.runner,
                           on_progress=on_progress, on_result=on_result, cancel=cancel,
-                          background=cancel is not None, warm=warm)
+                          background=cancel is not None if background is None else background,
+                          warm=warm, widen=widen,
+                          cores=None if widen is None else workers)
     except UsageError as exc:
         rendered = [None] * len(requests)
         warnings.append(str(exc))

@@ -136,7 +136,9 @@ class BackendPool:
     After :meth:`run`, ``fallback.failures[i]`` lists (backend, why) for each job,
     ``fallback.dead`` the backends that failed, ``errors`` (i, kind, text) what workers
     refused or raised. ``started`` are workers of ``order[0]`` started ahead by
-    :func:`warm_workers`, used before any new one is spawned."""
+    :func:`warm_workers`, used before any new one is spawned. ``widen`` (N, event): once
+    the event is set (from another thread), up to N more workers may run (cores that
+    other work gave back)."""
 
     def __init__(self, target: Callable[..., None], args: tuple[Any, ...],
                  jobs: Sequence[Any], order: Sequence[str], workers: int, timeout: float, *,
@@ -145,7 +147,7 @@ class BackendPool:
                  on_progress: Callable[[int, int], None],
                  on_done: Callable[[int, Any], None],
                  cancel: Any = None, cwd_on_path: bool = True,
-                 started: Sequence[Any] = ()) -> None:
+                 started: Sequence[Any] = (), widen: tuple[int, Any] | None = None) -> None:
         self.target, self.args, self.jobs = target, args, jobs
         self.timeout, self.cancel, self.cwd_on_path = timeout, cancel, cwd_on_path
         self.needs_backend, self.environment = needs_backend, environment
@@ -158,12 +160,17 @@ class BackendPool:
         self.pending = deque(range(len(jobs)))
         self.fallback = BackendFallback(order, len(jobs))
         self.errors: list[tuple[int, str, str]] = []
+        self.widen = widen
 
     def run(self) -> None:
         try:
             while self.pending or any(s.job is not None for s in self.slots):
                 if self.cancel is not None and self.cancel.is_set():
                     break  # the caller gave up (pass 1 failed): stop the workers
+                if self.widen is not None and self.widen[1].is_set():
+                    more = min(self.widen[0], len(self.jobs) - len(self.slots))
+                    self.slots.extend(_Slot() for _ in range(max(0, more)))
+                    self.widen = None
                 for slot in self.slots:
                     if slot.job is None and self.pending:
                         self._start(slot, self.pending.popleft())
@@ -250,11 +257,12 @@ class LocalExecutor:
                     workers: int, timeout: float, *,
                     on_progress: Callable[[int, int], None],
                     on_done: Callable[[int, Any], None], cancel: Any = None,
-                    warm: Sequence[Any] = ()) -> BackendPool:
+                    warm: Sequence[Any] = (), widen: tuple[int, Any] | None = None
+                    ) -> BackendPool:
         return BackendPool(work.worker, work.args, jobs, order, workers, timeout,
                            needs_backend=work.needs_backend, environment=work.environment,
                            on_progress=on_progress, on_done=on_done, cancel=cancel,
-                           cwd_on_path=work.cwd_on_path, started=warm)
+                           cwd_on_path=work.cwd_on_path, started=warm, widen=widen)
 
     def warm_render_workers(self, work: RenderWork, backend: str, workers: int
                             ) -> list[Any]:
