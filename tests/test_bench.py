@@ -46,14 +46,13 @@ class QuickBench:
 
 def _halves() -> list[list[str]]:
     names = list(bench.BENCHMARKS)
-    first = [n for i, n in enumerate(names) if i % 2 == 0 or n == "small_job"]
-    return [first, [n for n in names if n not in first]]  # small_job reuses end_to_end's job
+    first = [n for i, n in enumerate(names) if i % 2 == 0]
+    return [first, [n for n in names if n not in first]]
 
 
 @pytest.fixture(scope="module")
 def quick_bench(tmp_path_factory: pytest.TempPathFactory) -> QuickBench:
     halves = _halves()
-    assert "end_to_end" in halves[0] and "small_job" in halves[0]
     root = tmp_path_factory.mktemp("bench")
     outs = [root / f"out{i}" for i in range(len(halves))]
     running = [subprocess.Popen([sys.executable, "-m", "rolltape.cli", "bench", "--quick",
@@ -151,7 +150,11 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(quick_bench: QuickB
     assert b["served_eval_pass1"]["raw"]["tapes_identical"] is True
     assert b["served_concurrent_clients"]["value"] == 0.0  # no episode differs
 
-    assert b["small_job"]["raw"] == b["end_to_end"]["raw"]  # at --quick, one job, run once
+    small = b["small_job"]["raw"]  # seed 000's workload: rolltape eval vs seed 000's script
+    assert small["env"] == "Pusher-v5" and len(small["wall_s"]["rolltape"]) == 1
+    assert small["seed000"]["replay_verified"] is True  # its own check: reward and frames
+    assert small["seed000"]["frames"] == quick.e2e_steps + 1 == small["rolltape_video"]["frames"]
+    assert small["rolltape_video"]["verified"] is True
     assert b["end_to_end"]["raw"]["rolltape_render_workers"] == 0  # rolltape's default
     assert b["end_to_end"]["raw"]["render_early_same_returns"] is True
 

@@ -41,7 +41,7 @@ from rolltape.executors.launch import (
     signals_deferred,
     sigterm_raises,
 )
-from rolltape.interpreter import NO_GL
+from rolltape.interpreter import NO_GL, discard_ahead
 from rolltape.limits import check_folder_name
 from rolltape.outputs.artifacts import (
     RunDir,
@@ -53,6 +53,7 @@ from rolltape.outputs.artifacts import (
     write_json,
     write_text,
 )
+from rolltape.pass1.ahead import spawn_pass1_ahead
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
@@ -113,24 +114,31 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     options["cameras"] = tuple(options.get("cameras") or ())
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
-    check_folder_name("--out", out)
-    check_writable_folder(out)
-    targets = targets_of(config)
-    total = sum(t.episodes for t in targets)
-    if config.workers > total:
-        config = replace(config, workers=total)
-    spec = targets[0].spec
-    if spec.get("served"):  # tcp://HOST:PORT/ENV: pass 1 steps there, pass 2 draws here
-        from rolltape.server.client import check_server
+    try:
+        check_folder_name("--out", out)
+        check_writable_folder(out)
+        targets = targets_of(config)
+        total = sum(t.episodes for t in targets)
+        if config.workers > total:
+            config = replace(config, workers=total)
+        spec = targets[0].spec
+        if spec.get("served"):  # tcp://HOST:PORT/ENV: pass 1 steps there, pass 2 draws here
+            from rolltape.server.client import check_server
 
-        for target in targets:  # each served before any work
-            check_server(target.spec)
-        if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
-            config = replace(config, env=spec["id"])
-    for target in targets:
-        check_drawing(target.spec, config)
-    config.runner.check()
-    run = RunDir(out, overwrite=overwrite, resume=resume)
+            for target in targets:  # each served before any work
+                check_server(target.spec)
+            if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
+                config = replace(config, env=spec["id"])
+        # torch imports there while the video is checked here (after the env's spec is
+        # made: making it may set variables that the worker's environment must have)
+        spawn_pass1_ahead(config.policy, local=config.runner.runs_workers)
+        for target in targets:
+            check_drawing(target.spec, config)
+        config.runner.check()
+        run = RunDir(out, overwrite=overwrite, resume=resume)
+    except BaseException:
+        discard_ahead()
+        raise
     try:
         with sigterm_raises():
             return _run(run, targets, config, notes, show_progress, command)
@@ -157,6 +165,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         run.mark_stopped("failed", f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        discard_ahead()
         run.release()
 
 

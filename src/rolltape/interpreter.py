@@ -43,7 +43,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from rolltape.errors import Interrupted
 
@@ -111,16 +111,73 @@ def spawn_worker(target: Callable[..., None], *args: Any,
     variables of the child's environment. ``cwd_on_path=False`` keeps the current folder
     off the child's ``sys.path``, so that it imports installed modules only (a render
     worker: a tape is data, and a file beside it must not be imported as code); pass-1
-    workers keep it, since ``--policy file.py:attr`` and env modules are the user's own."""
+    workers keep it, since ``--policy file.py:attr`` and env modules are the user's own.
+    An interpreter :func:`spawn_ahead` started for the same target, environment and path
+    is used instead of a new one when there is one."""
+    child_env = _child_environment(env)
+    key = _ahead_key(target, child_env, cwd_on_path)
+    with _ahead_lock:
+        ahead = _ahead.pop(key, None)
+    if ahead is not None and ahead.alive():
+        ahead.conn.send(args)
+        return ahead
+    if ahead is not None:  # died meanwhile (killed from outside): start a fresh one
+        stop_worker(ahead, grace=0.1)
+    worker = _spawn(target, child_env, cwd_on_path, ())
+    worker.conn.send(args)
+    return worker
+
+
+def spawn_ahead(target: Callable[..., None], *, env: Mapping[str, str | None] | None = None,
+                cwd_on_path: bool = True, preload: Sequence[str] = ()) -> None:
+    """Start the interpreter of a later :func:`spawn_worker` ``(target, ..., env=env)`` now,
+    importing ``preload`` (module names; one that fails to import is left to the target),
+    while the caller still prepares the worker's arguments: a small job then does not wait
+    for torch to import after its checks. Unused, it is stopped by :func:`discard_ahead`
+    (or dies with this process)."""
+    child_env = _child_environment(env)
+    key = _ahead_key(target, child_env, cwd_on_path)
+    worker = _spawn(target, child_env, cwd_on_path, tuple(preload))
+    with _ahead_lock:
+        old = _ahead.pop(key, None)
+        _ahead[key] = worker
+    if old is not None:
+        stop_worker(old, grace=0.1)
+
+
+def discard_ahead() -> None:
+    """Stop every interpreter :func:`spawn_ahead` started that no worker has used."""
+    with _ahead_lock:
+        unused = list(_ahead.values())
+        _ahead.clear()
+    stop_workers(unused, grace=0.5)
+
+
+_ahead: dict[tuple[Any, ...], Worker] = {}
+_ahead_lock = threading.Lock()
+
+
+def _child_environment(env: Mapping[str, str | None] | None) -> dict[str, str]:
     child_env = dict(os.environ)
     for key, value in (env or {}).items():
         if value is None:
             child_env.pop(key, None)
         else:
             child_env[key] = value
+    return child_env
+
+
+def _ahead_key(target: Callable[..., None], child_env: Mapping[str, str],
+               cwd_on_path: bool) -> tuple[Any, ...]:
+    return (target.__module__, target.__qualname__, cwd_on_path, os.getcwd(),
+            tuple(sorted(child_env.items())))
+
+
+def _spawn(target: Callable[..., None], child_env: dict[str, str], cwd_on_path: bool,
+           preload: tuple[str, ...]) -> Worker:
     ours, theirs = socket.socketpair()
     cmd = python_command(_CHILD, target.__module__, target.__qualname__, str(theirs.fileno()),
-                         keep_cwd=cwd_on_path)
+                         *preload, keep_cwd=cwd_on_path)
     try:
         proc = _start(cmd, theirs.fileno(), child_env)
     except BaseException:
@@ -128,9 +185,7 @@ def spawn_worker(target: Callable[..., None], *args: Any,
         theirs.close()
         raise
     theirs.close()  # so our recv() sees EOF when the child dies
-    conn = Connection(ours.detach())
-    conn.send(args)
-    return Worker(proc, conn)
+    return Worker(proc, Connection(ours.detach()))
 
 
 _spawn_requests: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -303,7 +358,14 @@ signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 from multiprocessing.connection import Connection
 module, qualname, fd = sys.argv[1:4]
 conn = Connection(int(fd))
+for name in sys.argv[4:]:  # started ahead (spawn_ahead): import while the parent prepares
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass  # the target imports it again and reports what is wrong
 args = conn.recv()
+if args is None:  # started ahead, then not needed
+    os._exit(0)
 target = importlib.import_module(module)
 for part in qualname.split("."):
     target = getattr(target, part)

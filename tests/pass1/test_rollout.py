@@ -473,5 +473,8 @@ def test_render_early_starts_pass_two_beside_pass_one_at_low_priority(tmp_path):
     timings = plain.metadata["timings"]
     if (os.cpu_count() or 1) > 1:  # a core pass 1 leaves idle: the video is drawn there
         assert timings["pass2_started_after_s"] < timings["pass1_s"]
+        # split for every core from the start (151 frames: 3 segments of 50 at most), the
+        # ones pass 1 used joining once it ended
+        assert video["segments"] == min(os.cpu_count() or 1, 3)
     else:
         assert "pass2_started_after_s" not in timings

@@ -3,8 +3,8 @@
 the policy to film episode 0 (``end_to_end``, :func:`seed000_way`), and seed 000's own
 script on its own small workload (``small_job``, :mod:`rolltape.bench.seed000`).
 
-May import: bench.common, bench.seed000 (a script of the standard library only, run as a
-file); rolltape inside functions. Never: bench itself, another sibling module.
+May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module
+(bench.seed000 is run as a script, found by name, never imported).
 """
 
 from __future__ import annotations
@@ -229,10 +229,13 @@ def bench_small_job(ctx: Context) -> dict[str, Any]:
     (Pusher-v5 PPO + VecNormalize, 30 episodes + a 30-episode random baseline of 100 steps,
     one verified 640x480 video) vs seed 000's own script doing the same
     (:mod:`rolltape.bench.seed000`), interleaved (A B B A ...), medians compared."""
+    import importlib.util
     import sys
 
-    from rolltape.bench import seed000
-
+    # seed 000's script runs as a file in a fresh interpreter: found, not imported here
+    found = importlib.util.find_spec("rolltape.bench.seed000")
+    assert found is not None and found.origin is not None  # a module of this package
+    script = found.origin
     cfg = ctx.config
     episodes, steps = (cfg.e2e_episodes, cfg.e2e_steps) if cfg.quick else (30, None)
     reps = 1 if cfg.quick else 3
@@ -269,7 +272,7 @@ def bench_small_job(ctx: Context) -> dict[str, Any]:
                            "eval_seed": SEED, "random_seed": SEED, "replay_seed": SEED,
                            "width": cfg.width, "height": cfg.height, "backends": backends,
                            "max_episode_steps": steps, "result": str(folder / "result.json")}
-                proc = subprocess.run([sys.executable, seed000.__file__, json.dumps(request)],
+                proc = subprocess.run([sys.executable, script, json.dumps(request)],
                                       cwd=folder, env=child_env(), capture_output=True,
                                       text=True, timeout=1800)
                 walls[who].append(time.perf_counter() - started)
