@@ -209,6 +209,10 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
                 early.cancel()
             raise
         timings["pass1_s"] = time.perf_counter() - started
+        if cfg.report and cfg.viewer and manifest is None:  # its probe beside pass 2
+            from rolltape.outputs.viewer import describe_envs_soon
+
+            describe_envs_soon([spec], trusted=True)
         # episodes.jsonl is the crash record; results.json is written once, at the end.
         results = _results(spec, targets, played, descriptions, cfg, failed)
         warnings.extend(_number_warnings(results))

@@ -374,3 +374,17 @@ def test_lock_file_pins_the_assets_without_a_registry_host() -> None:
         entry = lock["packages"][f"node_modules/{name}"]
         assert entry["version"] == version and entry["integrity"].startswith("sha512-")
     assert "registry" not in (SOURCE_DIR / "package-lock.json").read_text()
+
+
+def test_describe_envs_soon_hands_its_answer_to_the_next_describe_envs():
+    """eval starts the viewer's env probe beside pass 2; export_viewer takes its answer."""
+    from rolltape.envs import env_spec
+    from rolltape.outputs import viewer
+
+    specs = [env_spec("Pusher-v5")]
+    viewer.describe_envs_soon(specs, trusted=True)
+    assert len(viewer._soon) == 1
+    soon = viewer.describe_envs(specs, trusted=True)
+    assert viewer._soon == {}  # taken, not probed again
+    assert soon == viewer.describe_envs(specs, trusted=True)  # the same as a fresh probe
+    assert soon[0]["fullpath"].endswith("pusher_v5.xml") and soon[0]["nq"] == 11

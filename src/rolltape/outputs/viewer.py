@@ -271,11 +271,50 @@ def _describe_envs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def describe_envs(specs: list[dict[str, Any]], trusted: bool = False) -> list[dict[str, Any]]:
+def describe_envs_soon(specs: list[dict[str, Any]], trusted: bool = False) -> None:
+    """Start :func:`describe_envs` for ``specs`` on a thread now (eval: while pass 1 plays),
+    so that the report's 3-D replay does not wait for its probe process at the end; the
+    next :func:`describe_envs` of the same specs takes the answer."""
+    key = _describe_key(specs, trusted)
+    box: dict[str, Any] = {}
+
+    def probe() -> None:
+        try:
+            box["value"] = describe_envs(specs, trusted, soon=False)
+        except UsageError as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=probe, name="rolltape-describe-envs", daemon=True)
+    with _soon_lock:
+        _soon[key] = (thread, box)
+    thread.start()
+
+
+_soon: dict[str, tuple[threading.Thread, dict[str, Any]]] = {}
+_soon_lock = threading.Lock()
+
+
+def _describe_key(specs: list[dict[str, Any]], trusted: bool) -> str:
+    return json.dumps([specs, trusted], sort_keys=True, default=str)
+
+
+def describe_envs(specs: list[dict[str, Any]], trusted: bool = False,
+                  soon: bool = True) -> list[dict[str, Any]]:
     """:func:`_describe_envs` in a fresh interpreter, so this process never imports MuJoCo
     (which would fix its GL backend); in this process when MuJoCo is already imported.
     Unless the user named these envs (``trusted``: eval's own run), the specs come from
-    tapes, so their env code must be installed and the current folder is not searched."""
+    tapes, so their env code must be installed and the current folder is not searched.
+    The answer of a :func:`describe_envs_soon` of the same specs is taken when there is
+    one (``soon``)."""
+    with _soon_lock:
+        started = _soon.pop(_describe_key(specs, trusted), None) if soon else None
+    if started is not None:
+        thread, box = started
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        if "value" in box:
+            return list(box["value"])
     if "mujoco" in sys.modules:
         return _describe_envs(specs)
     from rolltape.interpreter import NO_GL, ChildFailed, run_once
