@@ -49,8 +49,10 @@ Benchmarks, in the order they run and are reported (module in brackets):
   (informational in ``--quick``).
 - ``end_to_end`` [versus]: :func:`rolltape.evaluate` with its defaults vs "the seed-000
   way" (informational).
-- ``small_job`` [versus]: the same on seed 000's small workload, 30 + 30 episodes of 100
-  steps, where fixed costs weigh most (target: <= 0.8x; informational).
+- ``small_job`` [versus]: ``rolltape eval`` vs seed 000's own script on its own workload
+  (Pusher-v5 PPO + VecNormalize, 30 + 30 episodes of 100 steps, one verified 640x480
+  video), each from a cold interpreter, interleaved; fixed costs weigh most (target:
+  <= 0.8x; informational).
 - ``served_step_overhead`` [served]: a step on a loopback ``rolltape serve`` minus the same
   step on a minimal pyzmq server of the same env (raw bytes, no protocol), HalfCheetah-v5,
   same actions, in the same run: rolltape's protocol cost (target: median <= 100 us; the
