@@ -182,8 +182,9 @@ def eval_(
     render_workers: int = typer.Option(
         0, help="Pass-2 render processes; 0 (default): one per CPU core, splitting long videos."),
     render_early: bool = typer.Option(
-        False, help="Start rendering videos picked by count or index while pass 1 still runs: "
-                    "the run ends sooner, pass 1 itself may slow a little."),
+        False, help="Render videos picked by count or index on every core while pass 1 still "
+                    "runs (without it: on the cores pass 1 leaves idle): the run ends "
+                    "sooner, pass 1 itself may slow a little."),
     video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median "
                                         "(best:3: several), or 0,3,7."),
     video_format: str = typer.Option("mp4", "--format",
