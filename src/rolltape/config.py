@@ -287,7 +287,11 @@ class EvalConfig(RenderOptions):
     def renders_early(self) -> bool:
         """Pass 2 starts beside pass 1: asked for, and possible (local executor, videos
         picked without needing the returns)."""
-        return ((self.render_early or self.idle_cores > 0) and self.wants_video
+        # By itself only for the first N or given indices: 'all' waits for every episode
+        # anyway, and its workers start warm while pass 1 plays.
+        alone = self.idle_cores > 0 and self.wants_video and all(
+            kind in ("count", "index") for kind, _ in video_picks(self.video))
+        return ((self.render_early or alone) and self.wants_video
                 and self.runner.warms_workers and not needs_returns(self.video)
                 and self.suite is None)
 
