@@ -33,7 +33,6 @@ from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
 from rolltape.pass2.cameras import check_layout
-from rolltape.pass2.encode import format_from_path, open_writer
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
 from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import (
@@ -95,7 +94,7 @@ def _segment_outputs(outputs: Sequence[str], k: int) -> tuple[str, ...]:
 def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
     """Put segment outputs together, in order, into the requested files: mp4/webm by
     copying packets, gif/PNG by reading back the PNG frames the segments drew."""
-    from rolltape.pass2.encode import join_videos, read_frames
+    from rolltape.pass2.encode import join_videos, open_writer, read_frames
 
     fps = parts[0].fps  # the rate the segments were written at (req.fps or the env's)
     drawn = [p.outputs for p in parts]  # drawn[k][j]: segment k's j-th output
@@ -140,6 +139,8 @@ def _join(req: RenderRequest, parts: list[RenderResult]) -> RenderResult:
 
 
 def _joined_by_packets(path: str) -> bool:
+    from rolltape.pass2.encode import format_from_path
+
     return TABLE[format_from_path(path)].join == "packets"
 
 
@@ -157,6 +158,9 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
                    workers: int = 1, local: bool = True) -> list[str]:
     """Refuse bad render options up front; return the backend order. ``local``: the
     workers are processes here (not Ray tasks), so their count has this machine's limit."""
+    # Here, not at the top: the encoder (PyAV, PIL) is 0.3 s of the orchestrator's start,
+    # and a run needs it only once it has videos.
+    from rolltape.pass2.encode import format_from_path
     from rolltape.tape import Tape
 
     order = list(parse_backends(backends))
@@ -280,6 +284,8 @@ def render(
 
     plain = [job for _, job in jobs]
     if not runner.shares_disk:
+        from rolltape.pass2.encode import open_writer
+
         for req in plain:  # the checks (and messages) a local writer makes before it starts
             for path in req.outputs:
                 open_writer(path, fps=req.fps or 30, overwrite=req.overwrite).abort()

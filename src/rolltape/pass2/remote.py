@@ -34,7 +34,6 @@ from rolltape.pass2.backends import (
     gl_environment,
     select_backend_in_this_process,
 )
-from rolltape.pass2.encode import format_from_path
 from rolltape.pass2.replay import BackendFailure, RenderRequest, _inject_fault, _Replayer
 
 _REPLAYERS: dict[str | None, _Replayer] = {}
@@ -48,6 +47,9 @@ def replay_shipped(backend: str | None, req: RenderRequest, tape: bytes | None
     output's bytes, or {frame name: bytes} for a folder of PNG frames, keyed by the caller's
     path), "backend_failed", "usage_error" or "error" (payload: text). ``tape`` None means
     the caller's tape does not exist (the loader then says so, as it would locally)."""
+    # Here: the orchestrator imports this module (the task it ships), never the encoder.
+    from rolltape.pass2.encode import format_from_path
+
     failed = _select(backend)
     if failed:
         return "backend_failed", failed, None
