@@ -32,7 +32,7 @@ from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
 from rolltape.outputs.artifacts import artifact_paths
 from rolltape.pass1.rollout import EPISODE_TIMEOUT
-from rolltape.pass1.wrappers import check_wrapper_use
+from rolltape.pass1.wrappers import wrapper_entries
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.replay import MODES, QUALITY, RenderOptions
@@ -206,9 +206,6 @@ class EvalConfig(RenderOptions):
                              "--suite too, or one served env as tcp://HOST:PORT/ENV_ID.")
         if self.suite is not None and self.batched_inference:
             raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
-        if self.batched_inference and is_served(self.env or ""):
-            raise UsageError("--batched-inference steps local env processes; drop it to step a "
-                             "served env (--workers W opens W sessions).")
         if self.suite is not None and self.env_kwargs:
             raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
                              "in its manifest.")
@@ -242,8 +239,7 @@ class EvalConfig(RenderOptions):
                              f"{self.episode_timeout}.")
         check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
-        check_wrapper_use(self.wrappers, self.frame_stack, batched=self.batched_inference,
-                          served=bool(self.served) or is_served(self.env or ""))
+        wrapper_entries(self.wrappers, self.frame_stack)  # refuses a malformed one
         from rolltape.policies import sb3_checkpoint
 
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
@@ -259,7 +255,9 @@ class EvalConfig(RenderOptions):
                 raise UsageError(f"--batched-inference runs its env processes on this machine "
                                  f"(the local executor); drop --executor {self.executor} or "
                                  "--batched-inference.")
-            notes.append(f"--batched-inference: the policy acts on {self.workers} observations "
+            envs = (f"{self.workers} session(s) x the server's --num-envs" if
+                    is_served(self.env or "") else str(self.workers))
+            notes.append(f"--batched-inference: the policy acts on {envs} observations "
                          "in one forward pass, which can round differently from one at a time; "
                          "tapes may differ in the last bits of their actions from a run "
                          "without it (they still replay exactly).")

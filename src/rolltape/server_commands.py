@@ -36,7 +36,9 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
                                  "anything but loopback needs --token-file."),
         token_file: Optional[Path] = typer.Option(None, help="File holding the token clients "
                                                   "must send (they set ROLLTAPE_TOKEN_FILE)."),
-        max_sessions: int = typer.Option(8, help="Sessions (one env each) served at once."),
+        max_sessions: int = typer.Option(8, help="Sessions served at once."),
+        num_envs: int = typer.Option(1, help="Sub-envs a session may hold, stepped together "
+                                     "in one request (eval --batched-inference uses them)."),
         max_payload: int = typer.Option(64 * 2**20, help="Largest message accepted, in bytes."),
         idle_timeout: float = typer.Option(300.0, help="Seconds without a request before a "
                                            "session's env is closed (a vanished client)."),
@@ -66,7 +68,8 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
             env=env, env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
             bind=bind, token_file=str(token_file) if token_file else None,
             max_sessions=max_sessions, max_payload=max_payload, idle_timeout=idle_timeout,
-            request_timeout=request_timeout, backend=backend, suite=suite, tasks=tasks))
+            request_timeout=request_timeout, backend=backend, suite=suite, tasks=tasks,
+            num_envs=num_envs))
         if stopped_by is not None:  # SIGTERM or Ctrl-C: the status says so, as for any verb
             from rolltape.errors import Interrupted
 
