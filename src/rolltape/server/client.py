@@ -311,7 +311,8 @@ class RemoteVectorEnv:
     ``info``, a ``physics`` row (or None) and an ``error`` (None, or what a sub-env that
     raised said: it must be reset before it steps again)."""
 
-    def __init__(self, spec: dict[str, Any], local: Any, sessions: int) -> None:
+    def __init__(self, spec: dict[str, Any], local: Any, sessions: int,
+                 per_session: int | None = None) -> None:
         self.address = spec["served"]["address"]
         self.single_observation_space = local.observation_space
         self.single_action_space = local.action_space
@@ -327,7 +328,8 @@ class RemoteVectorEnv:
                 if k == 0:  # how many sub-envs a session may hold: the server's --num-envs
                     described = expect_ok(conn.call("describe", env=served_name(spec)),
                                           self.address, "describe")
-                    self.per_session = int(described.get("num_envs") or 1)
+                    most = int(described.get("num_envs") or 1)
+                    self.per_session = most if per_session is None else per_session
                 reply = expect_ok(conn.call("open", expect=descriptor, env=served_name(spec),
                                             num_envs=self.per_session), self.address, "open")
                 self.sids.append(reply["sid"])
@@ -338,11 +340,13 @@ class RemoteVectorEnv:
         self.num_envs = self.per_session * sessions
 
     @classmethod
-    def connect(cls, spec: dict[str, Any], sessions: int) -> RemoteVectorEnv:
-        """Open ``sessions`` vector sessions; the local env is built once, for its spaces."""
+    def connect(cls, spec: dict[str, Any], sessions: int, per_session: int | None = None
+                ) -> RemoteVectorEnv:
+        """Open ``sessions`` vector sessions of ``per_session`` sub-envs (default: the
+        server's --num-envs); the local env is built once, for its spaces."""
         local = make_env(local_spec(spec))
         try:
-            return cls(spec, local, sessions)
+            return cls(spec, local, sessions, per_session)
         finally:
             local.close()
 
