@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +15,7 @@ import pytest
 
 pytest.importorskip("zmq")
 
-from conftest import Server, run_cli  # noqa: E402
+from conftest import Server, eval_until_server_killed, run_cli  # noqa: E402
 from rolltape import Tape, evaluate  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection, RemoteVectorEnv  # noqa: E402
@@ -148,19 +144,10 @@ def test_a_killed_server_stops_the_batched_run_and_resume_finishes(tmp_path):
     out = tmp_path / "run"
     args = ["--max-episode-steps", str(steps), "--episodes", str(episodes), "--seed", "5",
             "-q", "--no-report", "--batched-inference", "--out", str(out)]
-    eval_env = {**os.environ, "COLUMNS": "200", **FAST}
-    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "eval",
-                             f"{first.address}/{ENV_ID}", *args], env=eval_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rows = tmp_path / ".run.partial" / "episodes.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if rows.exists() and rows.read_text().count("\n") >= 4:
-            break
-        time.sleep(0.02)
-    first.stop(signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1, err
+    returncode, err = eval_until_server_killed(first, [f"{first.address}/{ENV_ID}", *args],
+                                               rows, 4, FAST)
+    assert returncode == 1, err
     line = err.strip().splitlines()[-1]
     assert "did not answer" in line and "--resume" in line and "kept" in line
     kept = rows.read_text().count("\n")

@@ -263,30 +263,42 @@ def _tape_bytes(path: Path) -> dict[str, bytes]:
         return {n: data[n].tobytes() for n in data.files if n != "header"}
 
 
+def _interleaved_pass1(ctx: Context, folder: str, reps: int,
+                       runs: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+    """pass1_s of each named :func:`rolltape.evaluate` call (its keyword arguments), ``reps``
+    times, which goes first alternating; every run's tapes must be bitwise the first's."""
+    from rolltape.evaluation import evaluate
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    tapes: dict[str, list[Path]] = {}
+    for rep in range(reps):
+        for name in (list(runs) if rep % 2 == 0 else list(runs)[::-1]):
+            run = evaluate(out=ctx.dir(f"{folder}-{name}"), overwrite=True, report=False,
+                           **runs[name])
+            times[name].append(run_seconds(run, "pass1_s"))
+            tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
+    first, *others = tapes.values()
+    for name, mine in zip(list(tapes)[1:], others):
+        differing = [a.name for a, b in zip(first, mine) if _tape_bytes(a) != _tape_bytes(b)]
+        if differing or len(first) != len(mine):
+            raise AssertionError(f"the {name} run's tapes differ from the {list(tapes)[0]} "
+                                 f"run's: {differing}")
+    return times
+
+
 def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
     """Pass 1 of ``evaluate`` on a served env vs a local one (PPO MLP, same episodes,
     interleaved); the tapes must be bitwise identical. Target: served / local <= 1.5."""
-    from rolltape.evaluation import evaluate
 
     quick = ctx.config.quick
     episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)
     ckpt, vecnorm = ctx.checkpoint()
-    times: dict[str, list[float]] = {"local": [], "served": []}
-    tapes: dict[str, list[Path]] = {}
+    common = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=SEED,
+                  max_episode_steps=steps)
     with loopback_server(ctx.dir("served-eval"), steps) as address:
-        envs = {"local": ENV_ID, "served": f"{address}/{ENV_ID}"}
-        for rep in range(reps):
-            for name in (list(envs) if rep % 2 == 0 else list(envs)[::-1]):
-                run = evaluate(envs[name], f"sb3:{ckpt}", vecnormalize=vecnorm,
-                               episodes=episodes, seed=SEED, max_episode_steps=steps,
-                               out=ctx.dir(f"served-eval-{name}"), overwrite=True,
-                               report=False)
-                times[name].append(run_seconds(run, "pass1_s"))
-                tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
-    differing = [a.name for a, b in zip(tapes["local"], tapes["served"])
-                 if _tape_bytes(a) != _tape_bytes(b)]
-    if differing or len(tapes["local"]) != len(tapes["served"]):
-        raise AssertionError(f"served tapes differ from local ones: {differing}")
+        times = _interleaved_pass1(ctx, "served-eval", reps, {
+            "local": dict(env=ENV_ID, **common),
+            "served": dict(env=f"{address}/{ENV_ID}", **common)})
     local_s, served_s = _median(times["local"]), _median(times["served"])
     return _result(
         title="served eval pass 1 vs local", ratio=served_s / local_s,
@@ -303,29 +315,17 @@ def bench_served_vector(ctx: Context) -> dict[str, Any]:
     sub-env processes, interleaved; the tapes must be bitwise identical. Judged: local
     pass1_s / served pass1_s (target >= 0.9). Beside it: the per-env cost of a served vector
     step for N = 1, 8, 32 sub-envs (:func:`per_env_overhead`)."""
-    from rolltape.evaluation import evaluate
 
     quick = ctx.config.quick
     num_envs = 8
     episodes, steps, reps = (8, 100, 1) if quick else (16, 1000, 2)
     ckpt, vecnorm = ctx.checkpoint()
-    times: dict[str, list[float]] = {"local": [], "served": []}
-    tapes: dict[str, list[Path]] = {}
+    common = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=SEED,
+                  max_episode_steps=steps, batched_inference=True)
     with loopback_server(ctx.dir("served-vector"), steps, num_envs=num_envs) as address:
-        envs = {"local": (ENV_ID, num_envs), "served": (f"{address}/{ENV_ID}", 1)}
-        for rep in range(reps):
-            for name in (list(envs) if rep % 2 == 0 else list(envs)[::-1]):
-                env, workers = envs[name]
-                run = evaluate(env, f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes,
-                               seed=SEED, max_episode_steps=steps, workers=workers,
-                               batched_inference=True, out=ctx.dir(f"served-vector-{name}"),
-                               overwrite=True, report=False)
-                times[name].append(run_seconds(run, "pass1_s"))
-                tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
-    differing = [a.name for a, b in zip(tapes["local"], tapes["served"])
-                 if _tape_bytes(a) != _tape_bytes(b)]
-    if differing or len(tapes["local"]) != len(tapes["served"]):
-        raise AssertionError(f"served vector tapes differ from local batched ones: {differing}")
+        times = _interleaved_pass1(ctx, "served-vector", reps, {
+            "local": dict(env=ENV_ID, workers=num_envs, **common),
+            "served": dict(env=f"{address}/{ENV_ID}", workers=1, **common)})
     local_s, served_s = _median(times["local"]), _median(times["served"])
     per_env = per_env_overhead(ctx, (1, 8, 32), 200 if quick else 1000)
     return _result(
