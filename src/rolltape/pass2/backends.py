@@ -42,6 +42,7 @@ from rolltape.errors import UsageError
 from rolltape.interpreter import python_command
 
 __all__ = [
+    "BACKENDS_HELP",
     "DEFAULT_ORDER",
     "KNOWN_BACKENDS",
     "ProbeResult",
@@ -58,6 +59,7 @@ KNOWN_BACKENDS: tuple[str, ...] = ("egl", "osmesa", "glfw")
 """Every backend rolltape knows how to select and probe."""
 
 DEFAULT_ORDER: tuple[str, ...] = ("egl", "osmesa")
+BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 """Backends rolltape tries, in order, when the user names none (glfw needs a display)."""
 
 # Debian packages that provide each backend's shared libraries.
