@@ -166,7 +166,9 @@ def _row(param: Any, ctx: Any) -> list[Text]:
     metavar = "" if switch else (param.metavar or _metavar(param, ctx))
     help_text = getattr(param, "help", None) or ""
     default = param.default
-    if switch and default:
+    if getattr(param, "required", False) and not isinstance(param, TyperArgument):
+        help_text += " [required]"
+    elif switch and default:
         help_text += " [default: on]"
     elif not switch and default not in (None, "", (), []) and not callable(default):
         help_text += f" [default: {default}]"
