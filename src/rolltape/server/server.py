@@ -16,7 +16,7 @@ sub-env and get one reply with the observations stacked, rewards and flags as ar
 info, a physics row and an error (nil, or the sentence of a sub-env that raised) per
 sub-env. A sub-env that raises is rebuilt and must be reset; only its own row says so.
 
-May import: envs, server.protocol, server.address, server.frames, errors, suites (to read a
+May import: envs, flags, server.protocol, server.address, server.frames, errors, suites (to read a
 manifest), and pass2.backends (to pick the GL backend of render requests). Never: policies, pass 1, the
 rest of pass 2, executors (the server runs no policy).
 """
@@ -30,13 +30,15 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
 from rolltape.address import endpoint, is_loopback, read_token, split_host_port
 from rolltape.envs import env_spec, json_safe, make_env, mujoco_data, physics_spec
 from rolltape.errors import UsageError
+from rolltape.flags import EPISODES, SERVER, flag, parse_kwargs
 from rolltape.server import protocol as P
 from rolltape.server.frames import FrameDrawer
 
@@ -48,19 +50,30 @@ WATCHDOG_TICK = 0.25  # seconds between checks for an env call past --request-ti
 class ServeConfig:
     """Everything ``rolltape serve`` was asked for."""
 
-    env: str | None  # None: every task of ``suite``
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_episode_steps: int | None = None
-    bind: str = "127.0.0.1:7450"
-    token_file: str | None = None
-    max_sessions: int = 8
-    max_payload: int = P.DEFAULT_MAX_PAYLOAD
-    idle_timeout: float = 300.0  # seconds a session may go without a request
-    request_timeout: float = 60.0  # seconds one env call may take
-    backend: str | None = None  # GL backend for render requests (default: MUJOCO_GL or egl)
-    suite: str | None = None  # a built-in suite's name or a manifest.yaml: serve its tasks
-    tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
-    num_envs: int = 1  # sub-envs a session may hold (a vector session steps them together)
+    env: str | None  # None: every task of ``suite``; the command's argument
+    env_kwargs: dict[str, Any] = flag(None, "KEY=VALUE, repeatable.", panel=EPISODES,
+                                      factory=dict, cli_type=Optional[List[str]],
+                                      cli_default=None, parse=parse_kwargs)
+    max_episode_steps: int | None = flag(None, "Override the time limit (of every task, with "
+                                               "--suite).", panel=EPISODES)
+    bind: str = flag("127.0.0.1:7450", "HOST:PORT (port 0: any free port); anything but "
+                                       "loopback needs --token-file.", panel=SERVER)
+    token_file: str | None = flag(None, "File holding the token clients must send (they set "
+                                        "ROLLTAPE_TOKEN_FILE).", panel=SERVER,
+                                  cli_type=Optional[Path], parse=str)
+    max_sessions: int = flag(8, "Sessions served at once.", panel=SERVER)
+    max_payload: int = flag(P.DEFAULT_MAX_PAYLOAD, "Largest message accepted, in bytes.",
+                            panel=SERVER)
+    idle_timeout: float = flag(300.0, "Seconds without a request before a session's env is "
+                                      "closed (a vanished client).", panel=SERVER)
+    request_timeout: float = flag(60.0, "Seconds one env call may take.", panel=SERVER)
+    backend: str | None = flag(None, "GL backend for render requests (egl, osmesa; default "
+                                     "MUJOCO_GL, else egl).", panel=SERVER)
+    suite: str | None = flag(None, "A built-in suite or a manifest.yaml: serve every task "
+                                   "(clients: eval --suite --served).", panel=EPISODES)
+    tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
+    num_envs: int = flag(1, "Sub-envs a session may hold, stepped together in one request "
+                            "(eval --batched-inference steps them).", panel=SERVER)
 
     def served_specs(self, tasks_flag: str = "--tasks") -> dict[str, dict[str, Any]]:
         """The env spec of each served name: the env's id, or each task's ``suite/task``
@@ -90,10 +103,10 @@ class ServeConfig:
         host, port = split_host_port(self.bind, "--bind")
         if self.max_sessions < 1:
             raise UsageError(f"--max-sessions must be at least 1, got {self.max_sessions}.")
-        for flag, seconds in (("--idle-timeout", self.idle_timeout),
+        for name, seconds in (("--idle-timeout", self.idle_timeout),
                               ("--request-timeout", self.request_timeout)):
             if not 0 < seconds < 1e7:
-                raise UsageError(f"{flag} must be a number of seconds above 0, got {seconds}.")
+                raise UsageError(f"{name} must be a number of seconds above 0, got {seconds}.")
         if not 1 <= self.num_envs <= P.MAX_SUB_ENVS:
             raise UsageError(f"--num-envs must be from 1 to {P.MAX_SUB_ENVS}, got "
                              f"{self.num_envs}.")
