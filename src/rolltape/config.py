@@ -191,8 +191,9 @@ class EvalConfig(RenderOptions):
     workers: int = flag(1, "Pass-1 processes (tapes are identical for any count).",
                         panel=SCALE, names=("-w",))
     batched_inference: bool = flag(  # one policy process, `workers` env processes (opt-in)
-        False, "One policy process acting on --workers env processes in one forward pass per "
-        "step; actions can differ in the last bits from per-row inference.", panel=SCALE)
+        False, "One policy process acting on --workers env processes (a served env: --workers "
+        "sessions of its server's --num-envs) in one forward pass per step; actions can "
+        "differ in the last bits from per-row inference.", panel=SCALE)
     executor: str = flag("local", "local (process pool) or ray.", panel=SCALE)
     executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
     video: Any = flag(0, "Episodes to render: N, all, best, worst, median (best:3: several), "
