@@ -115,8 +115,10 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                 again = np.zeros(num_envs, dtype=bool)
                 for s in np.flatnonzero(slots):
                     if facts[s].error is not None:
+                        # An idle slot whose reset raised stays idle (its steps' errors are
+                        # dropped): retried, it could raise for ever.
+                        again[s] = playing[s] is not None
                         fail(s, facts[s].error)
-                        again[s] = True
                     elif (fresh := playing[s]) is not None:
                         fresh.first_obs = kept_obs(rows[s])
                         fresh.states.append(facts[s].state)
