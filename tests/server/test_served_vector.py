@@ -110,14 +110,17 @@ def test_one_request_steps_every_sub_env_and_physics_rows_come_per_sub_env(serve
     assert sessions(server.address) == 0
 
 
-def test_a_raising_sub_env_fails_only_its_episode(tmp_path):
-    """Episode 2 (seed 12) raises at its third step on the server: it alone fails, the
-    server rebuilds that sub-env, and every other episode equals a local per-row run's
-    (the random policy acts row by row)."""
-    s = Server("--num-envs", "4", what=(TOY, "--env-kwargs", "fault='raise_step'",
+@pytest.mark.parametrize("fault, words", [
+    ("raise_step", ("ValueError", "step 3 failed on purpose")),
+    ("raise_reset", ("RuntimeError", "reset failed on purpose for seed 12"))])
+def test_a_raising_sub_env_fails_only_its_episode(tmp_path, fault, words):
+    """Episode 2 (seed 12) raises on the server (at its third step, or at its reset): it
+    alone fails, the server rebuilds that sub-env, its slot plays the next episode, and
+    every other episode equals a local per-row run's (the random policy acts row by row)."""
+    s = Server("--num-envs", "4", what=(TOY, "--env-kwargs", f"fault='{fault}'",
                                         "--env-kwargs", "at_seed=12"))
     try:
-        kw = dict(env_kwargs={"fault": "raise_step", "at_seed": 12}, episodes=8, seed=10,
+        kw = dict(env_kwargs={"fault": fault, "at_seed": 12}, episodes=8, seed=10,
                   report=False)
         served = evaluate(f"{s.address}/{TOY}", "random", batched_inference=True, workers=1,
                           out=tmp_path / "served", **kw)
@@ -129,7 +132,7 @@ def test_a_raising_sub_env_fails_only_its_episode(tmp_path):
     assert [r["index"] for r in rows] == [0, 1, 3, 4, 5, 6, 7]
     (failed,) = served.results.failed
     assert (failed["index"], failed["seed"]) == (2, 12)
-    assert "ValueError" in failed["error"] and "step 3 failed on purpose" in failed["error"]
+    assert all(w in failed["error"] for w in words), failed
     for r in rows:
         name = Path(r["tape"]).name
         assert tape_bytes(tmp_path / "served" / "tapes" / name) == \
