@@ -8,6 +8,8 @@ does. A request is sent once: no reply within the timeout means the server is go
 (:class:`ServerGone`, an OSError, so a run stops keeping what finished), never a resend.
 A suite task's served spec names its task (``served["name"]``, ``suite/task``): the env of
 that name on a ``serve --suite`` server.
+:class:`RemoteVectorEnv` holds vector sessions of a ``serve --num-envs N`` server: one
+request and one reply per step for all their sub-envs (batched pass 1 steps them).
 
 May import: envs, server.protocol, server.address, errors. Never: policies, pass 2,
 executors.
