@@ -86,8 +86,8 @@ class RenderOptions:
 
     def __post_init__(self) -> None:
         """Refuse, on construction, choices no replay can make."""
-        check_choice("--mode", self.mode, MODES)
-        check_choice("--quality", self.quality, tuple(QUALITY))
+        check_choice("mode", self.mode, MODES, "--mode")
+        check_choice("quality", self.quality, tuple(QUALITY), "--quality")
         check_layout(self.layout, self.cameras)
         for flag_name, size in (("--width", self.width), ("--height", self.height)):
             if size is not None and size < 1:
