@@ -360,7 +360,7 @@ def per_env_overhead(ctx: Context, sizes: tuple[int, ...], steps: int
             remote = RemoteVectorEnv.connect(spec, 1, per_session=n)
             local = [make_env(env_spec(ENV_ID, max_episode_steps=steps + 1)) for _ in range(n)]
             try:
-                seeds = [SEED + i for i in range(n)]
+                seeds: list[int | None] = [SEED + i for i in range(n)]
                 remote.reset(seeds, np.ones(n, bool))
                 for env, seed in zip(local, seeds):
                     env.reset(seed=seed)

@@ -118,7 +118,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                         # An idle slot whose reset raised stays idle (its steps' errors are
                         # dropped): retried, it could raise for ever.
                         again[s] = playing[s] is not None
-                        fail(s, facts[s].error)
+                        fail(int(s), facts[s].error)
                     elif (fresh := playing[s]) is not None:
                         fresh.first_obs = kept_obs(rows[s])
                         fresh.states.append(facts[s].state)

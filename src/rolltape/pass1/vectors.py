@@ -169,7 +169,7 @@ def _through_wrappers(base: Any, entries: tuple[dict[str, Any], ...],
 
     wrapped = WrappedEnv.build(base, entries)
 
-    class ThroughWrappers(gym.Env):  # type: ignore[misc]
+    class ThroughWrappers(gym.Env):
         def __init__(self) -> None:
             self.observation_space = wrapped.env.observation_space
             self.action_space = wrapped.env.action_space

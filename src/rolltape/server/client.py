@@ -223,7 +223,7 @@ class RemotePhysicsLog:
         return split_physics(np.stack(self.rows), nq, nv)
 
 
-class RemoteEnv(gym.Env):  # type: ignore[misc]  # a gymnasium.Env: policy-side wrappers go on it
+class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
     """A Gymnasium env whose steps run on a ``rolltape serve`` session."""
 
     def __init__(self, spec: dict[str, Any], local: Any) -> None:
@@ -380,8 +380,9 @@ class RemoteVectorEnv:
     def step(self, actions: np.ndarray) -> dict[str, Any]:
         """Step every sub-env with its row of ``actions``."""
         n = self.per_session
-        return _merge(self._all("step", [{"actions": np.ascontiguousarray(actions[k * n:(k + 1) * n])}
-                                         for k in range(len(self.conns))]))
+        rows = [{"actions": np.ascontiguousarray(actions[k * n:(k + 1) * n])}
+                for k in range(len(self.conns))]
+        return _merge([r for r in self._all("step", rows) if r is not None])
 
     def close(self) -> None:
         """Close every session (best effort, as :meth:`RemoteEnv.close`)."""

@@ -503,7 +503,8 @@ class EnvServer:
         for seed in seeds:
             _check_seed(seed)
         rows = list(range(n)) if mask is None else _mask_rows(mask, n)
-        results, errors = [], []
+        results: list[tuple[Any, Any]] = []
+        errors: list[str | None] = []
         for i in rows:
             env = session.envs[i]
             try:
@@ -582,7 +583,8 @@ class EnvServer:
                     filler = next(iter_rows(space, filler))
                 obs = filler
             items.append(obs)
-        stacked = concatenate(space, items, create_empty_array(space, len(items), fn=np.empty))
+        out: Any = create_empty_array(space, len(items), fn=np.empty)
+        stacked = concatenate(space, items, out)
         physics = None
         if session.served.state_size is not None:
             physics = np.zeros((len(items), session.served.state_size))
