@@ -380,7 +380,8 @@ class RemoteVectorEnv:
     def step(self, actions: np.ndarray) -> dict[str, Any]:
         """Step every sub-env with its row of ``actions``."""
         n = self.per_session
-        rows = [{"actions": np.ascontiguousarray(actions[k * n:(k + 1) * n])}
+        rows: list[dict[str, Any] | None] = [
+            {"actions": np.ascontiguousarray(actions[k * n:(k + 1) * n])}
                 for k in range(len(self.conns))]
         return _merge([r for r in self._all("step", rows) if r is not None])
 
