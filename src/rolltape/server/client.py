@@ -382,7 +382,7 @@ class RemoteVectorEnv:
         n = self.per_session
         rows: list[dict[str, Any] | None] = [
             {"actions": np.ascontiguousarray(actions[k * n:(k + 1) * n])}
-                for k in range(len(self.conns))]
+            for k in range(len(self.conns))]
         return _merge([r for r in self._all("step", rows) if r is not None])
 
     def close(self) -> None:
