@@ -52,7 +52,7 @@ def test_help_fits_80_columns_in_panels_without_cutting_a_flag(verb: str) -> Non
     import sys
 
     env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
-    shown = subprocess.run([sys.executable, "-m", "rolltape.cli", verb, "--help"], env=env,
+    shown = subprocess.run([sys.executable, "-m", "rolltape", verb, "--help"], env=env,
                            capture_output=True, text=True, check=True).stdout
     assert max(len(line) for line in shown.splitlines()) <= 80
     assert "…" not in shown and "<bool>" not in shown
