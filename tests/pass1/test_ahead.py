@@ -74,9 +74,9 @@ def test_evaluate_plays_pass_one_on_the_interpreter_started_ahead(tmp_path, monk
     spawned: list[tuple[str, tuple[str, ...]]] = []
     real = interpreter._spawn
 
-    def spy(target, child_env, cwd_on_path, preload):
-        spawned.append((target.__qualname__, preload))
-        return real(target, child_env, cwd_on_path, preload)
+    def spy(target, *args):
+        spawned.append((target.__qualname__, args[-1]))  # the preloaded modules
+        return real(target, *args)
 
     monkeypatch.setattr(interpreter, "_spawn", spy)
     run = evaluate("Pusher-v5", "random", episodes=2, seed=5, max_episode_steps=20,
