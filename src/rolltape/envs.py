@@ -23,7 +23,7 @@ import inspect
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -227,6 +227,17 @@ def check_tape_env_module(env_id: str, tape: str) -> None:
         f"of Gymnasium envs, and a tape may not run code; if you trust it, name it yourself "
         f"with --env {env_id[:200]}{trust}."
     )
+
+
+def trusted_env_id(env_id: str, trusted: Sequence[str] | None) -> str | None:
+    """``env_id`` when its module's top-level name is one the user trusts
+    (``--trust-module``), so that a tape naming it may be replayed on it; else None.
+
+    >>> trusted_env_id("mine.envs:Toy-v0", ["mine"]), trusted_env_id("mine.envs:Toy-v0", [])
+    ('mine.envs:Toy-v0', None)
+    """
+    module = env_id.partition(":")[0] if ":" in env_id else ""
+    return env_id if module and trusted and module.partition(".")[0] in trusted else None
 
 
 @functools.lru_cache(maxsize=None)
