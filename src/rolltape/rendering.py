@@ -30,13 +30,12 @@ from rolltape.executors.launch import check_worker_count, stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
-from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
+from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends, worker_environment
 from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.encode import format_from_path, open_writer
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
 from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import (
-    HEADLESS_SDL,
     MODES,
     QUALITY,
     RenderRequest,
@@ -335,11 +334,5 @@ def _tape_bytes(req: RenderRequest) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def _worker_environment(backend: str | None, workers: int) -> dict[str, str]:
-    """A render worker's variables: its GL backend's, SDL's dummy drivers, and its share of
-    the cores for Mesa's llvmpipe (which would otherwise draw on every core in each)."""
-    env = gl_environment(backend) if backend else {}
-    env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
-    if "LP_NUM_THREADS" not in os.environ:
-        env["LP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
-    return env
+#: A render worker's variables (kept under this name for the executors' tests).
+_worker_environment = worker_environment

@@ -84,21 +84,23 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     record = run if isinstance(run, Run) else Run.load(run)
     indices = eps.parse_indices(episodes)
     chosen = eps.choose(record, role=role, only=only, min_return=min_return, indices=indices)
-    final, staging, dataset_id = _destination(to, record, out, dataset_id)
-    if final.exists() and not overwrite:
-        raise UsageError(f"Dataset '{final}' already exists; pass --overwrite to replace it, "
-                         "or choose another --id/--out.")
-    writer: Any
-    if to == "minari":
-        from rolltape.datasets import minari as writer
-    else:
-        from rolltape.datasets import lerobot as writer
     backends = backends or DEFAULT_ORDER
-    # Started first, so that their interpreters start while this one reads the run; the
+    # Started as soon as there is something to replay, so that their interpreters start
+    # while this one imports the dataset's writer (minari, pyarrow) and reads the run; the
     # first one builds the envs to check them (eps.probe). Stopped however the export ends.
     started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras),
                                 trusted=bool(trust_module))
     try:
+        final, staging, dataset_id = _destination(to, record, out, dataset_id)
+        if final.exists() and not overwrite:
+            raise UsageError(f"Dataset '{final}' already exists; pass --overwrite to replace "
+                             "it, or choose another --id/--out.")
+        writer: Any
+        if to == "minari":
+            from rolltape.datasets import minari as writer
+        else:
+            from rolltape.datasets import lerobot as writer
+        _import_in_background(writer.IMPORTS)
         firsts = _first_of_each_task(chosen)
         if mode == "restore":
             eps.check_restorable(firsts)
@@ -214,6 +216,24 @@ def _move_into_place(built: Path, final: Path, overwrite: bool) -> None:
     os.rename(built, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _import_in_background(modules: Sequence[str]) -> None:
+    """Import the writer's libraries on a thread of its own, while this process waits for
+    the render workers (their start, then their replays): writing the dataset then does
+    not begin with a second of imports. A module that fails to import here fails again,
+    and is reported, where the writer imports it."""
+    import importlib
+    import threading
+
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                return
+
+    threading.Thread(target=run, name="rolltape-export-imports", daemon=True).start()
 
 
 def _first_of_each_task(chosen: Sequence[Any]) -> list[Any]:

@@ -300,13 +300,13 @@ def start_workers(count: int, backends: str | Sequence[str], draw: bool,
 
 
 def _export_environment(backend: str | None, workers: int) -> dict[str, str]:
-    """A render worker's variables (:func:`rolltape.rendering._worker_environment`), with
-    SVT-AV1's banner of settings per video (on stderr, from C) down to its errors."""
+    """A render worker's variables (:func:`rolltape.pass2.backends.worker_environment`),
+    with SVT-AV1's banner of settings per video (on stderr, from C) down to its errors."""
     import os
 
-    from rolltape.rendering import _worker_environment
+    from rolltape.pass2.backends import worker_environment
 
-    env = _worker_environment(backend, workers)
+    env = worker_environment(backend, workers)
     if "SVT_LOG" not in os.environ:
         env["SVT_LOG"] = "1"
     return env

@@ -41,6 +41,9 @@ import numpy as np
 from rolltape.errors import UsageError
 from rolltape.files import write_json
 
+#: What :func:`write` imports, imported ahead while the episodes replay.
+IMPORTS = ("pyarrow", "pyarrow.parquet", "av")
+
 CODEBASE_VERSION = "v3.0"
 CHUNK_SIZE = 1000  # files per chunk folder, as LeRobot
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"

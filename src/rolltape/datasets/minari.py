@@ -26,6 +26,11 @@ import numpy as np
 
 from rolltape.errors import UsageError
 
+#: What :func:`write` imports: Minari's arrow storage brings pyarrow.dataset and pandas
+#: (~1 s, most of a short export's writing), imported ahead while the episodes replay.
+IMPORTS = ("minari", "minari.dataset._storages.arrow_storage",
+           "minari.data_collector.episode_buffer")
+
 BATCH_STEPS = 20_000  # steps handed to Minari's storage at once (at most)
 BATCH_EPISODES = 100
 

@@ -100,8 +100,10 @@ class ExportJob(RenderOptions):
         samples: list[list[np.ndarray]] = [[] for _ in self.videos]  # for image statistics
 
         def observe(index: int, obs: Any, info: Any) -> None:
-            observations.append(_copy(obs))
-            if info is not None and self.success_key is not None:
+            # (A copy: some envs return views of their buffers. An array's, without _copy's
+            # type checks, on the path every step of a common env takes.)
+            observations.append(obs.copy() if type(obs) is np.ndarray else _copy(obs))
+            if info and self.success_key is not None:
                 success[index] = bool(info.get(self.success_key, False))
 
         def emit(index: int) -> None:
@@ -253,6 +255,8 @@ def _copy(obs: Any) -> Any:
 def _leaves(rows: list[Any]) -> dict[str, list[Any]]:
     """Per-step observations as one list per leaf: '' for an array observation,
     '/KEY/...' for the leaves of a dict or tuple one (keys in the space's order)."""
+    if rows and isinstance(rows[0], np.ndarray):  # an array observation: one leaf
+        return {"": rows}
     out: dict[str, list[Any]] = {}
 
     def walk(value: Any, name: str) -> None:

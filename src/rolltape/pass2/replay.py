@@ -43,11 +43,6 @@ from rolltape.pass2.cameras import CameraRig, Compositor, draw_overlay, separate
 from rolltape.tape import Tape, sum_rewards
 
 MODES = ("resim", "restore", "auto")
-#: Render workers draw off screen. Classic-control envs draw with pygame, whose SDL would
-#: otherwise probe X11 and Wayland for a display (and sound devices) it never uses, and
-#: print "error: XDG_RUNTIME_DIR is invalid or not set" where there is none. SDL's dummy
-#: drivers ask for nothing; a value the user set is kept.
-HEADLESS_SDL = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -374,12 +369,19 @@ class _Replayer:
         # Large observations (screens) are digested in batches: one digest is a loop over
         # the observation's words, which numpy runs across many rows as cheaply as one.
         pending = _PendingDigests(tape, req.rtol == 0 and req.atol == 0 and not digests_later)
+        # A caller that checks digests later gets the exact comparison of rewards and flags
+        # later too, all steps at once (first_wrong_step): the same answer, without a call
+        # per step in the loop.
+        later = digests_later and from_reset and req.rtol == 0 and req.atol == 0
+        flags: list[tuple[bool, bool]] = []
         for t in range(begin, stop - 1):
             obs, reward, term, trunc, info = env.step(tape.actions[t])
             rewards.append(float(reward))
             if observe is not None:
                 observe(t + 1, obs, info)
-            if divergence is None:
+            if later:
+                flags.append((term, trunc))
+            elif divergence is None:
                 defer = pending.takes(obs)
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = _compare_step(tape, t, float(reward), bool(term),
@@ -394,6 +396,8 @@ class _Replayer:
                 emit(t + 1)
             if (term or trunc) and t + 1 < tape.length and from_reset:
                 break  # ended early: already reported as a divergence at this step
+        if later and divergence is None:
+            divergence = first_wrong_step(tape, rewards, flags)
         if divergence is None:
             divergence = pending.flush()
         return divergence, rewards
@@ -511,6 +515,35 @@ def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, ob
     return None
 
 
+def first_wrong_step(tape: Tape, rewards: list[float], flags: list[tuple[bool, bool]]
+                     ) -> Divergence | None:
+    """The first of a replay's steps (from the reset) whose reward, termination or
+    truncation is not exactly pass 1's, as :func:`_compare_step` would report it (its
+    observation aside), or None.
+
+    >>> tape = Tape(seed=0, env={"id": "X"}, actions=np.zeros((2, 1)),
+    ...             rewards=np.array([1.0, 2.0]), terminated=np.array([False, True]),
+    ...             truncated=np.zeros(2, bool))
+    >>> first_wrong_step(tape, [1.0, 2.0], [(False, False), (False, False)]).describe()
+    'step 1: terminated was True in pass 1, False on replay'
+    >>> first_wrong_step(tape, [1.0, 2.5], [(False, False), (True, False)]).describe()
+    'step 1: reward was 2.0 in pass 1, 2.5 on replay (difference 0.5)'
+    """
+    n = len(rewards)
+    if not n:
+        return None
+    got = np.asarray(rewards, dtype=np.float64)
+    expected = tape.rewards[:n]
+    same = (got == expected) | (np.isnan(got) & np.isnan(expected))
+    flag = np.asarray(flags, dtype=bool).reshape(n, 2)
+    wrong = ~same | (flag[:, 0] != tape.terminated[:n].astype(bool)) \
+        | (flag[:, 1] != tape.truncated[:n].astype(bool))
+    if not wrong.any():
+        return None
+    t = int(np.argmax(wrong))
+    return _compare_step(tape, t, rewards[t], bool(flag[t, 0]), bool(flag[t, 1]), None, 0, 0)
+
+
 def first_wrong_digest(tape: Tape, observations: list[Any], rtol: float = 0.0,
                        atol: float = 0.0) -> Divergence | None:
     """The first of a replay's observations (the reset's, then each step's) whose digest is
@@ -565,6 +598,10 @@ FORBIDDEN = ("torch", "stable_baselines3", "rolltape.policies", "rolltape.pass1"
 
 def forbidden_modules() -> tuple[str, ...]:
     """The modules of :data:`FORBIDDEN` this process has imported (none, in a worker)."""
+    # Importing a submodule imports its package first, so a look-up per name finds any;
+    # the walk over every loaded module (~20 ms: each job asks) is only done to name them.
+    if not any(f in sys.modules for f in FORBIDDEN):
+        return ()
     return tuple(sorted(m for m in sys.modules
                         if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)))
 
