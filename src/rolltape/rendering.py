@@ -277,7 +277,8 @@ def render(
         stop_workers(warm)
         warm = ()
     work = _render_work((10 if background else 0, 0), [job.env_id for job in plain],
-                        needs_backend=[bool(job.outputs) for job in plain])
+                        needs_backend=[bool(job.outputs) and not _draws_without_gl(job)
+                                       for job in plain])
     pool = runner.render_pool(work, plain, order, workers, timeout, on_progress=job_progress,
                               on_done=job_done, cancel=cancel, warm=warm)
     try:
@@ -295,6 +296,16 @@ def render(
     if problems:
         raise UsageError(" ".join(problems))
     return results
+
+
+def _draws_without_gl(req: RenderRequest) -> bool:
+    """True for an Atari tape: its frames are ALE's screen, so its worker needs no GL
+    backend (and does not pay for starting one: importing MuJoCo and PyOpenGL, making a
+    context)."""
+    from rolltape.envs import is_atari
+    from rolltape.tape import Tape
+
+    return is_atari(req.env_id or Tape.load(req.tape).env_id)  # loaded once: a cached read
 
 
 def _render_work(args: tuple[int, int], env_ids: Sequence[str | None],
