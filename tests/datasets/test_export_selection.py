@@ -86,7 +86,8 @@ def test_only_success_to_lerobot_keeps_exactly_the_successful_episodes(toy_run, 
         # LeRobot's frames pair the observation each action was taken on with that action.
         fresh = np.stack(_fresh(seed, tape.actions)[:-1])
         assert np.array_equal(read["observation_state"][mine], fresh.astype(np.float32))
-        assert np.array_equal(read["action"][mine], tape.actions)
+        # A one-number action is a scalar feature to LeRobot (a (1,) shape is a Value).
+        assert np.array_equal(read["action"][mine].reshape(tape.actions.shape), tape.actions)
         assert read["next_success"][mine].tolist() == [False] * (tape.length - 1) + [True]
 
 
