@@ -8,12 +8,22 @@ May import: bench.common; rolltape inside functions. Never: bench itself, a sibl
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import ENV_ID, SEED, Context, _backends, _median, _result, run_child
+from rolltape.bench.common import (
+    ENV_ID,
+    SEED,
+    Context,
+    _backends,
+    _median,
+    _result,
+    _vmhwm_kb,
+    run_child,
+)
 
 
 def _run(ctx: Context, episodes: int, steps: int) -> Path:
@@ -171,8 +181,8 @@ def bench_export_rss(ctx: Context) -> dict[str, Any]:
         baseline=f"{size['rss_small']} episodes: {small:.0f} MB",
         measured=f"{size['rss_large']} episodes: {large:.0f} MB", raw=peaks,
         notes=[f"episodes of {size['rss_steps']} steps, --to minari; peak RSS is the larger "
-               "of the exporting process (ru_maxrss) and its largest child (render worker, "
-               "probe, Minari writer)"])
+               "of the exporting process (its VmHWM) and its largest child (render worker, "
+               "probe: ru_maxrss of its children)"])
 
 
 def export_rss_child(run: str, out: str) -> dict[str, Any]:
@@ -180,6 +190,10 @@ def export_rss_child(run: str, out: str) -> dict[str, Any]:
     from rolltape.datasets import export
 
     export(run, to="minari", dataset_id="rss-v0", out=out)
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # This process's own peak (VmHWM: since its exec). Its ru_maxrss is not: Linux carries
+    # the high-water mark over exec from the fork, so it was at least the bench process's
+    # size when it started this child (~180 vs ~230 MB after the rows before it, while
+    # the export itself peaks at ~135 MB either way).
+    own = (_vmhwm_kb(os.getpid()) or 0) / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"self_mb": own, "children_mb": children}
