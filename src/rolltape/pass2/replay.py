@@ -454,7 +454,10 @@ def _flat(writers: list[list[Any]]) -> list[Any]:
 
 
 class _PendingDigests:
-    """Observations of steps already compared on everything else, digested a batch at a time."""
+    """Observations of steps already compared on everything else, digested a batch at a time.
+
+    They are copied into one buffer made once (the env may reuse its arrays): a copy per
+    step into fresh memory and a stack of the batch cost as much as the digest itself."""
 
     BYTES = 16384  # larger array observations wait for a batch
     BATCH = 256
@@ -463,29 +466,32 @@ class _PendingDigests:
         self.tape = tape
         self.judged = judged and tape.obs_digest is not None
         self.steps: list[int] = []
-        self.rows: list[np.ndarray] = []
+        self.rows: np.ndarray | None = None
 
     def takes(self, obs: Any) -> bool:
         return (self.judged and isinstance(obs, np.ndarray) and obs.nbytes > self.BYTES
-                and (not self.rows or (obs.shape == self.rows[0].shape
-                                       and obs.dtype == self.rows[0].dtype)))
+                and (self.rows is None or (obs.shape == self.rows.shape[1:]
+                                           and obs.dtype == self.rows.dtype)))
 
     def add(self, t: int, obs: np.ndarray) -> None:
+        if self.rows is None:
+            self.rows = np.empty((self.BATCH, *obs.shape), dtype=obs.dtype)
+        self.rows[len(self.steps)] = obs
         self.steps.append(t)
-        self.rows.append(obs.copy())
 
     @property
     def full(self) -> bool:
-        return len(self.rows) >= self.BATCH
+        return len(self.steps) >= self.BATCH
 
     def flush(self) -> Divergence | None:
         """The first pending step whose observation differs from pass 1's, if any."""
-        if not self.rows:
+        if not self.steps:
             return None
         from rolltape.envs import obs_digests
 
-        digests = obs_digests(np.stack(self.rows))
-        steps, self.steps, self.rows = self.steps, [], []
+        assert self.rows is not None  # made by the first add
+        digests = obs_digests(self.rows[:len(self.steps)])
+        steps, self.steps = self.steps, []
         for t, digest in zip(steps, digests):
             if int(digest) != int(self.tape.obs_digest[t + 1]):
                 return Divergence(t, "observation", "pass-1 digest", "another digest")
