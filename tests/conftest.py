@@ -159,6 +159,26 @@ def fill(folder: Path, leave: int) -> Path:
     return ballast
 
 
+def eval_until_server_killed(server: Server, args: list[str], rows: Path, at_least: int,
+                             env: dict[str, str]) -> tuple[int, str]:
+    """Run `rolltape eval` (``args``, after the command) against ``server`` and SIGKILL the
+    server once ``rows`` (the run's episodes.jsonl) holds ``at_least`` rows; return the
+    eval's exit status and stderr."""
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "eval", *args],
+                            env={**os.environ, "COLUMNS": "200", **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if rows.exists() and rows.read_text().count("\n") >= at_least:
+            break
+        time.sleep(0.02)
+    server.stop(signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
 class Server:
     """`rolltape serve` in a subprocess (HalfCheetah-v5 with 30 steps unless ``what`` says
     otherwise); ``address`` is what it printed. Shared by the server, Ray and record tests."""

@@ -48,7 +48,24 @@ requests = st.fixed_dictionaries(
               "options": values, "action": values, "expect": values,
               "width": st.one_of(st.integers(-1, 5000), st.floats()),
               "height": st.one_of(st.integers(-1, 5000), st.floats()),
-              "camera": st.one_of(st.none(), st.text(max_size=10), st.integers(-5, 5))})
+              "camera": st.one_of(st.none(), st.text(max_size=10), st.integers(-5, 5)),
+              "num_envs": st.one_of(st.none(), st.integers(-2, 2000), st.text(max_size=2)),
+              "seeds": st.one_of(values, st.lists(st.one_of(st.none(), st.integers(-2, 2**64 - 1)),
+                                                  max_size=5)),
+              "mask": st.one_of(values, st.lists(st.booleans(), max_size=5)),
+              "actions": values})
+
+# The fields of a vector session's reset and step (serve --num-envs): seeds and masks of any
+# length, action arrays of the right row shape for 0-4 sub-envs or anything else.
+vector_fields = st.fixed_dictionaries({}, optional={
+    "seeds": st.one_of(values, st.lists(st.one_of(st.none(), st.integers(-2, 2**64 - 1),
+                                                  st.floats()), min_size=2, max_size=4)),
+    "mask": st.one_of(values, st.lists(st.booleans(), min_size=2, max_size=4),
+                      st.builds(lambda b: _array_ext("|b1", [len(b)], bytes(b)),
+                                st.lists(st.integers(0, 1), max_size=4))),
+    "actions": st.one_of(values, st.builds(lambda n, v: _array_ext("<f8", [n, 6], struct.pack(
+        f"<{6 * n}d", *([v] * 6 * n))), st.integers(0, 4), st.floats(-2, 2))),
+    "options": values})
 
 
 def _pack(obj: object) -> bytes:

@@ -17,7 +17,8 @@ from rolltape.cli import app
 BEFORE = json.loads((Path(__file__).parent / "assets" / "cli_flags.json").read_text())
 
 
-def _now(verb: str) -> dict[str, dict[str, object]]:
+def _now(verb: str) -> dict[str, object]:
+    """Each flag (its names, an argument by its name) and its default."""
     command = typer.main.get_command(app).commands[verb]  # type: ignore[attr-defined]
     rows = {}
     for p in command.params:
@@ -26,14 +27,39 @@ def _now(verb: str) -> dict[str, dict[str, object]]:
             json.dumps(default)
         except TypeError:
             default = repr(default)
-        rows[p.name] = {"opts": sorted(p.opts + p.secondary_opts), "default": default}
+        rows[" ".join(sorted(p.opts + p.secondary_opts))] = default
     return rows
 
 
 @pytest.mark.parametrize("verb", sorted(BEFORE))
 def test_every_flag_of_before_is_still_there_with_its_default(verb: str) -> None:
+    # Keyed by the names a user types: the Python parameter behind a flag may be renamed
+    # (--camera fills the config's `cameras`), the flag may not.
+    before = {" ".join(row["opts"]): row["default"] for row in BEFORE[verb].values()}
     now = _now(verb)
-    gone = sorted(set(BEFORE[verb]) - set(now))
+    gone = sorted(set(before) - set(now))
     assert gone == []
-    changed = {name: (was, now[name]) for name, was in BEFORE[verb].items() if now[name] != was}
+    changed = {flags: (was, now[flags]) for flags, was in before.items() if now[flags] != was}
     assert changed == {}
+
+
+@pytest.mark.parametrize("verb", sorted(BEFORE))
+def test_help_fits_80_columns_in_panels_without_cutting_a_flag(verb: str) -> None:
+    """`--help` on an 80-column terminal: no line wider, every flag name whole, switches
+    without a metavar, the options grouped into panels."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    shown = subprocess.run([sys.executable, "-m", "rolltape", verb, "--help"], env=env,
+                           capture_output=True, text=True, check=True).stdout
+    assert max(len(line) for line in shown.splitlines()) <= 80
+    assert "…" not in shown and "<bool>" not in shown
+    names = set(shown.replace(",", " ").split())
+    for flags in _now(verb):
+        for name in flags.split():
+            if name.startswith("-"):
+                assert name in names, (name, shown)
+    panels = [line for line in shown.splitlines() if line.startswith("╭─ ")]
+    assert len(panels) >= (4 if verb == "eval" else 2), panels

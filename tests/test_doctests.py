@@ -16,7 +16,8 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.address",
          "rolltape.suites.manifest", "rolltape.suites.builtin", "rolltape.suites.results",
          "rolltape.outputs.suite_view", "rolltape.record", "rolltape.pass2.formats",
-         "rolltape.limits", "rolltape.executors.base", "rolltape.config"]
+         "rolltape.limits", "rolltape.executors.base", "rolltape.config", "rolltape.flags",
+         "rolltape.cli_options"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

@@ -10,9 +10,6 @@ Never: torch or GL at module level.
 
 from __future__ import annotations
 
-import ast
-import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -23,8 +20,12 @@ from rich.console import Console
 from rich.table import Table
 
 from rolltape import server_commands as _server_commands
+from rolltape.cli_options import PanelCommand, config_values, options_of, takes
+from rolltape.config import EvalConfig
 from rolltape.datasets import command as _dataset_commands
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError, check_choice
+from rolltape.flags import OUTPUT, POLICY, SCALE, UNTIL, VIDEO
+from rolltape.flags import parse_kwargs as parse_kwargs  # the CLI's KEY=VALUE grammar
 from rolltape.outputs.summary import (
     improvement_line,
     success_rule_text,
@@ -32,7 +33,8 @@ from rolltape.outputs.summary import (
     summary_title,
 )
 from rolltape.pass2 import formats
-from rolltape.pass2.backends import DEFAULT_ORDER
+from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER
+from rolltape.pass2.replay import RenderOptions, RenderRequest
 
 if TYPE_CHECKING:
     from rolltape.record import Results
@@ -45,66 +47,10 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
 out = Console(width=None if sys.stdout.isatty() else 120, soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)  # a message stays one line, for grep and logs
 
-CAMERA_HELP = "default, free, a model camera NAME, or track:BODY; repeat for several."
-LAYOUT_HELP = "single, horizontal, vertical, grid, or separate (one file per camera)."
-QUALITY_HELP = "full (exactly env.render()), balanced, or fast (no shadows/reflections/MSAA)."
 TRUST_HELP = ("MODULE: replay tapes whose env id names this module (MODULE:EnvId) as if "
               "given with --env; repeatable. Packages of Gymnasium envs need no flag.")
-BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
-
-
-def parse_kwargs(pairs: list[str] | None, flag: str = "--env-kwargs") -> dict[str, Any]:
-    """KEY=VALUE pairs. A value is a Python literal (False, None, 1.5, (0.5, 2.0), 'abc')
-    or JSON (true, null, [1, 2]); a bare word is refused rather than guessed to be a string
-    (continuous=False must not become the string 'False'), so strings are quoted."""
-    kwargs: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise UsageError(f"{flag} '{pair}' must look like KEY=VALUE with KEY a "
-                             "Python name.")
-        kwargs[key] = _literal(text.strip(), pair, flag)
-    return kwargs
-
-
-def parse_wrappers(texts: list[str] | None) -> tuple[dict[str, Any], ...]:
-    """``--wrapper`` values: a preset (atari) or MODULE:CLASS, then ``,KEY=VALUE`` arguments."""
-    from rolltape.pass1.wrappers import split_wrapper
-
-    out = []
-    for text in texts or []:
-        target, pairs = split_wrapper(text)
-        out.append({"target": target, "kwargs": parse_kwargs(pairs, "--wrapper")})
-    return tuple(out)
-
-
-def _literal(text: str, pair: str, flag: str = "--env-kwargs") -> Any:
-    for parse in (ast.literal_eval, json.loads):
-        try:
-            value = parse(text)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue  # json.JSONDecodeError is a ValueError
-        if _storable(value):
-            return value
-        raise UsageError(f"{flag} '{pair}': the value must be a number, string, "
-                         "True/False/None, or a list, tuple or dict of those (finite numbers).")
-    key = pair.partition("=")[0]
-    raise UsageError(f"{flag} '{pair}' is neither a Python literal nor JSON; quote a "
-                     f"string: {flag} \"{key}='{text}'\".")
-
-
-def _storable(value: Any) -> bool:
-    """What a tape's JSON env spec can hold (tuples are kept apart; see envs.encode_kwargs)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, (list, tuple)):
-        return all(_storable(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _storable(v) for k, v in value.items())
-    return False
+ENV_HELP = ("Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the tape's; a "
+            "tape of your own env needs it: tapes never import code.")
 
 
 def _print_version(value: bool) -> None:
@@ -128,109 +74,78 @@ def _options(ctx: typer.Context,
         raise UsageError(f"give a command: {verbs}; try `rolltape --help`.")
 
 
-@app.command("eval")
+@app.command("eval", cls=PanelCommand)
+@takes(options_of(EvalConfig))
 def eval_(
     env: Optional[str] = typer.Argument(
         None, help="Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, or FILE.py:CLASS (a class "
                    "or factory); leave it out with --suite."),
-    suite: Optional[str] = typer.Option(
-        None, help="A built-in suite (see `rolltape suites`) or a manifest.yaml: evaluate "
-                   "every task (its manifest's episodes win over --episodes)."),
-    tasks: Optional[str] = typer.Option(None, help="With --suite: only these tasks (a,b)."),
-    served: Optional[str] = typer.Option(
-        None, help="With --suite: step its tasks on `rolltape serve --suite` at tcp://HOST:PORT."),
     policy: Optional[List[str]] = typer.Option(
-        None, "--policy", "-p",
+        None, "--policy", "-p", rich_help_panel=POLICY,
         help="random | sb3:PATH.zip | zoo:FOLDER (rl-zoo3) | MODULE:ATTR | FILE.py:ATTR | "
              "tape:PATH.npz; repeat, or a quoted glob of SB3 checkpoints, to compare several "
              "on the same seeds."),
-    vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics (.pkl)."),
-    algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
-    episodes: int = typer.Option(10, "--episodes", "-n", help="Number of episodes."),
-    seed: int = typer.Option(0, help="Episode i is reset with seed + i."),
-    baseline: Optional[str] = typer.Option(None, help="'random': run it on the same seeds."),
-    success: str = typer.Option(
-        "at_end", help="Headline success: at_end (the env's success key on the last step, "
-                       "LeRobot's rule) or once (at some step); both are reported."),
     reference: Optional[str] = typer.Option(
-        None, help="With several --policy: the one (by folder name) that scores 1 in the "
-                   "normalized aggregates; random scores 0."),
-    stochastic: bool = typer.Option(False, help="Sample actions instead of the deterministic ones."),
+        None, rich_help_panel=POLICY,
+        help="With several --policy: the one (by folder name) that scores 1 in the "
+             "normalized aggregates; random scores 0."),
+    stochastic: bool = typer.Option(False, rich_help_panel=POLICY,
+                                    help="Sample actions instead of the deterministic ones."),
     deterministic: bool = typer.Option(
-        False, help="Take the deterministic actions (the default, but for a zoo: Atari "
-                    "folder, whose actions are sampled as rl-zoo3's enjoy.py samples them)."),
+        False, rich_help_panel=POLICY,
+        help="Take the deterministic actions (the default, but for a zoo: Atari folder, whose "
+             "actions are sampled as rl-zoo3's enjoy.py samples them)."),
     checkpoint: Optional[str] = typer.Option(
-        None, help="With --policy zoo:FOLDER: last (the final model, default), best "
-                   "(best_model.zip) or N (rl_model_N_steps.zip)."),
-    env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs", help="KEY=VALUE, repeatable."),
-    wrapper: Optional[List[str]] = typer.Option(
-        None, "--wrapper", help="Policy-side wrapper, repeatable: a preset (atari: SB3's "
-                                "AtariWrapper) or MODULE:CLASS[,KEY=VALUE...]; the tape records "
-                                "the base env."),
-    frame_stack: int = typer.Option(0, help="Stack N observations for the policy, as SB3's "
-                                            "VecFrameStack does."),
-    max_episode_steps: Optional[int] = typer.Option(None, help="Override the env's time limit."),
-    workers: int = typer.Option(1, "--workers", "-w", help="Pass-1 processes (tapes are identical for any count)."),
-    batched_inference: bool = typer.Option(
-        False, help="One policy process acting on --workers env processes in one forward pass "
-                    "per step; actions can differ in the last bits from per-row inference."),
-    executor: str = typer.Option("local", help="local (process pool) or ray."),
+        None, rich_help_panel=POLICY,
+        help="With --policy zoo:FOLDER: last (the final model, default), best "
+             "(best_model.zip) or N (rl_model_N_steps.zip)."),
     ray_address: Optional[str] = typer.Option(
-        None, help="Ray cluster (host:port, auto, ray://host:10001); default RAY_ADDRESS, else a "
-                   "private local Ray."),
-    ray_render_gpus: float = typer.Option(0.0, help="GPUs each Ray render task asks for."),
-    render_workers: int = typer.Option(
-        0, help="Pass-2 render processes; 0 (default): one per CPU core, splitting long videos."),
-    render_early: bool = typer.Option(
-        False, help="Start rendering videos picked by count or index while pass 1 still runs: "
-                    "the run ends sooner, pass 1 itself may slow a little."),
-    video: str = typer.Option("0", help="Episodes to render: N, all, best, worst, median "
-                                        "(best:3: several), or 0,3,7."),
-    video_format: str = typer.Option("mp4", "--format",
-                                     help=f"Comma-separated: {formats.names()}."),
-    width: Optional[int] = typer.Option(None, help="Frame width (env default when omitted)."),
-    height: Optional[int] = typer.Option(None, help="Frame height."),
-    camera: Optional[List[str]] = typer.Option(None, "--camera", help=CAMERA_HELP),
-    layout: str = typer.Option("single", help=LAYOUT_HELP),
-    overlay: bool = typer.Option(False, help="Write step, reward and return onto the frames."),
-    mode: str = typer.Option("resim", help="resim (verify), restore (draw recorded states), auto."),
-    quality: str = typer.Option("full", help=QUALITY_HELP),
-    backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
-    rtol: float = typer.Option(0.0, help="Relative tolerance for reward parity (exact by default)."),
-    atol: float = typer.Option(0.0, help="Absolute tolerance for reward parity."),
-    on_divergence: str = typer.Option("warn", help="warn (keep and mark the video) or fail."),
-    render_timeout: float = typer.Option(120.0, help="Seconds without progress before a render worker counts as hung."),
-    episode_timeout: float = typer.Option(
-        600.0, help="Seconds a pass-1 worker may take for one episode before it counts as hung."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Run folder (default runs/ENV-TIME)."),
-    overwrite: bool = typer.Option(False, help="Replace an existing run folder."),
-    resume: bool = typer.Option(False, help="Continue an interrupted run in --out."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
-    report: bool = typer.Option(True, help="Write report.html and report.ipynb."),
-    viewer: bool = typer.Option(True, help="Add the interactive 3-D replay to the report."),
+        None, rich_help_panel=SCALE,
+        help="Ray cluster (host:port, auto, ray://host:10001); default RAY_ADDRESS, else a "
+             "private local Ray."),
+    ray_render_gpus: float = typer.Option(0.0, rich_help_panel=SCALE,
+                                          help="GPUs each Ray render task asks for."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", rich_help_panel=OUTPUT,
+                                           help="Run folder (default runs/ENV-TIME)."),
+    overwrite: bool = typer.Option(False, rich_help_panel=OUTPUT,
+                                   help="Replace an existing run folder."),
+    resume: bool = typer.Option(False, rich_help_panel=OUTPUT,
+                                help="Continue an interrupted run in --out."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel=OUTPUT,
+                               help="No progress bars."),
     recipe: Optional[List[str]] = typer.Option(
-        None, help="NAME='sb3:GLOB': the checkpoints of several training runs of one recipe "
-                   "(each with its VecNormalize statistics); repeat per recipe. Every run "
-                   "plays the same seeds; `rolltape compare OUT` compares the recipes."),
+        None, rich_help_panel=UNTIL,
+        help="NAME='sb3:GLOB': the checkpoints of several training runs of one recipe (each "
+             "with its VecNormalize statistics); repeat per recipe. Every run plays the same "
+             "seeds; `rolltape compare OUT` compares the recipes."),
     until: Optional[str] = typer.Option(
-        None, help="Stop early: 'width<W' (every task's 95% anytime-valid interval narrower "
-                   "than W: percentage points for success, return units otherwise) or "
-                   "'decided' (two policies' paired difference excludes 0, or lies within "
-                   "--margin). Needs --max-episodes."),
-    margin: float = typer.Option(0.0, help="With --until decided: differences within "
-                                           "+-margin count as equivalent (decided too)."),
-    max_episodes: Optional[int] = typer.Option(None, help="With --until: the most episodes per "
-                                                          "task and policy."),
-    batch: int = typer.Option(10, help="With --until: episodes per batch (a look after each)."),
+        None, rich_help_panel=UNTIL,
+        help="Stop early: 'width<W' (every task's 95% anytime-valid interval narrower than W: "
+             "percentage points for success, return units otherwise) or 'decided' (two "
+             "policies' paired difference excludes 0, or lies within --margin). Needs "
+             "--max-episodes."),
+    margin: float = typer.Option(0.0, rich_help_panel=UNTIL,
+                                 help="With --until decided: differences within +-margin "
+                                      "count as equivalent (decided too)."),
+    max_episodes: Optional[int] = typer.Option(None, rich_help_panel=UNTIL,
+                                               help="With --until: the most episodes per task "
+                                                    "and policy."),
+    batch: int = typer.Option(10, rich_help_panel=UNTIL,
+                              help="With --until: episodes per batch (a look after each)."),
     return_bounds: Optional[str] = typer.Option(
-        None, help="With --until on returns: LO,HI, the least and most one episode can return "
-                   "(the anytime-valid interval of a mean needs bounds), e.g. 0,500."),
+        None, rich_help_panel=UNTIL,
+        help="With --until on returns: LO,HI, the least and most one episode can return (the "
+             "anytime-valid interval of a mean needs bounds), e.g. 0,500."),
+    **config: Any,
 ) -> None:
     """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
     from rolltape.compare.sweep import wants_sweep
     from rolltape.evaluation import evaluate
 
     policies = policy or ["random"]
+    values = config_values(EvalConfig, config)
+    episodes = values.pop("episodes", EvalConfig.episodes)
+    algo = values.get("algo")
     if algo is not None:  # here, where every --policy is known (each run gets the flag)
         from rolltape.policies import SB3_ALGOS
 
@@ -244,34 +159,23 @@ def eval_(
         raise UsageError("--checkpoint picks a model of --policy zoo:FOLDER; give the "
                          "checkpoint's own path with --policy sb3:PATH.zip instead.")
     zoo = policies[0][4:].rstrip("/") if policies[0].startswith("zoo:") else None
+    suite = values.get("suite")
     name = Path(env or zoo or Path(suite or "suite").stem).name.replace(":", "-")
     # Several policies go to the comparison driver, which runs this same evaluate per policy.
     many = wants_sweep(policies)
     if reference is not None and not many:
         raise UsageError(f"--reference '{reference}' names one of several policies; give "
                          "two or more --policy, or leave --reference off.")
+    if "viewer" in values:  # the 3-D replay is part of the report
+        values["viewer"] = values["viewer"] and values.get("report", True)
     options: dict[str, Any] = dict(
-        seed=seed, suite=suite, tasks=tasks, served=served,
+        values,
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
-        baseline=baseline, success=success, vecnormalize=vecnormalize, algo=algo,
         **({"deterministic": not stochastic} if stochastic or deterministic else {}),
         **({"checkpoint": checkpoint} if checkpoint is not None else {}),
-        env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
-        **({"wrappers": parse_wrappers(wrapper), "frame_stack": frame_stack}
-           if wrapper or frame_stack else {}),
-        workers=workers, batched_inference=batched_inference, executor=executor,
         executor_options={k: v for k, v in (("address", ray_address),
                                             ("render_gpus", ray_render_gpus)) if v},
-        render_workers=render_workers,
-        render_early=render_early, video=video,
-        video_format=video_format, width=width, height=height, cameras=tuple(camera or ()),
-        layout=layout, overlay=overlay, mode=mode,
-        quality=quality,
-        backends=backends, rtol=rtol, atol=atol, on_divergence=on_divergence,
-        render_timeout=render_timeout, episode_timeout=episode_timeout, report=report,
-        viewer=viewer and report,
-        overwrite=overwrite, resume=resume,
-        show_progress=not quiet, command=sys.argv,
+        overwrite=overwrite, resume=resume, show_progress=not quiet, command=sys.argv,
     )
     if until is not None or recipe or max_episodes is not None or return_bounds or margin:
         # batches until decided, or recipes of several runs
@@ -409,43 +313,37 @@ def default_video_path(tape: Path) -> Path:
 
 
 
-@app.command()
+@app.command(cls=PanelCommand)
+@takes(options_of(RenderOptions), options_of(RenderRequest, only=("fps",)))
 def render(
     tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
     # A string, not a Path: a trailing slash (a folder) must survive.
-    output: Optional[str] = typer.Option(None, "--out", "-o",
+    output: Optional[str] = typer.Option(None, "--out", "-o", rich_help_panel=OUTPUT,
                                          help="Output file (one tape) or folder (several, or "
                                               "PNG frames: end it with /)."),
     video_format: Optional[str] = typer.Option(
-        None, "--format", help=f"Comma-separated: {formats.names()} (png: a folder of frames)."),
-    mode: str = typer.Option("resim", help="resim, restore or auto."),
-    quality: str = typer.Option("full", help=QUALITY_HELP),
-    width: Optional[int] = typer.Option(None), height: Optional[int] = typer.Option(None),
-    camera: Optional[List[str]] = typer.Option(None, "--camera", help=CAMERA_HELP),
-    layout: str = typer.Option("single", help=LAYOUT_HELP),
-    overlay: bool = typer.Option(False, help="Write step, reward and return onto the frames."),
-    fps: Optional[float] = typer.Option(None, help="Frame rate (env's render_fps by default)."),
-    env: Optional[str] = typer.Option(
-        None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
-                   "tape's; a tape of your own env needs it: tapes never import code."),
+        None, "--format", rich_help_panel=VIDEO,
+        help=f"Comma-separated: {formats.names()} (png: a folder of frames)."),
+    env: Optional[str] = typer.Option(None, help=ENV_HELP),
     trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
-    backends: str = typer.Option(",".join(DEFAULT_ORDER), help=BACKENDS_HELP),
-    workers: int = typer.Option(1, help="Render processes."),
-    rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
-    on_divergence: str = typer.Option("warn", help="warn or fail."),
-    overwrite: bool = typer.Option(False),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    backends: str = typer.Option(",".join(DEFAULT_ORDER), rich_help_panel=VIDEO,
+                                 help=BACKENDS_HELP),
+    workers: int = typer.Option(1, rich_help_panel=SCALE, help="Render processes."),
+    on_divergence: str = typer.Option("warn", rich_help_panel=VIDEO, help="warn or fail."),
+    overwrite: bool = typer.Option(False, rich_help_panel=OUTPUT,
+                                   help="Replace existing files."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel=OUTPUT,
+                               help="No progress bar."),
+    **config: Any,
 ) -> None:
     """Replay tapes in isolated render processes, verify them and write videos."""
     from rolltape.config import check_render_options
     from rolltape.outputs.artifacts import artifact_paths, check_output_name
-    from rolltape.pass2.replay import MODES, QUALITY, RenderRequest
 
     check_choice("--on-divergence", on_divergence, ("warn", "fail"))
-    check_render_options(width=width, height=height, fps=fps, rtol=rtol, atol=atol,
-                         formats=video_format)
-    check_choice("--mode", mode, MODES)
-    check_choice("--quality", quality, tuple(QUALITY))
+    drawn = RenderOptions(**config_values(RenderOptions, config))  # checks itself
+    fps = config.get("fps")
+    check_render_options(fps=fps, formats=video_format)
     check_workers(workers)
     if output is not None:
         check_output_name(output, several=len(tapes) > 1)
@@ -458,36 +356,30 @@ def render(
             base = output
         else:
             base = Path(output) / tape.stem
-        requests.append(RenderRequest(str(tape), artifact_paths(base, video_format), mode=mode,
-                                      width=width, height=height, cameras=tuple(camera or ()),
-                                      layout=layout, overlay=overlay, fps=fps, rtol=rtol,
-                                      atol=atol, overwrite=overwrite,
-                                      env_id=trusted_env(tape, env, trust_module),
-                                      quality=quality))
+        requests.append(RenderRequest(str(tape), artifact_paths(base, video_format), fps=fps,
+                                      overwrite=overwrite, **drawn.render_options(),
+                                      env_id=trusted_env(tape, env, trust_module)))
     results = _run_with_bar(requests, backends, workers, quiet)
     diverged = _print_replays(results)
     if diverged and on_divergence == "fail":
         raise DivergenceError(f"{diverged} replay(s) diverged from pass 1.")
 
 
-@app.command()
+@app.command(cls=PanelCommand)
+@takes(options_of(RenderOptions, only=("rtol", "atol")))
 def verify(
     tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
-    rtol: float = typer.Option(0.0), atol: float = typer.Option(0.0),
-    env: Optional[str] = typer.Option(
-        None, help="Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the "
-                   "tape's; a tape of your own env needs it: tapes never import code."),
+    env: Optional[str] = typer.Option(None, help=ENV_HELP),
     trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
-    workers: int = typer.Option(1, help="Verification processes."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    workers: int = typer.Option(1, rich_help_panel=SCALE, help="Verification processes."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel=OUTPUT,
+                               help="No progress bar."),
+    **config: Any,
 ) -> None:
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
-    from rolltape.config import check_render_options
-    from rolltape.pass2.replay import RenderRequest
-
-    check_render_options(rtol=rtol, atol=atol)
+    tolerances = RenderOptions(**config_values(RenderOptions, config))  # checks itself
     check_workers(workers)
-    requests = [RenderRequest(str(t), (), rtol=rtol, atol=atol,
+    requests = [RenderRequest(str(t), (), rtol=tolerances.rtol, atol=tolerances.atol,
                               env_id=trusted_env(t, env, trust_module)) for t in tapes]
     results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
     if _print_replays(results):
@@ -762,8 +654,7 @@ def view(
 
 
 # `serve` and `parity` live with the env server (rolltape.server_commands).
-_server_commands.register(app, parse_kwargs,
-                          lambda line: out.print(line, highlight=False, markup=False))
+_server_commands.register(app, lambda line: out.print(line, highlight=False, markup=False))
 # `export` lives with the dataset writers (rolltape.datasets.command).
 _dataset_commands.register(app, lambda line: out.print(line, highlight=False, markup=False),
                            lambda line: err.print(f"rolltape: {line}", highlight=False,

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from rolltape import executors
 from rolltape.address import is_served
@@ -28,14 +28,15 @@ from rolltape.envs import env_spec
 from rolltape.errors import UsageError, check_choice
 from rolltape.executors.base import Executor
 from rolltape.executors.launch import check_worker_count
+from rolltape.flags import EPISODES, OUTPUT, POLICY, SCALE, VIDEO, flag, parse_kwargs
 from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
 from rolltape.outputs.artifacts import artifact_paths
 from rolltape.pass1.rollout import EPISODE_TIMEOUT
-from rolltape.pass1.wrappers import check_wrapper_use
-from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
-from rolltape.pass2.cameras import check_layout
-from rolltape.pass2.replay import MODES, QUALITY, RenderOptions
+from rolltape.pass1.wrappers import split_wrapper, wrapper_entries
+from rolltape.pass2 import formats
+from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
+from rolltape.pass2.replay import RenderOptions
 from rolltape.record import check_success_rule
 
 if TYPE_CHECKING:
@@ -115,22 +116,15 @@ def select_episodes(selection: int | str | Sequence[int],
     return sorted(set(picked))
 
 
-def check_render_options(*, width: int | None = None, height: int | None = None,
-                         fps: float | None = None, rtol: float = 0.0, atol: float = 0.0,
-                         render_timeout: float | None = None, formats: str | None = None
-                         ) -> None:
-    """Refuse render options out of range (shared by eval and render), before any work."""
-    for flag, size in (("--width", width), ("--height", height)):
-        if size is not None and size < 1:
-            raise UsageError(f"{flag} must be at least 1 pixel, got {size}.")
+def check_render_options(*, fps: float | None = None, render_timeout: float | None = None,
+                         formats: str | None = None) -> None:
+    """Refuse render options out of range that are not :class:`RenderOptions` fields (those
+    check themselves), before any work."""
     # `not x > 0` is also true for NaN, which every comparison rejects.
-    for flag, seconds in (("--fps", fps), ("--render-timeout", render_timeout)):
+    for flag_name, seconds in (("--fps", fps), ("--render-timeout", render_timeout)):
         if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
-            raise UsageError(f"{flag} must be a number above 0, got {seconds}.")
+            raise UsageError(f"{flag_name} must be a number above 0, got {seconds}.")
     check_fps(fps)
-    for flag, tol in (("--rtol", rtol), ("--atol", atol)):
-        if not (tol >= 0 and math.isfinite(tol)):
-            raise UsageError(f"{flag} must be a finite number of 0 or more, got {tol}.")
     artifact_paths("x", formats)  # refuses an unknown or empty --format
 
 
@@ -152,43 +146,84 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
         raise UsageError(problem)
 
 
+def parse_wrappers(texts: Sequence[Any] | None) -> tuple[Any, ...]:
+    """``--wrapper`` values: a preset (atari) or MODULE:CLASS, then ``,KEY=VALUE`` arguments;
+    what is not text (the Python API's {target, kwargs}) is kept as given."""
+    out: list[Any] = []
+    for text in texts or ():
+        if isinstance(text, str):
+            target, pairs = split_wrapper(text)
+            text = {"target": target, "kwargs": parse_kwargs(pairs, "--wrapper")}
+        out.append(text)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class EvalConfig(RenderOptions):
     """Every choice of one evaluation; stored in metadata.json as the run's config. How
     videos are drawn and checked is the :class:`RenderOptions` every render request has."""
 
-    env: str | None  # None: a suite run (``suite``)
-    policy: str = "random"
-    episodes: int = 10
-    seed: int = 0
-    baseline: str | None = None
-    success: str = "at_end"  # the headline success: "at_end" (LeRobot's rule) or "once"
-    vecnormalize: str | None = None
-    algo: str | None = None
-    deterministic: bool = True
-    wrappers: tuple[Any, ...] = ()  # policy-side: presets, MODULE:CLASS or {target, kwargs}
-    frame_stack: int = 0  # policy-side, as SB3's VecFrameStack (0 or 1: none)
+    env: str | None  # None: a suite run (``suite``); the command's argument
+    policy: str = "random"  # the command line's --policy is repeatable (a comparison)
+    episodes: int = flag(10, "Number of episodes.", panel=EPISODES, names=("-n",))
+    seed: int = flag(0, "Episode i is reset with seed + i.", panel=EPISODES)
+    baseline: str | None = flag(None, "'random': run it on the same seeds.", panel=POLICY)
+    success: str = flag(  # the headline success
+        "at_end", "Headline success: at_end (the env's success key on the last step, "
+        "LeRobot's rule) or once (at some step); both are reported.", panel=EPISODES)
+    vecnormalize: str | None = flag(None, "VecNormalize statistics (.pkl).", panel=POLICY,
+                                    cli_type=Optional[Path], parse=str)
+    algo: str | None = flag(None, "SB3 algorithm (detected when omitted).", panel=POLICY)
+    deterministic: bool = True  # the command line's --stochastic / --deterministic
+    wrappers: tuple[Any, ...] = flag(  # presets, MODULE:CLASS or {target, kwargs}
+        (), "Policy-side wrapper, repeatable: a preset (atari: SB3's AtariWrapper) or "
+        "MODULE:CLASS[,KEY=VALUE...]; the tape records the base env.", panel=POLICY,
+        names=("--wrapper",), cli_type=Optional[List[str]], cli_default=None,
+        parse=parse_wrappers)
+    frame_stack: int = flag(0, "Stack N observations for the policy, as SB3's VecFrameStack "
+                               "does (0 or 1: none).", panel=POLICY)
     zoo: dict[str, Any] | None = None  # --policy zoo:FOLDER: the folder and the files read
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_episode_steps: int | None = None
-    workers: int = 1
-    batched_inference: bool = False  # one policy process, `workers` env processes (opt-in)
-    executor: str = "local"  # a name of rolltape.executors (local, ray, or one registered)
+    env_kwargs: dict[str, Any] = flag(None, "KEY=VALUE, repeatable.", panel=EPISODES,
+                                      factory=dict, cli_type=Optional[List[str]],
+                                      cli_default=None, parse=parse_kwargs)
+    max_episode_steps: int | None = flag(None, "Override the env's time limit.",
+                                         panel=EPISODES)
+    workers: int = flag(1, "Pass-1 processes (tapes are identical for any count).",
+                        panel=SCALE, names=("-w",))
+    batched_inference: bool = flag(  # one policy process, `workers` env processes (opt-in)
+        False, "One policy process acting on --workers env processes (a served env: --workers "
+        "sessions of its server's --num-envs) in one forward pass per step; actions can "
+        "differ in the last bits from per-row inference.", panel=SCALE)
+    executor: str = flag("local", "local (process pool) or ray.", panel=SCALE)
     executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
-    video: Any = 0
-    video_format: str = "mp4"
-    backends: tuple[str, ...] = DEFAULT_ORDER
-    render_workers: int = 0  # 0: one per CPU core (a long video is split across them)
-    render_early: bool = False  # start pass 2 beside pass 1 (sooner overall; pass 1 may slow)
-    on_divergence: str = "warn"
-    render_timeout: float = 120.0
-    episode_timeout: float = EPISODE_TIMEOUT  # a pass-1 worker that finishes no episode for
-                                              # this long is stopped (a hung env or policy)
-    report: bool = True  # report.html and report.ipynb
-    viewer: bool = False  # the 3-D replay page (copies ~13 MB of WebAssembly into the run)
-    suite: str | None = None  # a built-in suite's name or a manifest.yaml (rolltape.suites)
-    tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
-    served: str | None = None  # with ``suite``: tcp://HOST:PORT of `rolltape serve --suite`
+    video: Any = flag(0, "Episodes to render: N, all, best, worst, median (best:3: several), "
+                         "or 0,3,7.", panel=VIDEO, cli_type=str, cli_default="0")
+    video_format: str = flag("mp4", f"Comma-separated: {formats.names()}.", panel=VIDEO,
+                             names=("--format",))
+    backends: tuple[str, ...] = flag(DEFAULT_ORDER, BACKENDS_HELP, panel=VIDEO, cli_type=str,
+                                     cli_default=",".join(DEFAULT_ORDER), parse=parse_backends)
+    render_workers: int = flag(  # 0: one per CPU core (a long video is split across them)
+        0, "Pass-2 render processes; 0 (default): one per CPU core, splitting long videos.",
+        panel=SCALE)
+    render_early: bool = flag(  # start pass 2 beside pass 1 (sooner overall; pass 1 may slow)
+        False, "Start rendering videos picked by count or index while pass 1 still runs: the "
+        "run ends sooner, pass 1 itself may slow a little.", panel=SCALE)
+    on_divergence: str = flag("warn", "warn (keep and mark the video) or fail.", panel=VIDEO)
+    render_timeout: float = flag(120.0, "Seconds without progress before a render worker "
+                                        "counts as hung.", panel=SCALE)
+    episode_timeout: float = flag(  # a pass-1 worker that finishes no episode for this long
+        EPISODE_TIMEOUT, "Seconds a pass-1 worker may take for one episode before it counts "
+        "as hung.", panel=SCALE)  # is stopped (a hung env or policy)
+    report: bool = flag(True, "Write report.html and report.ipynb.", panel=OUTPUT)
+    viewer: bool = flag(  # copies ~13 MB of WebAssembly into the run: the API opts in
+        False, "Add the interactive 3-D replay to the report.", panel=OUTPUT,
+        cli_default=True)
+    suite: str | None = flag(  # a built-in suite's name or a manifest.yaml (rolltape.suites)
+        None, "A built-in suite (see `rolltape suites`) or a manifest.yaml: evaluate every "
+        "task (its manifest's episodes win over --episodes).", panel=EPISODES)
+    tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
+    served: str | None = flag(None, "With --suite: step its tasks on `rolltape serve --suite` "
+                                    "at tcp://HOST:PORT.", panel=EPISODES)
 
     def check(self) -> list[str]:
         """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
@@ -206,9 +241,6 @@ class EvalConfig(RenderOptions):
                              "--suite too, or one served env as tcp://HOST:PORT/ENV_ID.")
         if self.suite is not None and self.batched_inference:
             raise UsageError("--batched-inference runs one env; drop it for a --suite run.")
-        if self.batched_inference and is_served(self.env or ""):
-            raise UsageError("--batched-inference steps local env processes; drop it to step a "
-                             "served env (--workers W opens W sessions).")
         if self.suite is not None and self.env_kwargs:
             raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
                              "in its manifest.")
@@ -222,8 +254,6 @@ class EvalConfig(RenderOptions):
                              "or leave it off.")
         check_choice("--on-divergence", self.on_divergence, ON_DIVERGENCE)
         check_success_rule(self.success)
-        check_choice("--mode", self.mode, MODES)
-        check_choice("--quality", self.quality, tuple(QUALITY))
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise UsageError(f"--max-episode-steps must be at least 1, got "
                              f"{self.max_episode_steps}.")
@@ -232,18 +262,14 @@ class EvalConfig(RenderOptions):
                              f"{self.seed}.")
         check_run_counts(episodes=self.episodes, seed=self.seed,
                          max_episode_steps=self.max_episode_steps)
-        check_render_options(width=self.width, height=self.height, rtol=self.rtol,
-                             atol=self.atol, render_timeout=self.render_timeout,
-                             formats=self.video_format)
+        check_render_options(render_timeout=self.render_timeout, formats=self.video_format)
         if self.suite is None:  # a suite's tasks may set their own counts: checked per task
             check_video(self.video, self.episodes)
         if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
             raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
                              f"{self.episode_timeout}.")
-        check_layout(self.layout, self.cameras)
         parse_backends(self.backends)
-        check_wrapper_use(self.wrappers, self.frame_stack, batched=self.batched_inference,
-                          served=bool(self.served) or is_served(self.env or ""))
+        wrapper_entries(self.wrappers, self.frame_stack)  # refuses a malformed one
         from rolltape.policies import sb3_checkpoint
 
         checkpoint = self.policy[4:] if self.policy.startswith("sb3:") else self.policy
@@ -259,7 +285,9 @@ class EvalConfig(RenderOptions):
                 raise UsageError(f"--batched-inference runs its env processes on this machine "
                                  f"(the local executor); drop --executor {self.executor} or "
                                  "--batched-inference.")
-            notes.append(f"--batched-inference: the policy acts on {self.workers} observations "
+            envs = (f"{self.workers} session(s) x the server's --num-envs" if
+                    is_served(self.env or "") else str(self.workers))
+            notes.append(f"--batched-inference: the policy acts on {envs} observations "
                          "in one forward pass, which can round differently from one at a time; "
                          "tapes may differ in the last bits of their actions from a run "
                          "without it (they still replay exactly).")

@@ -64,13 +64,19 @@ class Interrupted(BaseException):
         return cls(stopped.signum if isinstance(stopped, Interrupted) else 2, message)
 
 
-def check_choice(what: str, value: object, choices: Sequence[str]) -> None:
+def check_choice(what: str, value: object, choices: Sequence[str],
+                 flag: str | None = None) -> None:
     """Refuse ``value`` unless it is one of ``choices``: the one check of every enumerated
-    option (``--mode``, ``--quality``, ...), naming it and what it may be.
+    option (``--mode``, ``--quality``, ...), naming it (and the ``flag`` that sets it, for a
+    choice the Python API makes too) and what it may be.
 
     >>> check_choice("--mode", "sideways", ("resim", "restore"))
     Traceback (most recent call last):
     rolltape.errors.UsageError: Unknown --mode 'sideways'; use one of resim, restore.
+    >>> check_choice("mode", "sideways", ("resim", "restore"), "--mode")
+    Traceback (most recent call last):
+    rolltape.errors.UsageError: Unknown mode 'sideways' (--mode); use one of resim, restore.
     """
     if value not in choices:
-        raise UsageError(f"Unknown {what} '{value}'; use one of {', '.join(choices)}.")
+        where = f" ({flag})" if flag else ""
+        raise UsageError(f"Unknown {what} '{value}'{where}; use one of {', '.join(choices)}.")

@@ -78,19 +78,26 @@ def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
         yield tmp
-        old = None
-        if os.path.lexists(path):
-            if path.is_dir() and not path.is_symlink():
-                old = path.with_name(f".{path.name}.{os.getpid()}.old.partial")
-                os.rename(path, old)
-            else:
-                os.remove(path)
-        os.rename(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        move_into_place(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def move_into_place(built: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Rename the finished folder ``built`` to ``path``; what was there (a folder is first
+    renamed aside as ``.NAME.PID.old.partial``, then removed) is replaced."""
+    path = Path(path)
+    old = None
+    if os.path.lexists(path):
+        if path.is_dir() and not path.is_symlink():
+            old = path.with_name(f".{path.name}.{os.getpid()}.old.partial")
+            os.rename(path, old)
+        else:
+            os.remove(path)
+    os.rename(built, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_folder(path: str | os.PathLike[str], files: dict[str, bytes]) -> Path:

@@ -39,11 +39,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from rolltape.errors import Interrupted
 
@@ -106,12 +107,15 @@ class Worker:
 
 def spawn_worker(target: Callable[..., None], *args: Any,
                  env: Mapping[str, str | None] | None = None,
-                 cwd_on_path: bool = True) -> Worker:
+                 cwd_on_path: bool = True, cwd: str | os.PathLike[str] | None = None,
+                 output: IO[bytes] | None = None) -> Worker:
     """Run ``target(*args, conn)`` in a new interpreter; ``env`` sets (or, with None, removes)
     variables of the child's environment. ``cwd_on_path=False`` keeps the current folder
     off the child's ``sys.path``, so that it imports installed modules only (a render
     worker: a tape is data, and a file beside it must not be imported as code); pass-1
-    workers keep it, since ``--policy file.py:attr`` and env modules are the user's own."""
+    workers keep it, since ``--policy file.py:attr`` and env modules are the user's own.
+    ``cwd``: the child's working folder; ``output``: a file for its stdout and stderr (else
+    they are this process's)."""
     child_env = dict(os.environ)
     for key, value in (env or {}).items():
         if value is None:
@@ -122,14 +126,17 @@ def spawn_worker(target: Callable[..., None], *args: Any,
     cmd = python_command(_CHILD, target.__module__, target.__qualname__, str(theirs.fileno()),
                          keep_cwd=cwd_on_path)
     try:
-        proc = _start(cmd, theirs.fileno(), child_env)
+        proc = _start(cmd, theirs.fileno(), child_env, cwd, output)
     except BaseException:
         ours.close()
         theirs.close()
         raise
     theirs.close()  # so our recv() sees EOF when the child dies
     conn = Connection(ours.detach())
-    conn.send(args)
+    try:
+        conn.send(args)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # it died at once (before reading): its caller reads EOF and how it exited
     return Worker(proc, conn)
 
 
@@ -138,11 +145,20 @@ _spawner: threading.Thread | None = None
 _spawner_lock = threading.Lock()
 
 
-def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def changes_to(env: Mapping[str, str]) -> dict[str, str | None]:
+    """The ``env`` argument of :func:`spawn_worker` that gives a child exactly ``env``: what
+    differs from this process's environment (None: removed)."""
+    return {key: env.get(key) for key in set(os.environ) | set(env)
+            if os.environ.get(key) != env.get(key)}
+
+
+def _start(cmd: list[str], fd: int, env: dict[str, str], cwd: Any = None,
+           output: IO[bytes] | None = None) -> subprocess.Popen[bytes]:
     """Popen from the main thread, or from the spawner thread (see the module's note)."""
     global _spawner
+    options = {"pass_fds": (fd,), "env": env, "cwd": cwd, "stdout": output, "stderr": output}
     if threading.current_thread() is threading.main_thread():
-        return subprocess.Popen(cmd, pass_fds=(fd,), env=env)
+        return subprocess.Popen(cmd, **options)
     with _spawner_lock:
         # A daemon thread: it lasts until the process exits. (A ThreadPoolExecutor's thread
         # is joined and ended at interpreter shutdown, before atexit: its workers were then
@@ -152,7 +168,7 @@ def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[byt
                                         daemon=True)
             _spawner.start()
     done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-    _spawn_requests.put((cmd, fd, env, done))
+    _spawn_requests.put((cmd, options, done))
     ok, value = done.get()
     if not ok:
         raise value
@@ -161,47 +177,65 @@ def _start(cmd: list[str], fd: int, env: dict[str, str]) -> subprocess.Popen[byt
 
 def _spawn_forever() -> None:
     while True:
-        cmd, fd, env, done = _spawn_requests.get()
+        cmd, options, done = _spawn_requests.get()
         try:
-            done.put((True, subprocess.Popen(cmd, pass_fds=(fd,), env=env)))
+            done.put((True, subprocess.Popen(cmd, **options)))
         except BaseException as exc:  # handed to the thread that asked
             done.put((False, exc))
 
 
 class ChildFailed(Exception):
     """:func:`run_once`'s child raised (``exception``: its type's name), died or ``hung``
-    (``exception`` None); the message says which in words."""
+    (``exception`` None); the message says which in words. ``returncode``: how a child that
+    died exited; ``output``: what it printed, when :func:`run_once` captured it."""
 
-    def __init__(self, text: str, exception: str | None = None, hung: bool = False) -> None:
+    def __init__(self, text: str, exception: str | None = None, hung: bool = False,
+                 returncode: int | None = None, output: str = "") -> None:
         super().__init__(text)
         self.exception, self.hung = exception, hung
+        self.returncode, self.output = returncode, output
 
 
 def run_once(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
-             timeout: float | None = None, cwd_on_path: bool = True) -> Any:
-    """``fn(*args)`` in a fresh interpreter (a module-level function; its arguments and
-    result travel pickled), for a probe or check that must not import MuJoCo, GL or a
-    user's module into this process. ``env`` and ``cwd_on_path`` as :func:`spawn_worker`.
+             timeout: float | None = None, cwd_on_path: bool = True,
+             cwd: str | os.PathLike[str] | None = None, capture: bool = False) -> Any:
+    """``fn(*args)`` in a fresh interpreter (a module-level function or a partial of one;
+    its arguments and result travel pickled), for a probe, a check or a benchmark child that
+    must not import MuJoCo, GL or a user's module into this process. ``env``,
+    ``cwd_on_path`` and ``cwd`` as :func:`spawn_worker`; ``capture``: keep what the child
+    prints off this terminal (a failure carries it in :attr:`ChildFailed.output`).
 
     Raises:
         ChildFailed: ``fn`` raised (the message is its own, ``exception`` its type's name),
             the child died, or it gave no answer within ``timeout`` seconds (it is then
             stopped).
     """
-    worker = spawn_worker(_answer_once, fn, *args, env=env, cwd_on_path=cwd_on_path)
-    try:
-        if not worker.conn.poll(timeout):
-            raise ChildFailed(f"it gave no answer within {timeout:g} s", hung=True)
+    with tempfile.TemporaryFile() if capture else nullcontext() as printed:
+        worker = spawn_worker(_answer_once, fn, *args, env=env, cwd_on_path=cwd_on_path,
+                              cwd=cwd, output=printed)
         try:
-            kind, value = worker.conn.recv()
-        except EOFError:
-            worker.proc.wait(5)
-            raise ChildFailed(f"it {describe_exit(worker.proc.returncode)}") from None
-    finally:
-        stop_worker(worker, grace=0.5)
-    if kind == "raised":
-        raise ChildFailed(value[1], exception=value[0])
+            if not worker.conn.poll(timeout):
+                raise ChildFailed(f"it gave no answer within {timeout:g} s", hung=True,
+                                  output=_read_back(printed))
+            try:
+                kind, value = worker.conn.recv()
+            except (EOFError, ConnectionResetError):  # it died (reset: with our args unread)
+                worker.proc.wait(5)
+                code = worker.proc.returncode
+                raise ChildFailed(f"it {describe_exit(code)}", returncode=code,
+                                  output=_read_back(printed)) from None
+        finally:
+            stop_worker(worker, grace=0.5)
+        if kind == "raised":
+            raise ChildFailed(value[1], exception=value[0], output=_read_back(printed))
     return value
+
+
+def _read_back(printed: IO[bytes] | None) -> str:
+    if printed is None:
+        return ""
+    printed.seek(0)
+    return printed.read().decode(errors="replace")
 
 
 def _answer_once(fn: Callable[..., Any], *args: Any) -> None:

@@ -24,20 +24,17 @@ from typing import Any, Callable, Sequence
 
 from rolltape import executors
 from rolltape.envs import check_tape_env_module
-from rolltape.errors import UsageError, check_choice
+from rolltape.errors import UsageError
 from rolltape.executors.base import Executor, RenderWork
 from rolltape.executors.launch import check_worker_count, stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends, worker_environment
-from rolltape.pass2.cameras import check_layout
 from rolltape.pass2.encode import format_from_path, open_writer
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
 from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import (
-    MODES,
-    QUALITY,
     RenderRequest,
     RenderResult,
     render_worker,
@@ -158,10 +155,7 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
     from rolltape.tape import Tape
 
     order = list(parse_backends(backends))
-    for req in requests:
-        check_choice("mode", req.mode, MODES)
-        check_choice("quality", req.quality, tuple(QUALITY))
-        check_layout(req.layout, req.cameras)
+    for req in requests:  # a RenderRequest has checked its own options (RenderOptions)
         if req.env_id is None:  # a tape's own env module: only an installed one is imported
             check_tape_env_module(Tape.load(req.tape).env_id, req.tape)
         for out in req.outputs:

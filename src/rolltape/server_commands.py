@@ -12,37 +12,24 @@ from typing import Any, Callable, List, Optional
 
 import typer
 
+from rolltape.cli_options import PanelCommand, config_values, options_of, takes
+from rolltape.config import EvalConfig
 from rolltape.errors import DivergenceError, UsageError
+from rolltape.flags import POLICY, parse_kwargs
+from rolltape.server.server import ServeConfig
 
 PARITY_TIMEOUT = 600.0  # seconds the parity worker may go without finishing an episode
 
 
-def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
-             say: Callable[[str], None]) -> None:
+def register(app: typer.Typer, say: Callable[[str], None]) -> None:
     """Add ``serve`` and ``parity`` to ``app``."""
 
-    @app.command()
+    @app.command(cls=PanelCommand)
+    @takes(options_of(ServeConfig))
     def serve(
         env: Optional[str] = typer.Argument(None, help="Gymnasium env id to serve "
                                             "(HalfCheetah-v5); leave it out with --suite."),
-        suite: Optional[str] = typer.Option(None, help="A built-in suite or a manifest.yaml: "
-                                            "serve every task (clients: eval --suite --served)."),
-        tasks: Optional[str] = typer.Option(None, help="With --suite: only these tasks (a,b)."),
-        env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs",
-                                                       help="KEY=VALUE, repeatable."),
-        max_episode_steps: Optional[int] = typer.Option(None, help="Override the time limit "
-                                                        "(of every task, with --suite)."),
-        bind: str = typer.Option("127.0.0.1:7450", help="HOST:PORT (port 0: any free port); "
-                                 "anything but loopback needs --token-file."),
-        token_file: Optional[Path] = typer.Option(None, help="File holding the token clients "
-                                                  "must send (they set ROLLTAPE_TOKEN_FILE)."),
-        max_sessions: int = typer.Option(8, help="Sessions (one env each) served at once."),
-        max_payload: int = typer.Option(64 * 2**20, help="Largest message accepted, in bytes."),
-        idle_timeout: float = typer.Option(300.0, help="Seconds without a request before a "
-                                           "session's env is closed (a vanished client)."),
-        request_timeout: float = typer.Option(60.0, help="Seconds one env call may take."),
-        backend: Optional[str] = typer.Option(None, help="GL backend for render requests "
-                                              "(egl, osmesa; default MUJOCO_GL, else egl)."),
+        **config: Any,
     ) -> None:
         """Serve an env (or a suite's) over zmq for `rolltape eval tcp://HOST:PORT/ENV`,
         `eval --suite S --served tcp://HOST:PORT` and `parity`."""
@@ -53,20 +40,17 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
             from rolltape.server.protocol import missing_extra
 
             raise missing_extra() from None
-        from rolltape.server.server import ServeConfig
         from rolltape.server.server import serve as run_server
 
+        values = config_values(ServeConfig, config)
+        max_episode_steps = values.get("max_episode_steps")
         if max_episode_steps is not None and max_episode_steps < 1:
             raise UsageError(f"--max-episode-steps must be at least 1, got {max_episode_steps}.")
-        if backend is not None:
+        if values.get("backend") is not None:
             from rolltape.pass2.backends import parse_backends
 
-            (backend,) = parse_backends([backend])
-        stopped_by = run_server(ServeConfig(
-            env=env, env_kwargs=parse_kwargs(env_kwargs), max_episode_steps=max_episode_steps,
-            bind=bind, token_file=str(token_file) if token_file else None,
-            max_sessions=max_sessions, max_payload=max_payload, idle_timeout=idle_timeout,
-            request_timeout=request_timeout, backend=backend, suite=suite, tasks=tasks))
+            (values["backend"],) = parse_backends([values["backend"]])
+        stopped_by = run_server(ServeConfig(env=env, **values))
         if stopped_by is not None:  # SIGTERM or Ctrl-C: the status says so, as for any verb
             from rolltape.errors import Interrupted
 
@@ -74,7 +58,10 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
             raise Interrupted(stopped_by, f"{Interrupted.heading(stop)}: stopped serving; "
                                           "every session's env was closed.")
 
-    @app.command()
+    @app.command(cls=PanelCommand)
+    @takes(options_of(EvalConfig, only=("episodes", "seed", "vecnormalize", "algo",
+                                         "env_kwargs", "max_episode_steps"),
+                      defaults={"episodes": 5}))  # parity compares a few whole episodes
     def parity(
         env: Optional[str] = typer.Argument(None, help="The local env id (HalfCheetah-v5); "
                                             "leave it out with --suite and --task."),
@@ -83,16 +70,9 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
                                             "suite a `serve --suite` server serves."),
         task: Optional[str] = typer.Option(None, help="With --suite: the task (name or "
                                            "suite/task)."),
-        policy: str = typer.Option("random", "--policy", "-p",
+        policy: str = typer.Option("random", "--policy", "-p", rich_help_panel=POLICY,
                                    help="random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | "
                                         "tape:PATH.npz (replays its actions)"),
-        vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics."),
-        algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
-        episodes: int = typer.Option(5, "--episodes", "-n", help="Whole episodes to compare."),
-        seed: int = typer.Option(0, help="Episode i is reset with seed + i."),
-        env_kwargs: Optional[List[str]] = typer.Option(None, "--env-kwargs",
-                                                       help="KEY=VALUE, repeatable."),
-        max_episode_steps: Optional[int] = typer.Option(None, help="Override the time limit."),
         width: int = typer.Option(480, help="Width of the compared terminal frame."),
         height: int = typer.Option(480, help="Height of the compared terminal frame."),
         camera: Optional[str] = typer.Option(None, help="Model camera of the terminal frame "
@@ -103,6 +83,7 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
                                  "instead of --policy on --episodes seeds."),
         output: Path = typer.Option(Path("parity.json"), "--out", "-o",
                                     help="Where to write parity.json."),
+        **config: Any,
     ) -> None:
         """Play the same seeded episodes locally and served; exit 1 at any difference."""
         from rolltape.address import parse_server
@@ -112,6 +93,9 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
         from rolltape.server.frames import check_size
         from rolltape.server.protocol import difference_sentence
 
+        episodes, seed, algo = config["episodes"], config["seed"], config["algo"]
+        vecnormalize, max_episode_steps = config["vecnormalize"], config["max_episode_steps"]
+        env_kwargs = parse_kwargs(config["env_kwargs"])
         for tape in tapes or []:
             if not tape.is_file():
                 raise UsageError(f"--tape '{tape}' does not exist; give a tape file (.npz).")
@@ -139,7 +123,7 @@ def register(app: typer.Typer, parse_kwargs: Callable[[Any], dict[str, Any]],
             raise UsageError("Give the local env id as ENV and the server as --served "
                              "tcp://HOST:PORT.")
         else:
-            spec = env_spec(f"{address}/{env}", parse_kwargs(env_kwargs), max_episode_steps)
+            spec = env_spec(f"{address}/{env}", env_kwargs, max_episode_steps)
         described = describe(spec)
         diff = served_difference(spec, described["descriptor"])
         if diff is not None:  # a divergence before any step: named like the others
@@ -176,7 +160,6 @@ def _suite_task_spec(suite: str | None, task: str | None, env: str | None,
                      address: str) -> dict[str, Any]:
     """The served spec of one suite task, resolved as ``serve --suite`` resolves it."""
     from rolltape.address import served_task_spec
-    from rolltape.server.server import ServeConfig
 
     if suite is None or task is None:
         raise UsageError("--suite and --task go together: parity compares one task of a "

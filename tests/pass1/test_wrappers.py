@@ -160,7 +160,6 @@ def test_observation_shape_mismatch_names_the_fix(stacked_cartpole: str, atari_p
     (["--wrapper", "gymnasium.wrappers:NoSuchWrapper"], ["has no class 'NoSuchWrapper'"]),
     (["--wrapper", "gymnasium.wrappers:TimeLimit,max_episode_steps=bare"],
      ["--wrapper 'max_episode_steps=bare'"]),
-    (["--frame-stack", "4", "--batched-inference", "--workers", "2"], ["--batched-inference"]),
 ])
 def test_bad_wrappers_are_one_sentence(flags: list[str], words: list[str], tmp_path) -> None:
     res = run_cli("eval", "CartPole-v1", "-n", "1", "-o", str(tmp_path / "r"), "-q", *flags)
@@ -200,3 +199,51 @@ def test_screens_are_digested_as_they_come() -> None:
             compact(steps)
     assert sum(isinstance(s[-1], int) for s in steps) == 2 * COMPACT_EVERY
     assert np.array_equal(digest_all([s[-1] for s in steps]), obs_digests(np.stack(screens)))
+
+
+def test_batched_and_served_runs_play_through_the_same_wrappers(tmp_path, monkeypatch) -> None:
+    """--frame-stack 2 over a Gymnasium action wrapper, on the batched path (the wrappers run
+    in each sub-env's process) and on a served env (the server steps the base env; the
+    wrappers run here, per row and batched): every tape equals the unbatched local run's,
+    which records the base env's actions, rewards and observations."""
+    from pathlib import Path
+
+    from tests.conftest import Server
+
+    root = str(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv("PYTHONPATH", root)  # the workers import the test's policy module
+    steps = 25
+    wrappers = ({"target": "gymnasium.wrappers:RescaleAction",
+                 "kwargs": {"min_action": -0.5, "max_action": 0.5}},)
+    kw = dict(wrappers=wrappers, frame_stack=2, episodes=5, seed=3, max_episode_steps=steps,
+              report=False)
+    policy = "tests.assets.policies:function"  # acts on the first 6 numbers it is shown
+    runs = {"local": evaluate("HalfCheetah-v5", policy, out=tmp_path / "local", **kw),
+            "batched": evaluate("HalfCheetah-v5", policy, workers=2, batched_inference=True,
+                                out=tmp_path / "batched", **kw)}
+    server = Server("--num-envs", "2",
+                    what=("HalfCheetah-v5", "--max-episode-steps", str(steps)))
+    try:
+        url = f"{server.address}/HalfCheetah-v5"
+        runs["served"] = evaluate(url, policy, workers=2, out=tmp_path / "served", **kw)
+        runs["served_batched"] = evaluate(url, policy, workers=2, batched_inference=True,
+                                          out=tmp_path / "served_batched", **kw)
+    finally:
+        server.stop()
+    plain = evaluate("HalfCheetah-v5", policy, episodes=1, seed=3, max_episode_steps=steps,
+                     report=False, out=tmp_path / "plain")
+    fields = ("actions", "rewards", "terminated", "truncated", "obs_digest", "physics")
+    expected = {p.name: Tape.load(p) for p in sorted((tmp_path / "local" / "tapes").glob("*"))}
+    assert len(expected) == 5
+    for name, run in runs.items():
+        assert run.metadata.facts["policy"]["wrappers"] == [
+            "gymnasium.wrappers:RescaleAction,min_action=-0.5,max_action=0.5",
+            "frame_stack=2"], name
+        for tape_name, tape in expected.items():
+            other = Tape.load(run.path / "tapes" / tape_name)
+            for f in fields:
+                assert getattr(tape, f).tobytes() == getattr(other, f).tobytes(), (name, f)
+            assert "served" not in other.env
+    # The wrappers changed what was played: the base env saw other actions.
+    assert not np.array_equal(expected["policy-0000.npz"].actions,
+                              Tape.load(plain.path / "tapes" / "policy-0000.npz").actions)

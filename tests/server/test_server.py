@@ -22,7 +22,7 @@ import pytest
 
 zmq = pytest.importorskip("zmq")
 
-from conftest import Server, interruptible, run_cli  # noqa: E402
+from conftest import Server, eval_until_server_killed, interruptible, run_cli  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection  # noqa: E402
 
@@ -450,19 +450,10 @@ def test_a_server_killed_mid_run_stops_the_eval_and_resume_finishes(evals, tmp_p
     out = tmp_path / "run"
     args = ["--max-episode-steps", str(STEPS), "--episodes", "12", "--seed", "5", "-q",
             "--no-report", "--out", str(out)]
-    eval_env = {**os.environ, "COLUMNS": "200", **FAST}
-    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "eval",
-                             f"{first.address}/{ENV_ID}", *args], env=eval_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rows = tmp_path / ".run.partial" / "episodes.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if rows.exists() and rows.read_text().count("\n") >= 2:
-            break
-        time.sleep(0.05)
-    first.stop(signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1, err
+    returncode, err = eval_until_server_killed(first, [f"{first.address}/{ENV_ID}", *args],
+                                               rows, 2, FAST)
+    assert returncode == 1, err
     line = err.strip().splitlines()[-1]
     assert "did not answer" in line and "--resume" in line and "kept" in line
     kept = rows.read_text().count("\n")

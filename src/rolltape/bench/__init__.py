@@ -57,6 +57,9 @@ Benchmarks, in the order they run and are reported (module in brackets):
   local step and the absolute overhead, served - local, beside it).
 - ``served_eval_pass1`` [served]: pass 1 of :func:`rolltape.evaluate` on
   ``tcp://.../HalfCheetah-v5`` vs locally, PPO MLP (target: <= 1.5x; tapes bitwise equal).
+- ``served_vector`` [served]: batched pass 1 (PPO MLP, N = 8) on one vector session of
+  ``rolltape serve --num-envs 8`` vs 8 local sub-env processes (target: >= 0.9x; tapes
+  bitwise equal), with the per-env served step overhead for N = 1, 8, 32 beside it.
 - ``served_concurrent_clients`` [served]: 4 clients on one server at once vs each alone
   (target: 0 episodes differ).
 - ``training_tapes`` [training]: PPO training throughput with a RecordTape tape of every
@@ -119,6 +122,7 @@ from rolltape.bench.served import (
     bench_served_concurrent_clients,
     bench_served_eval_pass1,
     bench_served_step_overhead,
+    bench_served_vector,
 )
 from rolltape.bench.suites import bench_suite_aggregation, bench_suite_workers
 from rolltape.bench.training import (
@@ -155,6 +159,7 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "small_job": bench_small_job,
     "served_step_overhead": bench_served_step_overhead,
     "served_eval_pass1": bench_served_eval_pass1,
+    "served_vector": bench_served_vector,
     "served_concurrent_clients": bench_served_concurrent_clients,
     "training_tapes": bench_training_tapes,
     "training_background_video": bench_training_background_video,

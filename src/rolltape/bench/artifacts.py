@@ -6,8 +6,6 @@ May import: bench.common; rolltape inside functions. Never: bench itself, a sibl
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,8 @@ from rolltape.bench.common import (
     _record_random_tape,
     _result,
     _timed_render,
-    child_env,
+    run_child,
 )
-from rolltape.interpreter import python_command
 
 
 def bench_gif_vs_mp4(ctx: Context) -> dict[str, Any]:
@@ -69,32 +66,24 @@ REPORT_BUDGET_S = 10.0
 
 # Its own script rather than run_child: the clock starts before ``import rolltape``, as for
 # ``rolltape report RUN``.
-_REPORT_CHILD = """
-import json, sys, time
-started = time.perf_counter()
-from rolltape.outputs.report import build_report
-imported = time.perf_counter()
-path = build_report(sys.argv[1])
-first = time.perf_counter()
-build_report(sys.argv[1])
-second = time.perf_counter()
-from pathlib import Path
-print(json.dumps({"import_s": imported - started, "first_s": first - imported,
-                  "second_s": second - first, "html_bytes": Path(path).stat().st_size}))
-"""
+def _build_report_twice(run_dir: str) -> dict[str, Any]:
+    """(In a fresh interpreter.) Import rolltape's report and build it twice, timing each."""
+    started = time.perf_counter()
+    from rolltape.outputs.report import build_report
+
+    imported = time.perf_counter()
+    path = build_report(run_dir)
+    first = time.perf_counter()
+    build_report(run_dir)
+    second = time.perf_counter()
+    return {"import_s": imported - started, "first_s": first - imported,
+            "second_s": second - first, "html_bytes": Path(path).stat().st_size}
 
 
 def _time_report_build(run_dir: Path, cwd: Path) -> dict[str, Any]:
     """Import rolltape.report and build the report twice in a fresh interpreter."""
-    started = time.perf_counter()
-    proc = subprocess.run(python_command(_REPORT_CHILD, str(run_dir)), cwd=cwd,
-                          env=child_env(), capture_output=True, text=True, timeout=600)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise RuntimeError(f"the report_build child exited with status {proc.returncode}:\n"
-                           f"{tail}")
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_wall_s": wall}
+    child, wall = run_child(_build_report_twice, {"run_dir": str(run_dir)}, cwd)
+    return {**child, "process_wall_s": wall}
 
 
 def bench_report_build(ctx: Context) -> dict[str, Any]:

@@ -9,17 +9,16 @@ May import: rolltape, inside functions. Never: another bench module (they import
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from rolltape.interpreter import GL_VARIABLES, python_command
+from rolltape.interpreter import GL_VARIABLES, ChildFailed, changes_to, run_once
 
 if TYPE_CHECKING:
     from rolltape.record import Run
@@ -151,31 +150,19 @@ def child_env(gl: str | None = None) -> dict[str, str]:
     return env
 
 
-_CHILD = """
-import importlib, json, sys
-fn = getattr(importlib.import_module(sys.argv[1]), sys.argv[2])
-result = fn(**json.loads(sys.argv[3]))
-with open(sys.argv[4], "w") as f:
-    json.dump(result, f)
-"""
-
-
 def run_child(fn: Callable[..., dict[str, Any]], kwargs: dict[str, Any], cwd: Path,
               gl: str | None = None, timeout: float = 3600.0) -> tuple[dict[str, Any], float]:
     """Run ``fn(**kwargs)`` (a module-level function of a bench module) in a fresh
-    interpreter (with ``gl`` as MUJOCO_GL, or none) and return its JSON result and the
+    interpreter in ``cwd`` (with ``gl`` as MUJOCO_GL, or none) and return its result and the
     process's wall time, start-up and imports included."""
-    name = fn.__name__
-    result_file = cwd / f"{name}.result.json"
     started = time.perf_counter()
-    proc = subprocess.run(python_command(_CHILD, fn.__module__, name, json.dumps(kwargs),
-                                         str(result_file)), cwd=cwd, env=child_env(gl),
-                          capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0 or not result_file.is_file():
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise RuntimeError(f"bench child {name} exited with status {proc.returncode}:\n{tail}")
-    return json.loads(result_file.read_text()), wall
+    try:
+        result = run_once(partial(fn, **kwargs), env=changes_to(child_env(gl)), timeout=timeout, cwd=cwd,
+                          capture=True)
+    except ChildFailed as failed:
+        tail = "\n".join(failed.output.strip().splitlines()[-15:])
+        raise RuntimeError(f"bench child {fn.__name__} failed: {failed}\n{tail}") from None
+    return result, time.perf_counter() - started
 
 
 def _vmhwm_kb(pid: int) -> int | None:

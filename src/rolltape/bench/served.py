@@ -1,7 +1,9 @@
 """Served envs (``rolltape serve``) against local ones, on one loopback server started here:
 the protocol's cost per step beside a minimal pyzmq server of the same env
-(``served_step_overhead``), pass 1 of an evaluation (``served_eval_pass1``), and 4 clients
-at once getting what each gets alone (``served_concurrent_clients``).
+(``served_step_overhead``), pass 1 of an evaluation (``served_eval_pass1``), batched pass 1 on
+a vector session of ``serve --num-envs 8`` against 8 local sub-env processes
+(``served_vector``), and 4 clients at once getting what each gets alone
+(``served_concurrent_clients``).
 
 May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module.
 """
@@ -30,11 +32,13 @@ from rolltape.bench.common import (
 
 
 @contextlib.contextmanager
-def loopback_server(cwd: Path, max_steps: int, sessions: int = 8) -> Iterator[str]:
+def loopback_server(cwd: Path, max_steps: int, sessions: int = 8, num_envs: int = 1
+                    ) -> Iterator[str]:
     """A ``rolltape serve`` process on a free loopback port; yields its address."""
     proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "serve", ENV_ID,
                              "--max-episode-steps", str(max_steps), "--bind", "127.0.0.1:0",
-                             "--max-sessions", str(sessions)], cwd=cwd, env=child_env(),
+                             "--max-sessions", str(sessions), "--num-envs", str(num_envs)],
+                            cwd=cwd, env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None  # stdout=PIPE
     try:
@@ -259,30 +263,42 @@ def _tape_bytes(path: Path) -> dict[str, bytes]:
         return {n: data[n].tobytes() for n in data.files if n != "header"}
 
 
+def _interleaved_pass1(ctx: Context, folder: str, reps: int,
+                       runs: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+    """pass1_s of each named :func:`rolltape.evaluate` call (its keyword arguments), ``reps``
+    times, which goes first alternating; every run's tapes must be bitwise the first's."""
+    from rolltape.evaluation import evaluate
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    tapes: dict[str, list[Path]] = {}
+    for rep in range(reps):
+        for name in (list(runs) if rep % 2 == 0 else list(runs)[::-1]):
+            run = evaluate(out=ctx.dir(f"{folder}-{name}"), overwrite=True, report=False,
+                           **runs[name])
+            times[name].append(run_seconds(run, "pass1_s"))
+            tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
+    first, *others = tapes.values()
+    for name, mine in zip(list(tapes)[1:], others):
+        differing = [a.name for a, b in zip(first, mine) if _tape_bytes(a) != _tape_bytes(b)]
+        if differing or len(first) != len(mine):
+            raise AssertionError(f"the {name} run's tapes differ from the {list(tapes)[0]} "
+                                 f"run's: {differing}")
+    return times
+
+
 def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
     """Pass 1 of ``evaluate`` on a served env vs a local one (PPO MLP, same episodes,
     interleaved); the tapes must be bitwise identical. Target: served / local <= 1.5."""
-    from rolltape.evaluation import evaluate
 
     quick = ctx.config.quick
     episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)
     ckpt, vecnorm = ctx.checkpoint()
-    times: dict[str, list[float]] = {"local": [], "served": []}
-    tapes: dict[str, list[Path]] = {}
+    common = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=SEED,
+                  max_episode_steps=steps)
     with loopback_server(ctx.dir("served-eval"), steps) as address:
-        envs = {"local": ENV_ID, "served": f"{address}/{ENV_ID}"}
-        for rep in range(reps):
-            for name in (list(envs) if rep % 2 == 0 else list(envs)[::-1]):
-                run = evaluate(envs[name], f"sb3:{ckpt}", vecnormalize=vecnorm,
-                               episodes=episodes, seed=SEED, max_episode_steps=steps,
-                               out=ctx.dir(f"served-eval-{name}"), overwrite=True,
-                               report=False)
-                times[name].append(run_seconds(run, "pass1_s"))
-                tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
-    differing = [a.name for a, b in zip(tapes["local"], tapes["served"])
-                 if _tape_bytes(a) != _tape_bytes(b)]
-    if differing or len(tapes["local"]) != len(tapes["served"]):
-        raise AssertionError(f"served tapes differ from local ones: {differing}")
+        times = _interleaved_pass1(ctx, "served-eval", reps, {
+            "local": dict(env=ENV_ID, **common),
+            "served": dict(env=f"{address}/{ENV_ID}", **common)})
     local_s, served_s = _median(times["local"]), _median(times["served"])
     return _result(
         title="served eval pass 1 vs local", ratio=served_s / local_s,
@@ -291,6 +307,81 @@ def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
         raw={"episodes": episodes, "steps": steps, "reps": reps, "pass1_s": times,
              "tapes_identical": True},
         notes=[POLICY_NOTE])
+
+
+def bench_served_vector(ctx: Context) -> dict[str, Any]:
+    """Batched pass 1 (``--batched-inference``: one forward pass for 8 observations, PPO
+    MLP) on one vector session of a ``serve --num-envs 8`` server vs the same on 8 local
+    sub-env processes, interleaved; the tapes must be bitwise identical. Judged: local
+    pass1_s / served pass1_s (target >= 0.9). Beside it: the per-env cost of a served vector
+    step for N = 1, 8, 32 sub-envs (:func:`per_env_overhead`)."""
+
+    quick = ctx.config.quick
+    num_envs = 8
+    episodes, steps, reps = (8, 100, 1) if quick else (16, 1000, 2)
+    ckpt, vecnorm = ctx.checkpoint()
+    common = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=SEED,
+                  max_episode_steps=steps, batched_inference=True)
+    with loopback_server(ctx.dir("served-vector"), steps, num_envs=num_envs) as address:
+        times = _interleaved_pass1(ctx, "served-vector", reps, {
+            "local": dict(env=ENV_ID, workers=num_envs, **common),
+            "served": dict(env=f"{address}/{ENV_ID}", workers=1, **common)})
+    local_s, served_s = _median(times["local"]), _median(times["served"])
+    per_env = per_env_overhead(ctx, (1, 8, 32), 200 if quick else 1000)
+    return _result(
+        title="served batched pass 1 (N = 8) vs local batched", ratio=local_s / served_s,
+        ratio_of="local pass1_s / served pass1_s", target=0.9, op=">=", gating=not quick,
+        baseline=f"evaluate(--batched-inference, --workers {num_envs}) on local sub-envs",
+        measured=f"the same on one vector session of `serve --num-envs {num_envs}`",
+        raw={"episodes": episodes, "steps": steps, "reps": reps, "num_envs": num_envs,
+             "pass1_s": times, "tapes_identical": True, "per_env_overhead_us": per_env},
+        notes=[POLICY_NOTE] + [
+            f"N = {n}: a served vector step costs {v['served_us']:.0f} us, N local steps "
+            f"{v['local_us']:.0f} us: {v['overhead_us']:.1f} us per env over local"
+            for n, v in per_env.items()])
+
+
+def per_env_overhead(ctx: Context, sizes: tuple[int, ...], steps: int
+                     ) -> dict[int, dict[str, float]]:
+    """For each N in ``sizes``: median microseconds of one served vector step of N sub-envs
+    (one request, one reply), of N local steps of the same envs and actions in this process,
+    and the overhead per env, (served - local) / N. Served and local steps alternate."""
+    import numpy as np
+
+    from rolltape.envs import env_spec, make_env
+    from rolltape.server.client import RemoteVectorEnv
+
+    out: dict[int, dict[str, float]] = {}
+    rng = np.random.default_rng(SEED)
+    with loopback_server(ctx.dir("served-per-env"), steps + 1, sessions=2,
+                         num_envs=max(sizes)) as address:
+        spec = env_spec(f"{address}/{ENV_ID}", max_episode_steps=steps + 1)
+        for n in sizes:
+            remote = RemoteVectorEnv.connect(spec, 1, per_session=n)
+            local = [make_env(env_spec(ENV_ID, max_episode_steps=steps + 1)) for _ in range(n)]
+            try:
+                seeds: list[int | None] = [SEED + i for i in range(n)]
+                remote.reset(seeds, np.ones(n, bool))
+                for env, seed in zip(local, seeds):
+                    env.reset(seed=seed)
+                served_t, local_t = [], []
+                for _ in range(steps):
+                    actions = rng.uniform(-1, 1, size=(n, 6))
+                    t0 = time.perf_counter()
+                    remote.step(actions)
+                    t1 = time.perf_counter()
+                    for env, action in zip(local, actions):
+                        env.step(action)
+                    local_t.append(time.perf_counter() - t1)
+                    served_t.append(t1 - t0)
+            finally:
+                remote.close()
+                for env in local:
+                    env.close()
+            served_s, local_s = _median(served_t), _median(local_t)
+            out[n] = {"served_us": served_s * 1e6, "local_us": local_s * 1e6,
+                      "overhead_us": (served_s - local_s) / n * 1e6}
+    return out
 
 
 def bench_served_concurrent_clients(ctx: Context) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 from rolltape.envs import trusted_env_id
 from rolltape.errors import Interrupted, UsageError, check_choice
-from rolltape.files import sha256_of
+from rolltape.files import move_into_place, sha256_of
 from rolltape.record import Run
 
 FORMATS = ("minari", "lerobot")
@@ -206,16 +206,10 @@ def _destination(to: str, run: Run, out: str | os.PathLike[str] | None,
 def _move_into_place(built: Path, final: Path, overwrite: bool) -> None:
     """Rename the finished dataset onto ``final`` (an old one, with --overwrite, is moved
     aside first and removed after)."""
-    old = None
-    if final.exists():
-        if not overwrite:  # made meanwhile by someone else
-            raise UsageError(f"Dataset '{final}' appeared while exporting; pass --overwrite "
-                             "to replace it.")
-        old = final.with_name(f".{final.name}.{os.getpid()}.old.partial")
-        os.rename(final, old)
-    os.rename(built, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    if final.exists() and not overwrite:  # made meanwhile by someone else
+        raise UsageError(f"Dataset '{final}' appeared while exporting; pass --overwrite to "
+                         "replace it.")
+    move_into_place(built, final)
 
 
 def _import_in_background(modules: Sequence[str]) -> None:

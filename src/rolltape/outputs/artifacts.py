@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rolltape.errors import UsageError
-from rolltape.files import write_json, write_text  # noqa: F401  (re-exported)
+from rolltape.files import move_into_place, write_json, write_text  # noqa: F401  (re-exported)
 from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass2.formats import TABLE, file_suffixes, names
 
@@ -175,13 +175,7 @@ class RunDir:
     def commit(self) -> Path:
         """Move the finished run into place, replacing an old one only now that it is whole."""
         remove_temporaries(self.staging)
-        old = None
-        if self.final.exists():
-            old = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
-            os.replace(self.final, old)
-        os.replace(self.staging, self.final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        move_into_place(self.staging, self.final)
         self.release()
         return self.final
 

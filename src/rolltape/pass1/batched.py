@@ -7,8 +7,10 @@ last bits of its actions from the same episode played alone, and from a run with
 number of envs. Everything else holds. Each episode is reset with its own seed. Its tape
 holds exactly the actions that were stepped, so pass 2 replays and verifies it as usual.
 
-The envs run in Gymnasium's ``AsyncVectorEnv`` with autoreset disabled; a sub-env that
-finishes is reset with the next episode's seed. Only SB3 policies have a batched forward
+The envs run in Gymnasium's ``AsyncVectorEnv`` with autoreset disabled, or on vector
+sessions of a ``rolltape serve --num-envs N`` server (:mod:`rolltape.pass1.vectors`); a
+sub-env that finishes is reset with the next episode's seed, one that raises fails its own
+episode only. Policy-side wrappers run where each sub-env's episode is played. Only SB3 policies have a batched forward
 pass; other policies (the random baseline, callables, tapes) act row by row, one instance
 per sub-env, and their tapes are identical to per-row ones.
 
@@ -22,7 +24,6 @@ Example (not run: it spawns processes):
 from __future__ import annotations
 
 import copy
-import functools
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,52 +32,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rolltape.envs import make_env, mujoco_data, physics_spec, split_physics
+from rolltape.envs import make_env, mujoco_data, split_physics
 from rolltape.errors import UsageError
 from rolltape.pass1.fields import kept_obs, success_flag, tape_fields
 from rolltape.pass1.rollout import EpisodeJob, PolicyJob, refuse_if_it_cannot_draw, save_episode
+from rolltape.pass1.vectors import open_vector
+from rolltape.pass1.wrappers import WrappedEnv
 from rolltape.policies import Policy, SB3Policy, load_policy
-
-_INFO_KEY = "rolltape"  # what each sub-env adds to its info: (state, is_success, metrics)
-
-
-def _recording_env(spec: dict[str, Any]) -> Any:
-    """A sub-env that reports, in ``info``, the MuJoCo state and end-of-episode facts a tape
-    keeps: the env lives in another process, so nothing else can read them."""
-    import gymnasium as gym
-
-    env = make_env(spec)
-    state = _state_reader(env)
-
-    class ReportState(gym.Wrapper):
-        def reset(self, **kwargs: Any) -> Any:
-            obs, info = self.env.reset(**kwargs)
-            return obs, {**info, _INFO_KEY: (state(), None, None)}
-
-        def step(self, action: Any) -> Any:
-            obs, reward, term, trunc, info = self.env.step(action)
-            facts = (state(), info.get("is_success"), info.get("metrics"))
-            return obs, reward, term, trunc, {**info, _INFO_KEY: facts}
-
-    return ReportState(env)
-
-
-def _state_reader(env: Any) -> Callable[[], np.ndarray | None]:
-    """A function returning the MuJoCo state a tape keeps per frame (None for other envs)."""
-    data = mujoco_data(env)
-    if data is None:
-        return lambda: None
-    import mujoco
-
-    model, what = env.unwrapped.model, physics_spec()
-    size = mujoco.mj_stateSize(model, what)
-
-    def state() -> np.ndarray:
-        out = np.empty(size)
-        mujoco.mj_getState(model, data, out, what)
-        return out
-
-    return state
 
 
 @dataclass
@@ -92,74 +54,110 @@ class _Playing:
 
 
 def run_batched_job(jobs: list[PolicyJob], num_envs: int, send: Callable[[Any], None]) -> None:
-    """Play every episode of ``jobs`` on ``num_envs`` sub-envs; ``send`` reports as
+    """Play every episode of ``jobs`` on ``num_envs`` sub-envs (a served env: on
+    ``num_envs`` vector sessions of its server); ``send`` reports as
     :func:`rollout.run_policy_job` does."""
     for job in jobs:
         _run_one(job, num_envs, send)
 
 
 def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None:
-    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
     from gymnasium.vector.utils import iterate
 
-    probe = make_env(job.env)  # for the spaces and checks; never stepped
+    local = {k: v for k, v in job.env.items() if k != "served"}
+    probe = make_env(local)  # for the spaces and checks; never stepped
+    wrapped = None
     try:
         refuse_if_it_cannot_draw(job, probe)
-        act_batch, description = _batch_actor(job, probe, num_envs)
         data = mujoco_data(probe)
         nq, nv = (probe.unwrapped.model.nq, probe.unwrapped.model.nv) if data is not None \
             else (0, 0)
+        wrapped = WrappedEnv.build(probe, job.wrappers) if job.wrappers else None
+        envs = open_vector(job.env, num_envs, tuple(job.wrappers), job.success_key)
+        try:
+            act_batch, description = _batch_actor(job, wrapped.env if wrapped else probe,
+                                                  envs.num_envs)
+        except BaseException:
+            envs.close()
+            raise
     finally:
-        probe.close()
+        (wrapped or probe).close()
+    if wrapped is not None:  # stored in every tape and the run's metadata
+        description["wrappers"] = wrapped.names
+    num_envs = envs.num_envs
     role = job.episodes[0].role if job.episodes else None
     send(("policy", {"role": role, **description}))
-    envs = AsyncVectorEnv([functools.partial(_recording_env, job.env)] * num_envs,
-                          autoreset_mode=AutoresetMode.DISABLED, context="spawn")
     try:
         space = envs.single_observation_space
         waiting = deque(job.episodes)
         playing: list[_Playing | None] = [None] * num_envs
 
+        def fail(s: int, error: str) -> None:
+            """Sub-env ``s`` raised: its episode fails alone (as a per-row worker's does)."""
+            episode = playing[s]
+            if episode is not None:
+                ep = episode.job
+                send(("episode_failed", {**job.extra_meta, "role": ep.role, "index": ep.index,
+                                         "seed": ep.seed, "error": error}))
+            playing[s] = None
+
         def reset(slots: np.ndarray) -> Any:
-            """Start the next episode on each slot in ``slots`` (an idle slot just resets)."""
-            seeds: list[int | None] = [None] * num_envs
-            for s in np.flatnonzero(slots):
-                episode = waiting.popleft() if waiting else None
-                playing[s] = None if episode is None else _Playing(episode)
-                seeds[s] = None if episode is None else episode.seed
-            options = {"reset_mask": slots}
-            obs, infos = envs.reset(seed=seeds, options=options)
-            rows = list(iterate(space, obs))
-            for s in np.flatnonzero(slots):
-                if (fresh := playing[s]) is not None:
-                    fresh.first_obs = kept_obs(rows[s])
-                    fresh.states.append(infos[_INFO_KEY][s][0])
-            return obs, rows
+            """Start the next episode on each slot in ``slots`` (an idle slot just resets);
+            a slot whose reset raised fails that episode and takes the next one."""
+            while True:
+                seeds: list[int | None] = [None] * num_envs
+                for s in np.flatnonzero(slots):
+                    episode = waiting.popleft() if waiting else None
+                    playing[s] = None if episode is None else _Playing(episode)
+                    seeds[s] = None if episode is None else episode.seed
+                obs, facts = envs.reset(seeds, slots)
+                rows = list(iterate(space, obs))
+                again = np.zeros(num_envs, dtype=bool)
+                for s in np.flatnonzero(slots):
+                    if facts[s].error is not None:
+                        # An idle slot whose reset raised stays idle (its steps' errors are
+                        # dropped): retried, it could raise for ever.
+                        again[s] = playing[s] is not None
+                        fail(int(s), facts[s].error)
+                    elif (fresh := playing[s]) is not None:
+                        fresh.first_obs = kept_obs(rows[s])
+                        fresh.states.append(facts[s].state)
+                if not again.any():
+                    return obs, rows
+                slots = again
 
         obs, rows = reset(np.ones(num_envs, dtype=bool))
         while any(p is not None for p in playing):
             active = np.array([p is not None for p in playing])
             actions = act_batch(obs, rows, active, playing)
-            obs, rewards, terminated, truncated, infos = envs.step(actions)
+            obs, rewards, terminated, truncated, facts = envs.step(actions)
             rows = list(iterate(space, obs))
             done = terminated | truncated
             for s, episode in enumerate(playing):
+                fact = facts[s]
+                if fact.error is not None:
+                    fail(s, fact.error)
+                    done[s] = True
+                    continue
                 if episode is None:
                     continue
+                if fact.fields is not None:  # played through wrappers: the base env's tape
+                    save_episode(job, episode.job, description, fact.fields, send)
+                    continue
+                if wrapped is not None:
+                    continue  # the base env's steps are kept where the wrappers run
                 episode.steps.append((np.array(actions[s], copy=True), rewards[s],
                                       bool(terminated[s]), bool(truncated[s]),
                                       kept_obs(rows[s])))
-                facts = infos[_INFO_KEY][s]
-                episode.states.append(facts[0])
-                if facts[1] is not None:  # success at some step, as record_episode keeps it
-                    episode.once = bool(episode.once or success_flag(facts[1]))
+                episode.states.append(fact.state)
+                if fact.success is not None:  # success at some step, as record_episode keeps it
+                    episode.once = bool(episode.once or success_flag(fact.success))
                 if done[s]:
-                    state, success, metrics = facts
-                    physics = ((None, None, None) if state is None else
+                    physics = ((None, None, None) if fact.state is None else
                                split_physics(np.stack(episode.states), nq, nv))
                     fields = tape_fields(
                         episode.job.seed, None, episode.first_obs, episode.steps,
-                        physics, success, metrics, episode.started)
+                        physics, fact.success, fact.metrics, episode.started)
                     fields["success_once"] = episode.once
                     save_episode(job, episode.job, description, fields, send)
             if done.any():

@@ -88,20 +88,6 @@ def wrapper_entries(wrappers: Any, frame_stack: int = 0) -> tuple[dict[str, Any]
     return tuple(out)
 
 
-def check_wrapper_use(wrappers: Any, frame_stack: int, *, batched: bool, served: bool) -> None:
-    """Refuse, before any work, wrappers that are malformed or asked of a path without them."""
-    entries = wrapper_entries(wrappers, frame_stack)
-    if not entries:
-        return
-    if batched:
-        raise UsageError("--batched-inference does not run policy-side wrappers yet; drop "
-                         "--batched-inference (or --wrapper/--frame-stack).")
-    if served:
-        raise UsageError("--wrapper/--frame-stack need the env stepped here (a served env's "
-                         "steps come over the network without the wrappers); evaluate it "
-                         "locally by its env id.")
-
-
 def describe(entries: Any) -> list[str]:
     """What the policy saw, as the report and metadata say it: ``['atari', 'frame_stack=4']``."""
     names = []

@@ -12,7 +12,7 @@ cannot switch backends after the fact, and a backend whose libraries are missing
 * :func:`doctor` / :func:`format_doctor` probe several backends and print a report.
 
 This module is imported by the orchestrator, so it must stay light: mujoco, OpenGL and numpy
-are imported only inside the probe child (:func:`_child_main`), never at module level.
+are imported only inside the probe child (:func:`_probe_here`), never at module level.
 
 Measured on Debian 12 with Mesa 22.3 (llvmpipe), mujoco 4.0 and PyOpenGL 3.1.10:
 ``EGL_PLATFORM`` (unset, surfaceless, device, x11, wayland) makes no difference, because
@@ -26,11 +26,9 @@ executors, outputs.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -39,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rolltape.errors import UsageError
-from rolltape.interpreter import python_command
+from rolltape.interpreter import ChildFailed, changes_to, run_once
 
 __all__ = [
+    "BACKENDS_HELP",
     "DEFAULT_ORDER",
     "KNOWN_BACKENDS",
     "ProbeResult",
@@ -58,6 +57,7 @@ KNOWN_BACKENDS: tuple[str, ...] = ("egl", "osmesa", "glfw")
 """Every backend rolltape knows how to select and probe."""
 
 DEFAULT_ORDER: tuple[str, ...] = ("egl", "osmesa")
+BACKENDS_HELP = "GL backends to try in order, comma-separated (egl, osmesa, glfw)."
 """Backends rolltape tries, in order, when the user names none (glfw needs a display)."""
 
 # Debian packages that provide each backend's shared libraries.
@@ -76,9 +76,6 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "osmesa": ("OSMesa",),
     "glfw": (),  # the pip wheel bundles libglfw; pyGLFW reports its own load errors
 }
-
-# Prefix of the one line the child writes to stdout; anything else there is library noise.
-_MARKER = "ROLLTAPE_PROBE_RESULT "
 
 # A box under a light: the smallest scene whose render is certainly not a single colour.
 _PROBE_XML = """
@@ -251,7 +248,7 @@ def _child_environment(backend: str, base: Mapping[str, str]) -> dict[str, str]:
     _apply_gl_environment(env, backend)
     pythonpath = env.get("PYTHONPATH")
     env["PYTHONPATH"] = _src_root() + (os.pathsep + pythonpath if pythonpath else "")
-    # Keep the child's stdout a plain pipe we can parse; no buffering surprises on a crash.
+    # What a crashing child printed last is the clue: nothing may wait in a buffer.
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -307,7 +304,7 @@ def _fix_for(backend: str, reason: str, missing_library: bool) -> str | None:
 
 
 def _result_from_child(backend: str, seconds: float, payload: dict[str, object]) -> ProbeResult:
-    """Turn the child's JSON report into a ProbeResult."""
+    """Turn the child's report (:func:`_probe_here`) into a ProbeResult."""
     raw_renderer = payload.get("renderer")
     renderer = raw_renderer if isinstance(raw_renderer, str) and raw_renderer else None
     if payload.get("ok"):
@@ -324,67 +321,42 @@ def probe(backend: str, timeout: float = 60.0) -> ProbeResult:
     The child inherits this process's environment (DISPLAY, LD_LIBRARY_PATH,
     MUJOCO_EGL_DEVICE_ID, ...) plus :func:`gl_environment`. It imports mujoco, builds a
     box-and-light model, renders it with ``mujoco.Renderer`` and checks the frame is not a
-    single value. A child that outlives ``timeout`` is killed (with its process group) and
-    reported as a hang; one killed by a signal is reported as a crash naming the signal.
+    single value (:func:`rolltape.interpreter.run_once`, capturing what it prints: a GL
+    library's own complaint is often the only clue). A child that outlives ``timeout`` is
+    killed and reported as a hang; one killed by a signal is reported as a crash naming the
+    signal.
 
     Raises:
         UsageError: ``backend`` is unknown.
     """
     name = _check_backend(backend)
     env = _child_environment(name, os.environ)
-    command = python_command("from rolltape.pass2.backends import _child_main; "
-                             "sys.exit(_child_main(sys.argv[1]))", name)
     start = time.monotonic()
     try:
-        # Own session so a hung child and anything it spawned can be killed together.
-        child = subprocess.Popen(
-            command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
+        payload = run_once(_probe_here, name, env=changes_to(env), timeout=timeout, cwd_on_path=False,
+                           capture=True)
     except OSError as exc:
         return ProbeResult(name, False, time.monotonic() - start,
                            f"could not start the probe: {exc}", None, None)
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, AttributeError):  # no killpg: Windows
-            child.kill()
-        child.communicate()
-        return ProbeResult(name, False, time.monotonic() - start,
-                           f"hang: no frame after {timeout:g}s, probe killed",
-                           _alternatives(name), None)
-    seconds = time.monotonic() - start
-
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(_MARKER):
+    except ChildFailed as failed:
+        seconds = time.monotonic() - start
+        if failed.hung:
+            return ProbeResult(name, False, seconds,
+                               f"hang: no frame after {timeout:g}s, probe killed",
+                               _alternatives(name), None)
+        detail = _last_meaningful_line(failed.output)
+        code = failed.returncode
+        if code is not None and code < 0:
             try:
-                payload = json.loads(line[len(_MARKER):])
-            except json.JSONDecodeError:
-                break
-            if isinstance(payload, dict):
-                return _result_from_child(name, seconds, payload)
-            break
-
-    returncode = child.returncode
-    if returncode < 0:
-        try:
-            signame = signal.Signals(-returncode).name
-        except ValueError:
-            signame = f"signal {-returncode}"
-        detail = _last_meaningful_line(stderr)
-        reason = f"crash: probe killed by {signame}" + (f" ({detail})" if detail else "")
-        return ProbeResult(name, False, seconds, reason, _alternatives(name), None)
-    # The child died before it could report (e.g. our import failed): use its stderr.
-    reason = _last_meaningful_line(stderr) or f"probe exited with status {returncode}, no message"
-    return ProbeResult(name, False, seconds, reason, _fix_for(name, reason, False), None)
+                signame = signal.Signals(-code).name
+            except ValueError:
+                signame = f"signal {-code}"
+            reason = f"crash: probe killed by {signame}" + (f" ({detail})" if detail else "")
+            return ProbeResult(name, False, seconds, reason, _alternatives(name), None)
+        # It died before it could answer (e.g. our import failed): what it printed says why.
+        reason = detail or f"probe exited with status {code}, no message"
+        return ProbeResult(name, False, seconds, reason, _fix_for(name, reason, False), None)
+    return _result_from_child(name, time.monotonic() - start, payload)
 
 
 def doctor(
@@ -497,8 +469,9 @@ def _glfw_text(message: Warning | str) -> str:
     return _shorten(match.group(2) if match else text)
 
 
-def _child_main(backend: str) -> int:
-    """Run one probe in this (child) process and print the marker line; 0 if it passed."""
+def _probe_here(backend: str) -> dict[str, object]:
+    """(In the probe's child, whose environment selects ``backend``.) Draw the probe scene;
+    what happened, as :func:`_result_from_child` reads it."""
     import traceback
     import warnings
 
@@ -524,9 +497,7 @@ def _child_main(backend: str) -> int:
                     reason, payload["missing_library"] = problem, True
                     break
             payload["reason"] = _shorten(reason)
-    sys.stdout.write(_MARKER + json.dumps(payload) + "\n")
-    sys.stdout.flush()
-    return 0 if payload["ok"] else 1
+    return payload
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,14 +32,21 @@ import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
 from rolltape.envs import check_tape_env_module
-from rolltape.errors import UsageError
+from rolltape.errors import UsageError, check_choice
+from rolltape.flags import VIDEO, flag
 from rolltape.pass2.backends import select_backend_in_this_process
-from rolltape.pass2.cameras import CameraRig, Compositor, draw_overlay, separate_path
+from rolltape.pass2.cameras import (
+    CameraRig,
+    Compositor,
+    check_layout,
+    draw_overlay,
+    separate_path,
+)
 from rolltape.tape import Tape, sum_rewards
 
 MODES = ("resim", "restore", "auto")
@@ -54,15 +61,36 @@ class RenderOptions:
     64
     """
 
-    mode: str = "resim"
-    width: int | None = None
-    height: int | None = None
-    cameras: tuple[str, ...] = ()  # see rolltape.cameras; () is the env's own view
-    layout: str = "single"  # how several cameras share a frame (or "separate" files)
-    overlay: bool = False  # write step, reward and return onto each frame
-    quality: str = "full"  # a QUALITY preset
-    rtol: float = 0.0
-    atol: float = 0.0
+    mode: str = flag("resim", "resim (replay and verify), restore (draw the recorded states) "
+                              "or auto (resim, else restore).", panel=VIDEO)
+    width: int | None = flag(None, "Frame width (env default when omitted).", panel=VIDEO)
+    height: int | None = flag(None, "Frame height.", panel=VIDEO)
+    cameras: tuple[str, ...] = flag(  # see rolltape.cameras; () is the env's own view
+        (), "default, free, a model camera NAME, or track:BODY; repeat for several.",
+        panel=VIDEO, names=("--camera",), cli_type=Optional[List[str]], cli_default=None,
+        parse=tuple)
+    layout: str = flag(  # how several cameras share a frame (or "separate" files)
+        "single", "single, horizontal, vertical, grid, or separate (one file per camera).",
+        panel=VIDEO)
+    overlay: bool = flag(False, "Write step, reward and return onto the frames.", panel=VIDEO)
+    quality: str = flag("full", "full (exactly env.render()), balanced, or fast (no "
+                                "shadows/reflections/MSAA).", panel=VIDEO)
+    rtol: float = flag(0.0, "Relative tolerance for reward parity (exact by default).",
+                       panel=VIDEO)
+    atol: float = flag(0.0, "Absolute tolerance for reward parity.", panel=VIDEO)
+
+    def __post_init__(self) -> None:
+        """Refuse, on construction, choices no replay can make."""
+        check_choice("mode", self.mode, MODES, "--mode")
+        check_choice("quality", self.quality, tuple(QUALITY), "--quality")
+        check_layout(self.layout, self.cameras)
+        for flag_name, size in (("--width", self.width), ("--height", self.height)):
+            if size is not None and size < 1:
+                raise UsageError(f"{flag_name} must be at least 1 pixel, got {size}.")
+        for flag_name, tol in (("--rtol", self.rtol), ("--atol", self.atol)):
+            if not (tol >= 0 and math.isfinite(tol)):
+                raise UsageError(f"{flag_name} must be a finite number of 0 or more, got "
+                                 f"{tol}.")
 
     def render_options(self) -> dict[str, Any]:
         """These fields and their values, to make a :class:`RenderRequest` from any
@@ -77,7 +105,7 @@ class RenderRequest(RenderOptions):
 
     tape: str
     outputs: tuple[str, ...] = ()
-    fps: float | None = None
+    fps: float | None = flag(None, "Frame rate (env's render_fps by default).", panel=VIDEO)
     overwrite: bool = False
     env_id: str | None = None  # replay against another env than the tape's (checked)
     frames: tuple[int, int] | None = None  # draw only frames [first, stop): one segment

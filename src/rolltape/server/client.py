@@ -8,6 +8,8 @@ does. A request is sent once: no reply within the timeout means the server is go
 (:class:`ServerGone`, an OSError, so a run stops keeping what finished), never a resend.
 A suite task's served spec names its task (``served["name"]``, ``suite/task``): the env of
 that name on a ``serve --suite`` server.
+:class:`RemoteVectorEnv` holds vector sessions of a ``serve --num-envs N`` server: one
+request and one reply per step for all their sub-envs (batched pass 1 steps them).
 
 May import: envs, server.protocol, server.address, errors. Never: policies, pass 2,
 executors.
@@ -24,6 +26,7 @@ import math
 import time
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from rolltape.address import DEFAULT_TIMEOUT, TOKEN_FILE_VARIABLE, read_token
@@ -67,10 +70,17 @@ class Connection:
     def call(self, op: str, *, sid: str | None = None, gen: int = 0,
              timeout: float | None = None, **args: Any) -> dict[str, Any]:
         """Send one request and return its reply (any status); ServerGone if none comes."""
+        return self.receive(self.send(op, sid=sid, gen=gen, **args), op, timeout)
+
+    def send(self, op: str, *, sid: str | None = None, gen: int = 0, **args: Any) -> int:
+        """Send one request without waiting (see :meth:`receive`); return its request id."""
         self.rid += 1
-        rid = self.rid
-        self.socket.send(P.encode(P.request(op, sid=sid, gen=gen, rid=rid, token=self.token,
-                                            **args)))
+        self.socket.send(P.encode(P.request(op, sid=sid, gen=gen, rid=self.rid,
+                                            token=self.token, **args)))
+        return self.rid
+
+    def receive(self, rid: int, op: str, timeout: float | None = None) -> dict[str, Any]:
+        """The reply to request ``rid`` (any status); ServerGone if none comes in time."""
         wait = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         while True:  # bounded by the deadline; replies to timed-out requests are skipped
@@ -213,8 +223,8 @@ class RemotePhysicsLog:
         return split_physics(np.stack(self.rows), nq, nv)
 
 
-class RemoteEnv:
-    """A Gymnasium-like env whose steps run on a ``rolltape serve`` session."""
+class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
+    """A Gymnasium env whose steps run on a ``rolltape serve`` session."""
 
     def __init__(self, spec: dict[str, Any], local: Any) -> None:
         self.spec_dict = local_spec(spec)
@@ -293,3 +303,119 @@ class RemoteEnv:
                 pass
             self.sid = None
         self.conn.close()
+
+
+class RemoteVectorEnv:
+    """``sessions`` vector sessions of the server's ``--num-envs`` N sub-envs each, stepped as
+    one vector of sessions x N sub-envs (sub-env s is sub-env s % N of session s // N). A
+    request goes to every session before any reply is read. Replies are merged in that
+    order: ``obs`` stacked, ``reward``/``terminated``/``truncated`` arrays, and per sub-env an
+    ``info``, a ``physics`` row (or None) and an ``error`` (None, or what a sub-env that
+    raised said: it must be reset before it steps again)."""
+
+    def __init__(self, spec: dict[str, Any], local: Any, sessions: int,
+                 per_session: int | None = None) -> None:
+        self.address = spec["served"]["address"]
+        self.single_observation_space = local.observation_space
+        self.single_action_space = local.action_space
+        descriptor = P.descriptor(local_spec(spec), local)
+        self.conns: list[Connection] = []
+        self.sids: list[str] = []
+        self.gens: list[int] = []
+        self.per_session = 1
+        try:
+            for k in range(sessions):
+                conn = connect(spec)
+                self.conns.append(conn)
+                if k == 0:  # how many sub-envs a session may hold: the server's --num-envs
+                    described = expect_ok(conn.call("describe", env=served_name(spec)),
+                                          self.address, "describe")
+                    most = int(described.get("num_envs") or 1)
+                    self.per_session = most if per_session is None else per_session
+                reply = expect_ok(conn.call("open", expect=descriptor, env=served_name(spec),
+                                            num_envs=self.per_session), self.address, "open")
+                self.sids.append(reply["sid"])
+                self.gens.append(reply["gen"])
+        except BaseException:
+            self.close()
+            raise
+        self.num_envs = self.per_session * sessions
+
+    @classmethod
+    def connect(cls, spec: dict[str, Any], sessions: int, per_session: int | None = None
+                ) -> RemoteVectorEnv:
+        """Open ``sessions`` vector sessions of ``per_session`` sub-envs (default: the
+        server's --num-envs); the local env is built once, for its spaces."""
+        local = make_env(local_spec(spec))
+        try:
+            return cls(spec, local, sessions, per_session)
+        finally:
+            local.close()
+
+    def _all(self, op: str, args: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+        """Send ``op`` with ``args[k]`` to each session k (None: not that one), then read
+        every reply; each must be OK."""
+        rids = [None if a is None else conn.send(op, sid=sid, gen=gen, **a)
+                for conn, sid, gen, a in zip(self.conns, self.sids, self.gens, args)]
+        return [None if rid is None else expect_ok(conn.receive(rid, op), self.address, op)
+                for conn, rid in zip(self.conns, rids)]
+
+    def reset(self, seeds: list[int | None], mask: np.ndarray) -> dict[str, Any]:
+        """Reset the sub-envs ``mask`` picks with their ``seeds``; the merged reply holds
+        their rows only (``rows``: which sub-envs, in order)."""
+        n = self.per_session
+        args: list[dict[str, Any] | None] = []
+        for k in range(len(self.conns)):
+            part = mask[k * n:(k + 1) * n]
+            args.append({"seeds": list(seeds[k * n:(k + 1) * n]),
+                         "mask": [bool(m) for m in part]} if part.any() else None)
+        replies = self._all("reset", args)
+        for k, reply in enumerate(replies):
+            if reply is not None:
+                self.gens[k] = reply["gen"]
+        merged = _merge([r for r in replies if r is not None])
+        merged["rows"] = [int(i) for i in np.flatnonzero(mask)]
+        return merged
+
+    def step(self, actions: np.ndarray) -> dict[str, Any]:
+        """Step every sub-env with its row of ``actions``."""
+        n = self.per_session
+        rows: list[dict[str, Any] | None] = [
+            {"actions": np.ascontiguousarray(actions[k * n:(k + 1) * n])}
+            for k in range(len(self.conns))]
+        return _merge([r for r in self._all("step", rows) if r is not None])
+
+    def close(self) -> None:
+        """Close every session (best effort, as :meth:`RemoteEnv.close`)."""
+        for conn, sid, gen in zip(self.conns, self.sids, self.gens):
+            try:
+                conn.call("close", sid=sid, gen=gen, timeout=min(conn.timeout, 5.0))
+            except ServerGone:
+                pass
+        for conn in self.conns:
+            conn.close()
+        self.conns, self.sids = [], []
+
+
+def _merge(replies: list[dict[str, Any]]) -> dict[str, Any]:
+    """One vector reply from the replies of several sessions, rows in session order."""
+    if len(replies) == 1:
+        out = dict(replies[0])
+    else:
+        out = {key: _join([r.get(key) for r in replies])
+               for key in ("obs", "reward", "terminated", "truncated", "physics")}
+        out["info"] = [i for r in replies for i in r["info"]]
+        out["errors"] = [e for r in replies
+                         for e in (r.get("errors") or [None] * len(r["info"]))]
+    if not out.get("errors"):
+        out["errors"] = [None] * len(out["info"])
+    return out
+
+
+def _join(parts: list[Any]) -> Any:
+    """Stacked rows of several replies, one after the other (a dict observation per key)."""
+    if parts[0] is None:
+        return None
+    if isinstance(parts[0], dict):
+        return {k: _join([p[k] for p in parts]) for k in parts[0]}
+    return np.concatenate(parts)

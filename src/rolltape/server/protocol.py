@@ -6,6 +6,13 @@ holding dtype, shape and raw bytes; only numeric and bool dtypes are accepted, a
 are checked against the payload cap before any array is built. Nothing on the wire is ever
 unpickled or executed: :func:`decode` accepts msgpack or raises :class:`ProtocolError`.
 
+A vector session (``open`` with ``num_envs`` k, up to the server's ``--num-envs``) steps k
+sub-envs per request: ``reset`` carries ``seeds`` (k, nil or integers) and optionally
+``mask`` (k booleans: which to reset), ``step`` carries ``actions`` (an array, k rows); the
+reply holds ``obs`` stacked (the reset rows only, for a reset), ``reward``/``terminated``/
+``truncated`` arrays (step), and per row ``info``, a ``physics`` row and ``errors`` (nil, or
+a list with nil or the sentence of a sub-env that raised: that sub-env must be reset).
+
 May import: errors, envs (descriptors). Never: policies, pass 1, pass 2, executors.
 
 Example:
@@ -31,10 +38,11 @@ import numpy as np
 
 from rolltape.errors import UsageError
 
-PROTOCOL_VERSION = 2  # 2: arrays as a struct-packed header, not a nested msgpack list
+PROTOCOL_VERSION = 3  # 2: arrays as a struct-packed header; 3: vector sessions
 DEFAULT_MAX_PAYLOAD = 64 * 2**20  # bytes a message may have, before decoding
 ARRAY_EXT = 1  # the msgpack extension code of an array
 MAX_NDIM = 8
+MAX_SUB_ENVS = 1024  # sub-envs a vector session may hold (serve --num-envs)
 MAX_DEPTH = 32  # nesting of maps/lists, so a deep message cannot exhaust the stack
 ARRAY_KINDS = "biuf"  # bool, signed, unsigned, float: never object, void, strings or dates
 

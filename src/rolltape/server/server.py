@@ -1,4 +1,4 @@
-"""``rolltape serve``: one env per session, stepped for clients over zmq.
+"""``rolltape serve``: envs stepped for clients over zmq, one env or N sub-envs per session.
 
 A ROUTER socket takes requests from any number of clients (DEALER sockets) and answers each
 in turn, so that one process holds every env. Each session owns its env instance; requests
@@ -10,7 +10,13 @@ name. Safe by default: loopback unless a token is given, a payload cap, an
 idle timeout that frees the env of a vanished client, a per-request time limit, and a bad
 message gets an ERROR reply while the others keep being served.
 
-May import: envs, server.protocol, server.address, server.frames, errors, suites (to read a
+``serve --num-envs N`` lets a session hold up to N sub-envs (the client asks how many when it
+opens it): a vector session's reset and step requests carry one seed / one action row per
+sub-env and get one reply with the observations stacked, rewards and flags as arrays, an
+info, a physics row and an error (nil, or the sentence of a sub-env that raised) per
+sub-env. A sub-env that raises is rebuilt and must be reset; only its own row says so.
+
+May import: envs, flags, server.protocol, server.address, server.frames, errors, suites (to read a
 manifest), and pass2.backends (to pick the GL backend of render requests). Never: policies, pass 1, the
 rest of pass 2, executors (the server runs no policy).
 """
@@ -24,13 +30,15 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
 from rolltape.address import endpoint, is_loopback, read_token, split_host_port
 from rolltape.envs import env_spec, json_safe, make_env, mujoco_data, physics_spec
 from rolltape.errors import UsageError
+from rolltape.flags import EPISODES, SERVER, flag, parse_kwargs
 from rolltape.server import protocol as P
 from rolltape.server.frames import FrameDrawer
 
@@ -42,18 +50,30 @@ WATCHDOG_TICK = 0.25  # seconds between checks for an env call past --request-ti
 class ServeConfig:
     """Everything ``rolltape serve`` was asked for."""
 
-    env: str | None  # None: every task of ``suite``
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_episode_steps: int | None = None
-    bind: str = "127.0.0.1:7450"
-    token_file: str | None = None
-    max_sessions: int = 8
-    max_payload: int = P.DEFAULT_MAX_PAYLOAD
-    idle_timeout: float = 300.0  # seconds a session may go without a request
-    request_timeout: float = 60.0  # seconds one env call may take
-    backend: str | None = None  # GL backend for render requests (default: MUJOCO_GL or egl)
-    suite: str | None = None  # a built-in suite's name or a manifest.yaml: serve its tasks
-    tasks: str | None = None  # with ``suite``: only these tasks (comma-separated)
+    env: str | None  # None: every task of ``suite``; the command's argument
+    env_kwargs: dict[str, Any] = flag(None, "KEY=VALUE, repeatable.", panel=EPISODES,
+                                      factory=dict, cli_type=Optional[List[str]],
+                                      cli_default=None, parse=parse_kwargs)
+    max_episode_steps: int | None = flag(None, "Override the time limit (of every task, with "
+                                               "--suite).", panel=EPISODES)
+    bind: str = flag("127.0.0.1:7450", "HOST:PORT (port 0: any free port); anything but "
+                                       "loopback needs --token-file.", panel=SERVER)
+    token_file: str | None = flag(None, "File holding the token clients must send (they set "
+                                        "ROLLTAPE_TOKEN_FILE).", panel=SERVER,
+                                  cli_type=Optional[Path], parse=str)
+    max_sessions: int = flag(8, "Sessions served at once.", panel=SERVER)
+    max_payload: int = flag(P.DEFAULT_MAX_PAYLOAD, "Largest message accepted, in bytes.",
+                            panel=SERVER)
+    idle_timeout: float = flag(300.0, "Seconds without a request before a session's env is "
+                                      "closed (a vanished client).", panel=SERVER)
+    request_timeout: float = flag(60.0, "Seconds one env call may take.", panel=SERVER)
+    backend: str | None = flag(None, "GL backend for render requests (egl, osmesa; default "
+                                     "MUJOCO_GL, else egl).", panel=SERVER)
+    suite: str | None = flag(None, "A built-in suite or a manifest.yaml: serve every task "
+                                   "(clients: eval --suite --served).", panel=EPISODES)
+    tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
+    num_envs: int = flag(1, "Sub-envs a session may hold, stepped together in one request "
+                            "(eval --batched-inference steps them).", panel=SERVER)
 
     def served_specs(self, tasks_flag: str = "--tasks") -> dict[str, dict[str, Any]]:
         """The env spec of each served name: the env's id, or each task's ``suite/task``
@@ -83,10 +103,13 @@ class ServeConfig:
         host, port = split_host_port(self.bind, "--bind")
         if self.max_sessions < 1:
             raise UsageError(f"--max-sessions must be at least 1, got {self.max_sessions}.")
-        for flag, seconds in (("--idle-timeout", self.idle_timeout),
+        for name, seconds in (("--idle-timeout", self.idle_timeout),
                               ("--request-timeout", self.request_timeout)):
             if not 0 < seconds < 1e7:
-                raise UsageError(f"{flag} must be a number of seconds above 0, got {seconds}.")
+                raise UsageError(f"{name} must be a number of seconds above 0, got {seconds}.")
+        if not 1 <= self.num_envs <= P.MAX_SUB_ENVS:
+            raise UsageError(f"--num-envs must be from 1 to {P.MAX_SUB_ENVS}, got "
+                             f"{self.num_envs}.")
         if self.max_payload < 1024:
             raise UsageError(f"--max-payload must be at least 1024 bytes, got {self.max_payload}.")
         token = read_token(self.token_file) if self.token_file else None
@@ -114,6 +137,7 @@ class Served:
     state_size: int | None = None  # of a MuJoCo physics row (None: no MuJoCo physics)
     # The action space's shape and dtype (None: a space without one takes any dtype).
     action: tuple[tuple[int, ...], np.dtype | None] = ((), None)
+    observation_space: Any = None  # how a vector session stacks its sub-envs' observations
 
     @classmethod
     def probe(cls, name: str, spec: dict[str, Any]) -> Served:
@@ -131,22 +155,30 @@ class Served:
             action = (tuple(getattr(space, "shape", None) or ()),
                       getattr(space, "dtype", None))
             return cls(name, spec, P.descriptor(spec, env), nq_nv,
-                       json_safe(dict(env.metadata)), state_size, action)
+                       json_safe(dict(env.metadata)), state_size, action,
+                       env.observation_space)
         finally:
             env.close()
 
 
 @dataclass
 class Session:
-    """One client's env: its generation, the last request id it used, when it was last seen."""
+    """One client's env (or sub-envs): its generation, the last request id it used, when it
+    was last seen."""
 
-    env: Any
+    envs: list[Any]  # one, or a vector session's sub-envs
     served: Served
+    vector: bool = False  # opened with num_envs: its requests carry a row per sub-env
     gen: int = 0
     last_rid: int = 0
     seen: float = field(default_factory=time.monotonic)
     reset_done: bool = False
     drawer: FrameDrawer | None = None
+    ready: list[bool] = field(default_factory=list)  # per sub-env: reset since built
+
+    @property
+    def env(self) -> Any:
+        return self.envs[0]
 
 
 class EnvServer:
@@ -332,7 +364,8 @@ class EnvServer:
         session = self.sessions.pop(sid, None)
         if session is not None:
             try:
-                session.env.close()
+                for env in session.envs:
+                    env.close()
             finally:
                 if session.drawer is not None:
                     session.drawer.close()
@@ -369,13 +402,16 @@ class EnvServer:
         return {"status": P.INCOMPATIBLE, "error": problem, "unknown": True,
                 "envs": list(self.envs)}
 
-    def _physics(self, session: Session) -> np.ndarray | None:
+    def _physics(self, session: Session, env: Any = None, out: np.ndarray | None = None
+                 ) -> np.ndarray | None:
+        """The MuJoCo state row of ``env`` (default: the session's), written into ``out``
+        when given; None for an env without MuJoCo physics."""
         if session.served.state_size is None:  # set with nq_nv: no MuJoCo physics
             return None
         import mujoco
 
-        base = session.env.unwrapped
-        row = np.empty(session.served.state_size)
+        base = (session.env if env is None else env).unwrapped
+        row = np.empty(session.served.state_size) if out is None else out
         mujoco.mj_getState(base.model, base.data, row, physics_spec())
         return row
 
@@ -390,7 +426,7 @@ class EnvServer:
                 "spec": served.spec, "sessions": len(self.sessions),
                 "max_sessions": self.cfg.max_sessions, "boot": self.boot,
                 "backend": os.environ.get("MUJOCO_GL"), "physics": served.nq_nv,
-                "metadata": served.metadata}
+                "metadata": served.metadata, "num_envs": self.cfg.num_envs}
 
     def _op_open(self, message: dict[str, Any]) -> dict[str, Any]:
         expected = message.get("expect")
@@ -406,22 +442,30 @@ class EnvServer:
                        f"{expected['hash']}, the server has {served.descriptor['hash']}")
         if problem is not None:
             return {"status": P.INCOMPATIBLE, "error": problem}
+        count = message.get("num_envs")
+        if count is not None and (type(count) is not int or
+                                  not 1 <= count <= self.cfg.num_envs):
+            raise P.ProtocolError(f"'num_envs' must be nil or an integer from 1 to "
+                                  f"{self.cfg.num_envs} (this server's --num-envs)")
         if len(self.sessions) >= self.cfg.max_sessions:
             return {"status": P.BUSY, "error": f"the server already serves its "
                     f"--max-sessions {self.cfg.max_sessions} session(s)"}
         self.opened += 1
         sid = f"{self.boot}-{self.opened}-{secrets.token_hex(4)}"
-        self.sessions[sid] = Session(env=make_env(served.spec), served=served,
-                                     last_rid=message["rid"])
-        return {"status": P.OK, "sid": sid, "gen": 0, "physics": served.nq_nv}
+        envs = [make_env(served.spec) for _ in range(count or 1)]
+        self.sessions[sid] = Session(envs=envs, served=served, vector=count is not None,
+                                     last_rid=message["rid"], ready=[False] * len(envs))
+        return {"status": P.OK, "sid": sid, "gen": 0, "physics": served.nq_nv,
+                "num_envs": len(envs)}
 
     def _op_reset(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=True)
         if isinstance(session, dict):
             return session
+        if session.vector:
+            return self._reset_vector(session, message)
         seed, options = message.get("seed"), message.get("options")
-        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**64):
-            raise P.ProtocolError("the reset seed must be nil or an integer from 0 to 2**64-1")
+        _check_seed(seed)
         if options is not None and not isinstance(options, dict):
             raise P.ProtocolError("the reset options must be nil or a map")
         obs, info = self._timed(lambda: session.env.reset(seed=seed, options=options))
@@ -434,6 +478,8 @@ class EnvServer:
         session = self._session(message, mutation=True)
         if isinstance(session, dict):
             return session
+        if session.vector:
+            return self._step_vector(session, message)
         if not session.reset_done:
             raise P.ProtocolError("step before reset: reset the session first")
         action = _action(message.get("action"), *session.served.action)
@@ -444,16 +490,126 @@ class EnvServer:
                 "terminated": bool(term), "truncated": bool(trunc), "info": _info(info),
                 "physics": self._physics(session)}
 
+    # -- vector sessions -----------------------------------------------------------------
+
+    def _reset_vector(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
+        """Reset the sub-envs ``mask`` picks (default: all), each with its seed from
+        ``seeds``; the reply holds their rows only, in order."""
+        n = len(session.envs)
+        seeds, mask = message.get("seeds"), message.get("mask")
+        if type(seeds) is not list or len(seeds) != n:
+            raise P.ProtocolError(f"a vector reset needs 'seeds', a list of {n} seeds (nil "
+                                  "or integers), one per sub-env")
+        for seed in seeds:
+            _check_seed(seed)
+        rows = list(range(n)) if mask is None else _mask_rows(mask, n)
+        results: list[tuple[Any, Any]] = []
+        errors: list[str | None] = []
+        for i in rows:
+            env = session.envs[i]
+            try:
+                results.append(self._timed(lambda: env.reset(seed=seeds[i])))
+                session.ready[i] = True
+                errors.append(None)
+            except _Timeout:
+                raise
+            except Exception as exc:  # this sub-env failed: only its row says so
+                results.append((None, {}))
+                errors.append(self._rebuild(session, i, exc))
+        session.gen += 1
+        session.reset_done = True
+        return {"status": P.OK, "gen": session.gen, **self._rows(session, rows, results, errors)}
+
+    def _step_vector(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
+        """Step every sub-env with its row of ``actions`` (shape: sub-envs x action)."""
+        n = len(session.envs)
+        shape, dtype = session.served.action
+        actions = message.get("actions")
+        if not isinstance(actions, np.ndarray) or actions.shape != (n, *shape):
+            got = actions.shape if isinstance(actions, np.ndarray) else type(actions).__name__
+            raise P.ProtocolError(f"a vector step needs 'actions', an array of shape "
+                                  f"{(n, *shape)} (one action per sub-env), got {got}")
+        _check_dtype(actions.dtype, dtype)
+        rewards = np.zeros(n)
+        terminated, truncated = np.zeros(n, bool), np.zeros(n, bool)
+        results: list[tuple[Any, Any]] = []
+        errors: list[str | None] = []
+        for i, env in enumerate(session.envs):
+            if not session.ready[i]:
+                results.append((None, {}))
+                errors.append("step before reset: this sub-env must be reset first")
+                continue
+            action = actions[i]
+            try:
+                obs, reward, term, trunc, info = self._timed(lambda: env.step(action))
+            except _Timeout:
+                raise
+            except Exception as exc:  # this sub-env failed: only its row says so
+                results.append((None, {}))
+                errors.append(self._rebuild(session, i, exc))
+                continue
+            # As AsyncVectorEnv stacks them: float64 (None becomes NaN), bools.
+            rewards[i] = np.nan if reward is None else reward
+            terminated[i], truncated[i] = bool(term), bool(trunc)
+            results.append((obs, info))
+            errors.append(None)
+        return {"status": P.OK, "reward": rewards, "terminated": terminated,
+                "truncated": truncated, **self._rows(session, range(n), results, errors)}
+
+    def _rebuild(self, session: Session, i: int, exc: Exception) -> str:
+        """Replace sub-env ``i`` after it raised (it may be half-way through a call); return
+        what its row's error says."""
+        try:
+            session.envs[i].close()
+        except Exception:  # a broken env may fail to close too: it is dropped anyway
+            pass
+        session.envs[i] = make_env(session.served.spec)
+        session.ready[i] = False
+        return f"the env raised {type(exc).__name__}: {exc}"
+
+    def _rows(self, session: Session, rows: Any, results: list[tuple[Any, Any]],
+              errors: list[str | None]) -> dict[str, Any]:
+        """The per-sub-env part of a vector reply: observations stacked as AsyncVectorEnv
+        stacks them (zeros for a failed row), infos, physics rows, errors (nil: none)."""
+        from gymnasium.vector.utils import concatenate, create_empty_array
+
+        space = session.served.observation_space
+        filler = None
+        items = []
+        for obs, _ in results:
+            if obs is None:
+                if filler is None:
+                    filler = create_empty_array(space, 1, fn=np.zeros)
+                    filler = next(iter_rows(space, filler))
+                obs = filler
+            items.append(obs)
+        out: Any = create_empty_array(space, len(items), fn=np.empty)
+        stacked = concatenate(space, items, out)
+        physics = None
+        if session.served.state_size is not None:
+            physics = np.zeros((len(items), session.served.state_size))
+            for k, i in enumerate(rows):
+                if errors[k] is None:
+                    self._physics(session, session.envs[i], physics[k])
+        return {"obs": _obs(stacked), "info": [_info(info) for _, info in results],
+                "physics": physics, "errors": errors if any(errors) else None}
+
     def _op_state(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=False)
         if isinstance(session, dict):
             return session
+        if session.vector:
+            raise P.ProtocolError(f"{message['op']} takes a one-env session; a vector "
+                                  "session's physics rows come with each reply")
         return {"status": P.OK, "gen": session.gen, "physics": self._physics(session)}
 
     def _op_render(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=False)
         if isinstance(session, dict):
             return session
+        if session.vector:
+            raise P.ProtocolError(f"{message['op']} takes a one-env session; a vector "
+                                  "session's physics rows come with each reply")
         physics = self._physics(session)
         if physics is None:
             raise P.ProtocolError("render draws MuJoCo states; this env has none")
@@ -503,6 +659,35 @@ def _info(info: Any, depth: int = 0) -> Any:
     return str(info)
 
 
+def iter_rows(space: Any, stacked: Any) -> Any:
+    """The rows of a stacked observation (gymnasium's ``iterate``)."""
+    from gymnasium.vector.utils import iterate
+
+    return iterate(space, stacked)
+
+
+def _check_seed(seed: Any) -> None:
+    if seed is not None and (type(seed) is not int or not 0 <= seed < 2**64):
+        raise P.ProtocolError("the reset seed must be nil or an integer from 0 to 2**64-1")
+
+
+def _mask_rows(mask: Any, n: int) -> list[int]:
+    """The sub-envs a reset ``mask`` (n bools, a list or a bool array) picks."""
+    if isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (n,):
+        return [int(i) for i in np.flatnonzero(mask)]
+    if type(mask) is list and len(mask) == n and all(type(m) is bool for m in mask):
+        return [i for i, m in enumerate(mask) if m]
+    raise P.ProtocolError(f"a vector reset's 'mask' must be nil or {n} booleans, one per "
+                          "sub-env")
+
+
+def _check_dtype(got: np.dtype, dtype: np.dtype | None) -> None:
+    """Refuse an action dtype of another kind than the action space's (ints pass as ints)."""
+    if dtype is not None and got.kind != dtype.kind and not (got.kind in "iu" and
+                                                             dtype.kind in "iu"):
+        raise P.ProtocolError(f"the action has dtype {got}, the action space takes {dtype}")
+
+
 def _action(value: Any, shape: tuple[int, ...], dtype: np.dtype | None) -> Any:
     """The action a step request carries, refused unless its shape and dtype fit the
     action space's (``shape``, ``dtype``)."""
@@ -513,10 +698,7 @@ def _action(value: Any, shape: tuple[int, ...], dtype: np.dtype | None) -> Any:
     if value.shape != shape:
         raise P.ProtocolError(f"the action has shape {value.shape}, the action space takes "
                               f"{shape}")
-    if dtype is not None and value.dtype.kind != dtype.kind and not (value.dtype.kind in "iu" and
-                                               dtype.kind in "iu"):
-        raise P.ProtocolError(f"the action has dtype {value.dtype}, the action space takes "
-                              f"{dtype}")
+    _check_dtype(value.dtype, dtype)
     return value[()] if value.shape == () else value
 
 
