@@ -235,6 +235,9 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
                       videos=tuple(separate_path(str(staging / "episodes" / f"{c.stem}.mp4"),
                                                  cam) for cam in cameras),
                       cameras=tuple(cameras), width=width, height=height, fps=fps,
+                      # one video per camera (RenderOptions refuses several in one frame
+                      # without saying how they share it)
+                      layout="separate" if len(cameras) > 1 else "single",
                       success_key=success_keys(c), last_frame=last_frame,
                       env_id=env_ids(c), mode=mode) for c in todo]
 
