@@ -392,11 +392,10 @@ def trusted_env(tape: Path, env: str | None, trusted: list[str] | None) -> str |
     imported only if they are packages of Gymnasium envs: rolltape.envs.env_package)."""
     if env is not None or not trusted:
         return env
+    from rolltape.envs import trusted_env_id
     from rolltape.tape import Tape
 
-    own = Tape.load(tape).env_id
-    module = own.partition(":")[0] if ":" in own else ""
-    return own if module and module.partition(".")[0] in trusted else None
+    return trusted_env_id(Tape.load(tape).env_id, trusted)
 
 
 def check_workers(workers: int) -> None:

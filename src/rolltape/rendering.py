@@ -31,11 +31,10 @@ from rolltape.executors.launch import check_worker_count, stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.files import sha256_of
 from rolltape.outputs.artifacts import refuse_existing
-from rolltape.pass2.backends import DEFAULT_ORDER, gl_environment, parse_backends
+from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends, worker_environment
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
 from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import (
-    HEADLESS_SDL,
     RenderRequest,
     RenderResult,
     render_worker,
@@ -287,7 +286,8 @@ def render(
         stop_workers(warm)
         warm = ()
     work = _render_work((10 if background else 0, 0), [job.env_id for job in plain],
-                        needs_backend=[bool(job.outputs) for job in plain], cores=cores)
+                        needs_backend=[bool(job.outputs) and not _draws_without_gl(job)
+                                       for job in plain], cores=cores)
     pool = runner.render_pool(work, plain, order, workers, timeout, on_progress=job_progress,
                               on_done=job_done, cancel=cancel, warm=warm,
                               **({"widen": widen} if widen and runner.warms_workers else {}))
@@ -308,12 +308,22 @@ def render(
     return results
 
 
+def _draws_without_gl(req: RenderRequest) -> bool:
+    """True for an Atari tape: its frames are ALE's screen, so its worker needs no GL
+    backend (and does not pay for starting one: importing MuJoCo and PyOpenGL, making a
+    context)."""
+    from rolltape.envs import is_atari
+    from rolltape.tape import Tape
+
+    return is_atari(req.env_id or Tape.load(req.tape).env_id)  # loaded once: a cached read
+
+
 def _render_work(args: tuple[int, int], env_ids: Sequence[str | None],
                  needs_backend: Sequence[bool] = (), cores: int | None = None) -> RenderWork:
     """Pass 2 as an executor runs it: the render worker (``args``: its CPU niceness while
     drawing and while starting) or the same replay as a task on shipped tape bytes."""
     return RenderWork(worker=render_worker, args=args, task=replay_shipped, ship=_tape_bytes,
-                      environment=functools.partial(_worker_environment, cores=cores),
+                      environment=functools.partial(worker_environment, cores=cores),
                       needs_backend=needs_backend,
                       # A tape is data: a worker imports installed modules only, unless the
                       # user named an env module with --env (maybe a local file).
@@ -346,13 +356,5 @@ def _tape_bytes(req: RenderRequest) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def _worker_environment(backend: str | None, workers: int,
-                        cores: int | None = None) -> dict[str, str]:
-    """A render worker's variables: its GL backend's, SDL's dummy drivers, and its share of
-    the ``cores`` (default: all) for Mesa's llvmpipe (which would otherwise draw on every
-    core in each)."""
-    env = gl_environment(backend) if backend else {}
-    env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
-    if "LP_NUM_THREADS" not in os.environ:
-        env["LP_NUM_THREADS"] = str(max(1, (cores or os.cpu_count() or 1) // workers))
-    return env
+#: A render worker's variables (kept under this name for the executors' tests).
+_worker_environment = worker_environment

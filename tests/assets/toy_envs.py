@@ -103,7 +103,9 @@ class FaultToy(SuccessToy):
         return obs, reward, term, trunc, info
 
 
-for _id, _cls in (("SuccessToy-v0", SuccessToy), ("NoRender-v0", NoRender),
-                  ("FaultToy-v0", FaultToy)):
+# SuccessToy by name ("module:Class", which Gymnasium can write into a spec's JSON, as a
+# Minari dataset needs); the others by the class itself, as many users register theirs.
+for _id, _entry in (("SuccessToy-v0", f"{__name__}:SuccessToy"), ("NoRender-v0", NoRender),
+                    ("FaultToy-v0", FaultToy)):
     if _id not in gym.registry:
-        gym.register(_id, entry_point=_cls)
+        gym.register(_id, entry_point=_entry)

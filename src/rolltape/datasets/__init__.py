@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from rolltape.envs import trusted_env_id
 from rolltape.errors import Interrupted, UsageError, check_choice
 from rolltape.files import move_into_place, sha256_of
 from rolltape.record import Run
@@ -53,7 +54,8 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
            cameras: Sequence[str] = (), fps: float | None = None, width: int | None = None,
            height: int | None = None, workers: int = 1, overwrite: bool = False,
            backends: str | Sequence[str] | None = None,
-           on_episode: Callable[[Any], None] | None = None) -> ExportOutcome:
+           on_episode: Callable[[Any], None] | None = None, mode: str = "resim",
+           trust_module: Sequence[str] = ()) -> ExportOutcome:
     """Export the verified episodes of ``run`` as a dataset ``to`` 'minari' or 'lerobot'.
 
     Minari: ``dataset_id`` (NAMESPACE/NAME-vN) under ``out`` (else ``MINARI_DATASETS_PATH``,
@@ -73,6 +75,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
                          f"{'is' if len(missing) == 1 else 'are'} not installed; install the "
                          "export extra: pip install 'rolltape[export]'.")
     check_worker_count("--workers", workers)
+    check_choice("--mode", mode, ("resim", "restore"))
     if to == "minari" and cameras:
         raise UsageError("--camera makes videos, which only --to lerobot stores; drop --camera "
                          "for Minari.")
@@ -81,22 +84,31 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     record = run if isinstance(run, Run) else Run.load(run)
     indices = eps.parse_indices(episodes)
     chosen = eps.choose(record, role=role, only=only, min_return=min_return, indices=indices)
-    final, staging, dataset_id = _destination(to, record, out, dataset_id)
-    if final.exists() and not overwrite:
-        raise UsageError(f"Dataset '{final}' already exists; pass --overwrite to replace it, "
-                         "or choose another --id/--out.")
-    writer: Any
-    if to == "minari":
-        from rolltape.datasets import minari as writer
-    else:
-        from rolltape.datasets import lerobot as writer
     backends = backends or DEFAULT_ORDER
-    # Started first, so that their interpreters start while this one reads the run; the
+    # Started as soon as there is something to replay, so that their interpreters start
+    # while this one imports the dataset's writer (minari, pyarrow) and reads the run; the
     # first one builds the envs to check them (eps.probe). Stopped however the export ends.
-    started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras))
+    started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras),
+                                trusted=bool(trust_module))
     try:
+        final, staging, dataset_id = _destination(to, record, out, dataset_id)
+        if final.exists() and not overwrite:
+            raise UsageError(f"Dataset '{final}' already exists; pass --overwrite to replace "
+                             "it, or choose another --id/--out.")
+        writer: Any
+        if to == "minari":
+            from rolltape.datasets import minari as writer
+        else:
+            from rolltape.datasets import lerobot as writer
+        _import_in_background(writer.IMPORTS)
         firsts = _first_of_each_task(chosen)
-        probed = eps.probe([eps.tape_env(c) for c in firsts], cameras, started)
+        if mode == "restore":
+            eps.check_restorable(firsts)
+        specs = [eps.tape_env(c) for c in firsts]
+        trusted = {c.episode.key.task_key: trusted_env_id(s["id"], trust_module)
+                   for c, s in zip(firsts, specs)}
+        probed = eps.probe(specs, cameras, started, [t for t in trusted.values() if t],
+                           [str(c.tape) for c in firsts])
         env_of = {c.episode.key.task_key: p for c, p in zip(firsts, probed)}
         writer.check_spaces(env_of, record)
         frame_rate = fps or probed[0][3]
@@ -109,14 +121,15 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
                   "results_sha256": sha256_of(record.path / "results.json"), "role": role,
                   "episodes": [c.episode.key.to_json() for c in chosen],
                   "cameras": list(cameras), "fps": frame_rate, "width": width,
-                  "height": height}
+                  "height": height, "mode": mode}
         resumed = eps.prepare_staging(staging, config)
         try:
             steps, kept, left_out = _replay_and_write(
                 writer, record, chosen, staging, final, dataset_id, env_of,
                 cameras=list(cameras), width=width, height=height, fps=frame_rate,
                 workers=workers, backends=backends, started=started, on_episode=on_episode,
-                overwrite=overwrite, last_frame=to == "minari")
+                overwrite=overwrite, last_frame=to == "minari",
+                env_ids=lambda c: trusted[c.episode.key.task_key], mode=mode)
         except (KeyboardInterrupt, Interrupted):
             raise  # the staging folder stays: the same command resumes from it
         except BaseException:
@@ -134,7 +147,8 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
                       width: int | None, height: int | None, fps: float, workers: int,
                       backends: str | Sequence[str], started: Sequence[Any],
                       on_episode: Callable[[Any], None] | None, overwrite: bool,
-                      last_frame: bool) -> tuple[int, list[Any], list[tuple[str, str]]]:
+                      last_frame: bool, env_ids: Callable[[Any], str | None],
+                      mode: str) -> tuple[int, list[Any], list[tuple[str, str]]]:
     """Replay the chosen episodes, write the dataset in the staging folder and move it into
     place; (steps, episodes kept, episodes left out and why)."""
     from rolltape.datasets import episodes as eps
@@ -144,7 +158,7 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
         chosen, staging, cameras=cameras, width=width, height=height, fps=fps,
         success_keys=lambda c: success_keys.get(c.episode.key.task_key, "is_success"),
         workers=workers, backends=backends, last_frame=last_frame, started=started,
-        on_done=on_episode)
+        on_done=on_episode, env_ids=env_ids, mode=mode)
     kept = [r for r in replayed if r.verified]
     left_out = [(r.chosen.episode.key.label, r.divergence or "it did not verify")
                 for r in replayed if not r.verified]
@@ -157,7 +171,8 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
         shutil.rmtree(built)
     steps = writer.write(built, dataset_id=dataset_id, run=record, replayed=replayed,
                          staging=staging, env_of=env_of,
-                         provenance=_provenance(record, replayed), cameras=cameras,
+                         provenance={**_provenance(record, replayed), "mode": mode},
+                         cameras=cameras,
                          fps=fps)
     _move_into_place(writer.built_folder(built, dataset_id), final, overwrite)
     writer.after_move(built, final, dataset_id)
@@ -195,6 +210,24 @@ def _move_into_place(built: Path, final: Path, overwrite: bool) -> None:
         raise UsageError(f"Dataset '{final}' appeared while exporting; pass --overwrite to "
                          "replace it.")
     move_into_place(built, final)
+
+
+def _import_in_background(modules: Sequence[str]) -> None:
+    """Import the writer's libraries on a thread of its own, while this process waits for
+    the render workers (their start, then their replays): writing the dataset then does
+    not begin with a second of imports. A module that fails to import here fails again,
+    and is reported, where the writer imports it."""
+    import importlib
+    import threading
+
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                return
+
+    threading.Thread(target=run, name="rolltape-export-imports", daemon=True).start()
 
 
 def _first_of_each_task(chosen: Sequence[Any]) -> list[Any]:

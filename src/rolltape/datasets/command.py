@@ -42,6 +42,13 @@ def register(app: typer.Typer, say: Callable[[str], None], warn: Callable[[str],
         workers: int = typer.Option(1, help="Render processes replaying the tapes."),
         backends: str = typer.Option(",".join(DEFAULT_ORDER), help="GL backends to try."),
         overwrite: bool = typer.Option(False, help="Replace an existing dataset."),
+        mode: str = typer.Option("resim", help="resim: observations and frames from a "
+                                 "verified re-simulation; restore (MuJoCo): from the states "
+                                 "the tapes recorded, each observation checked against pass "
+                                 "1's digest."),
+        trust_module: Optional[List[str]] = typer.Option(
+            None, "--trust-module", help="A module (top-level name) whose envs the tapes may "
+                                         "name, imported to replay them; repeatable."),
     ) -> None:
         """Replay a run's tapes (verified step by step) and write them as a dataset."""
         from rolltape.datasets import export as run_export
@@ -49,7 +56,8 @@ def register(app: typer.Typer, say: Callable[[str], None], warn: Callable[[str],
         outcome = run_export(run, to=to, out=out, dataset_id=dataset_id, role=role, only=only,
                              min_return=min_return, episodes=episodes,
                              cameras=tuple(camera or ()), fps=fps, width=width, height=height,
-                             workers=workers, overwrite=overwrite, backends=backends)
+                             workers=workers, overwrite=overwrite, backends=backends,
+                             mode=mode, trust_module=tuple(trust_module or ()))
         for label, why in outcome.left_out:
             warn(f"left out {label}: its replay diverged at {why}")
         notes = [f"{len(outcome.left_out)} left out"] if outcome.left_out else []

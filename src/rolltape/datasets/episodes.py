@@ -116,12 +116,13 @@ def describe_selection(only: str | None, min_return: float | None,
     return ", ".join(parts) or "every episode"
 
 
-def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any]
-          ) -> list[tuple[Any, ...]]:
+def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any],
+          trusted: Sequence[str] = (), tapes: Sequence[str] = ()) -> list[tuple[Any, ...]]:
     """Per env spec: (observation space, action space, Gymnasium EnvSpec, frame rate),
     built by the first of the ``started`` render workers (importing MuJoCo here would fix
     its GL backend), or by a process of its own when it cannot start; a camera the env
-    lacks is a UsageError."""
+    lacks is a UsageError. A spec's env module is imported only if it is a package of
+    Gymnasium envs or its id is one of ``trusted`` (the user named its module)."""
     from rolltape.interpreter import NO_GL, ChildFailed, run_once, stop_worker
     from rolltape.pass2.export import ProbeJob, probe_envs
 
@@ -129,7 +130,8 @@ def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any
     if started:
         worker = started[0]
         try:
-            worker.conn.send((-1, ProbeJob(tuple(specs), named)))
+            worker.conn.send((-1, ProbeJob(tuple(specs), named, tuple(trusted),
+                                                  tuple(tapes))))
             while True:
                 kind, _, payload = worker.conn.recv()
                 if kind == "done":
@@ -142,13 +144,24 @@ def probe(specs: list[dict[str, Any]], cameras: Sequence[str], started: list[Any
             pass
         stop_worker(started.pop(0))
     try:
-        return run_once(probe_envs, list(specs), named, env=NO_GL,
-                        timeout=600, cwd_on_path=False)
+        return run_once(probe_envs, list(specs), named, tuple(trusted), tuple(tapes), env=NO_GL,
+                        timeout=600, cwd_on_path=bool(trusted))
     except ChildFailed as exc:
         if exc.exception == "UsageError":
             raise UsageError(str(exc)) from None
         raise UsageError(f"The process that builds the env to export failed ({exc}); run "
                          "`rolltape verify` on one of the tapes to see why.") from None
+
+
+def check_restorable(chosen: Sequence[Chosen]) -> None:
+    """Refuse ``--mode restore`` for tapes with no recorded states to step from."""
+    from rolltape.tape import Tape
+
+    for c in chosen:
+        tape = Tape.load(c.tape)
+        if tape.physics is None and not tape.has_ale_state:
+            raise UsageError(f"Tape '{c.tape}' holds no MuJoCo or ALE states, so --mode "
+                             "restore cannot export it; use --mode resim.")
 
 
 def tape_env(chosen: Chosen) -> dict[str, Any]:
@@ -196,9 +209,12 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
                success_keys: Callable[[Chosen], str | None], workers: int,
                backends: str | Sequence[str], last_frame: bool = True,
                timeout: float = 600.0, started: Sequence[Any] = (),
-               on_done: Callable[[Replayed], None] | None = None) -> list[Replayed]:
+               on_done: Callable[[Replayed], None] | None = None,
+               env_ids: Callable[[Chosen], str | None] = lambda c: None,
+               mode: str = "resim") -> list[Replayed]:
     """Replay each chosen episode (those ``replays.jsonl`` already holds are kept) in
-    ``workers`` render workers; return how each went, in the dataset's order."""
+    ``workers`` render workers; return how each went, in the dataset's order.
+    ``env_ids(c)``: the env a tape replays on when the user named (trusted) its module."""
     from rolltape import executors
     from rolltape.interpreter import stop_workers
     from rolltape.outputs.artifacts import append_jsonl, read_jsonl
@@ -219,7 +235,11 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
                       videos=tuple(separate_path(str(staging / "episodes" / f"{c.stem}.mp4"),
                                                  cam) for cam in cameras),
                       cameras=tuple(cameras), width=width, height=height, fps=fps,
-                      success_key=success_keys(c), last_frame=last_frame) for c in todo]
+                      # one video per camera (RenderOptions refuses several in one frame
+                      # without saying how they share it)
+                      layout="separate" if len(cameras) > 1 else "single",
+                      success_key=success_keys(c), last_frame=last_frame,
+                      env_id=env_ids(c), mode=mode) for c in todo]
 
     def finished(i: int, result: Any) -> None:
         replayed = Replayed(todo[i], result.verified, result.divergence,
@@ -237,8 +257,9 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
     else:
         # Observations only: no job draws, so workers run with no GL backend (order ()).
         order = parse_backends(backends) if cameras else ()
+        trusted = any(job.env_id for job in jobs)
         pool = executors.get("local").render_pool(
-            export_work(bool(cameras), len(jobs)), jobs, order,
+            export_work(bool(cameras), len(jobs), trusted), jobs, order,
             max(1, min(workers, len(jobs))), timeout, on_progress=lambda i, n: None,
             on_done=finished, warm=started)
         pool.run()
@@ -252,23 +273,25 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
     return [done[c.index] for c in chosen]
 
 
-def export_work(draw: bool, jobs: int = 0) -> Any:
+def export_work(draw: bool, jobs: int = 0, trusted: bool = False) -> Any:
     """Export jobs as the local executor runs them: the render worker (which plays an
     :class:`~rolltape.pass2.export.ExportJob` itself), with no GL backend unless they draw,
-    importing nothing from the current folder (a tape is data)."""
+    importing nothing from the current folder (a tape is data) unless the user trusted an
+    env module (``--trust-module``), which may live there."""
     from rolltape.executors import RenderWork
     from rolltape.pass2.replay import render_worker
 
     return RenderWork(worker=render_worker, args=(0, 0), task=_not_remote, ship=lambda job: None,
                       environment=_export_environment, needs_backend=[draw] * jobs,
-                      cwd_on_path=False)
+                      cwd_on_path=trusted)
 
 
 def _not_remote(*_: Any) -> tuple[str, Any, Any]:
     return ("usage_error", "rolltape export runs on the local executor.", None)
 
 
-def start_workers(count: int, backends: str | Sequence[str], draw: bool) -> list[Any]:
+def start_workers(count: int, backends: str | Sequence[str], draw: bool,
+                  trusted: bool = False) -> list[Any]:
     """Render workers for :func:`replay_all`, started now (their interpreters and imports
     overlap reading the run): on the first GL backend when drawing, else on none."""
     from rolltape import executors
@@ -276,17 +299,17 @@ def start_workers(count: int, backends: str | Sequence[str], draw: bool) -> list
 
     backend = parse_backends(backends)[0] if draw else None
     return executors.get("local").warm_render_workers(
-        export_work(draw), backend, count)  # type: ignore[arg-type]
+        export_work(draw, trusted=trusted), backend, count)  # type: ignore[arg-type]
 
 
 def _export_environment(backend: str | None, workers: int) -> dict[str, str]:
-    """A render worker's variables (:func:`rolltape.rendering._worker_environment`), with
-    SVT-AV1's banner of settings per video (on stderr, from C) down to its errors."""
+    """A render worker's variables (:func:`rolltape.pass2.backends.worker_environment`),
+    with SVT-AV1's banner of settings per video (on stderr, from C) down to its errors."""
     import os
 
-    from rolltape.rendering import _worker_environment
+    from rolltape.pass2.backends import worker_environment
 
-    env = _worker_environment(backend, workers)
+    env = worker_environment(backend, workers)
     if "SVT_LOG" not in os.environ:
         env["SVT_LOG"] = "1"
     return env

@@ -41,6 +41,9 @@ import numpy as np
 from rolltape.errors import UsageError
 from rolltape.files import write_json
 
+#: What :func:`write` imports, imported ahead while the episodes replay.
+IMPORTS = ("pyarrow", "pyarrow.parquet", "av")
+
 CODEBASE_VERSION = "v3.0"
 CHUNK_SIZE = 1000  # files per chunk folder, as LeRobot
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -293,7 +296,9 @@ def _data_schema(state_dim: int, action_dim: int) -> Any:
                ("task_index", "int64", 0)]
     fields, hf = [], {}
     for name, dtype, length in columns:
-        if length:
+        # A feature of shape (1,) is a scalar column to LeRobot (its
+        # get_hf_features_from_features makes it a Value, not a list of one).
+        if length > 1:
             fields.append(pa.field(name, pa.list_(value[dtype], length)))
             hf[name] = {"feature": {"dtype": dtype, "_type": "Value"}, "length": length,
                         "_type": "List"}
@@ -306,9 +311,9 @@ def _data_schema(state_dim: int, action_dim: int) -> Any:
 def _arrow(values: np.ndarray) -> Any:
     import pyarrow as pa
 
-    if values.ndim == 2:
+    if values.ndim == 2 and values.shape[1] > 1:
         return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
-    return pa.array(values)
+    return pa.array(values.reshape(-1))  # a scalar, or a vector of one (see _data_schema)
 
 
 def _stat_columns(name: str, stats: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -26,6 +26,11 @@ import numpy as np
 
 from rolltape.errors import UsageError
 
+#: What :func:`write` imports: Minari's arrow storage brings pyarrow.dataset and pandas
+#: (~1 s, most of a short export's writing), imported ahead while the episodes replay.
+IMPORTS = ("minari", "minari.dataset._storages.arrow_storage",
+           "minari.data_collector.episode_buffer")
+
 BATCH_STEPS = 20_000  # steps handed to Minari's storage at once (at most)
 BATCH_EPISODES = 100
 
@@ -156,6 +161,13 @@ def check_spaces(env_of: dict[Any, tuple[Any, ...]], run: Any) -> None:
         if found:
             raise UsageError(f"Minari cannot store this env's data: its {found} (Minari "
                              f"stores {', '.join(STORABLE)} spaces).")
+    spec = next(iter(env_of.values()))[2]
+    if spec is not None and callable(spec.entry_point):
+        # Minari keeps the env's spec as Gymnasium's JSON (recover_environment rebuilds
+        # the env from it), and Gymnasium cannot write a Python object into JSON.
+        raise UsageError(f"Minari stores the env's spec as JSON, and env '{spec.id}' is "
+                         "registered with a Python class as its entry_point, which Gymnasium "
+                         "cannot write there; register it with a 'module:Class' string.")
 
 
 def built_folder(built: Any, dataset_id: str) -> Any:

@@ -190,7 +190,10 @@ class BackendPool:
         backend = self.fallback.backend_for(self.needs_backend[i])
         if backend == "":
             return
-        if slot.worker is None or slot.backend != backend or not slot.worker.alive():
+        # A job that draws with no GL (verification, an Atari screen) runs on whatever worker
+        # is there; one that draws needs a worker started on its backend.
+        if slot.worker is None or not slot.worker.alive() or (
+                backend is not None and slot.backend != backend):
             self._kill(slot)
             slot.worker = spawn_worker(self.target, backend, *self.args,
                                        env=self.environment(backend, len(self.slots)),

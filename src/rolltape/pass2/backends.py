@@ -146,6 +146,27 @@ def _check_backend(backend: str) -> str:
     return name
 
 
+#: Render workers draw off screen. Classic-control envs draw with pygame, whose SDL would
+#: otherwise probe X11 and Wayland for a display (and sound devices) it never uses, and
+#: print "error: XDG_RUNTIME_DIR is invalid or not set" where there is none. SDL's dummy
+#: drivers ask for nothing; a value the user set is kept.
+HEADLESS_SDL = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
+
+
+def worker_environment(backend: str | None, workers: int,
+                       cores: int | None = None) -> dict[str, str]:
+    """A render worker's variables: its GL backend's, SDL's dummy drivers, and its share of
+    the ``cores`` (default: all) for Mesa's llvmpipe (which would otherwise draw on every
+    core in each).
+    (Here, not in rolltape.rendering: an export starts its workers before it imports the
+    heavier render orchestration, and every import before a worker's start delays it.)"""
+    env = gl_environment(backend) if backend else {}
+    env.update({k: v for k, v in HEADLESS_SDL.items() if k not in os.environ})
+    if "LP_NUM_THREADS" not in os.environ:
+        env["LP_NUM_THREADS"] = str(max(1, (cores or os.cpu_count() or 1) // workers))
+    return env
+
+
 def gl_environment(backend: str) -> dict[str, str]:
     """Return the variables a process must have before ``import mujoco`` to use ``backend``.
 

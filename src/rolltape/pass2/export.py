@@ -26,7 +26,7 @@ import io
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -63,6 +63,7 @@ class ExportJob(RenderOptions):
     # LeRobot's frames are (observation, action) pairs: a video holds the frames of the
     # observations each step acted on, not the last one (False). Minari keeps every one.
     last_frame: bool = True
+    env_id: str | None = None  # the env to replay on, when the user trusted the tape's module
 
     def perform(self, replayer: Any) -> ExportResult:
         """Replay the tape on ``replayer`` (a render worker's, whose envs it reuses)."""
@@ -77,9 +78,16 @@ class ExportJob(RenderOptions):
         if tape.start_step or tape.window is not None:
             raise UsageError(f"Tape '{self.tape}' begins mid-episode (a training recording), "
                              "so it cannot be a dataset episode; export an eval run's tapes.")
-        check_tape_env_module(tape.env_id, self.tape)
+        spec = dict(tape.env)
+        if self.env_id is not None:
+            spec["id"] = self.env_id
+        else:
+            check_tape_env_module(tape.env_id, self.tape)
+        if self.mode == "restore" and tape.physics is None and not tape.has_ale_state:
+            raise UsageError(f"Tape '{self.tape}' holds no MuJoCo or ALE states, so --mode "
+                             "restore cannot export it; use --mode resim.")
         draw = bool(self.videos)
-        key, env = replayer._env(dict(tape.env), self, draw)
+        key, env = replayer._env(spec, self, draw)
         _check_same_env(tape, env, self.tape)
         rig = CameraRig(env, self.cameras) if draw else None
         writers = [BackgroundWriter(open_av1_writer(p, self.fps, overwrite=True,
@@ -92,8 +100,10 @@ class ExportJob(RenderOptions):
         samples: list[list[np.ndarray]] = [[] for _ in self.videos]  # for image statistics
 
         def observe(index: int, obs: Any, info: Any) -> None:
-            observations.append(_copy(obs))
-            if info is not None and self.success_key is not None:
+            # (A copy: some envs return views of their buffers. An array's, without _copy's
+            # type checks, on the path every step of a common env takes.)
+            observations.append(obs.copy() if type(obs) is np.ndarray else _copy(obs))
+            if info and self.success_key is not None:
                 success[index] = bool(info.get(self.success_key, False))
 
         def emit(index: int) -> None:
@@ -103,11 +113,15 @@ class ExportJob(RenderOptions):
                     if index in sampled:
                         samples[k].append(_downsample(frame))
 
+        def reset() -> Any:
+            return replayer._reset(key, env, tape, draw, self.quality)
+
         try:
-            divergence, _ = replayer._resim(
-                tape, env, self, 0, tape.length + 1,
-                lambda: replayer._reset(key, env, tape, draw, self.quality), emit, observe,
-                digests_later=True)
+            if self.mode == "restore":
+                divergence = _step_from_states(tape, env, self, reset, emit, observe, draw)
+            else:
+                divergence, _ = replayer._resim(tape, env, self, 0, tape.length + 1, reset,
+                                                emit, observe, digests_later=True)
             # The observations' digests, all at once; the first divergence of either kind.
             wrong = first_wrong_digest(tape, observations, self.rtol, self.atol)
             if wrong is not None and (divergence is None or wrong.step < divergence.step
@@ -143,6 +157,48 @@ class ExportJob(RenderOptions):
         return ExportResult(self.tape, True, None, tape.length, time.perf_counter() - start,
                             files=(self.out, *self.videos), torch_loaded="torch" in sys.modules,
                             forbidden_loaded=forbidden_modules())
+
+
+def _step_from_states(tape: Any, env: Any, job: ExportJob, reset: Callable[[], Any],
+                      emit: Callable[[int], None], observe: Callable[[int, Any, Any], None],
+                      draw: bool) -> Any:
+    """``--mode restore``: each step t is simulated from the state pass 1 recorded before
+    it (not from the replay's own previous step), its reward and flags compared with the
+    tape's (its observation is checked by the caller, against pass 1's digest); frame t
+    is drawn from the recorded state t itself, as ``rolltape render --mode restore`` draws.
+
+    Why not read observations off the restored states: an env's observation is what its
+    ``step`` returned, and that is not a function of the state it ends in (Gymnasium's
+    MuJoCo envs report body positions computed before the last substep, Ant contact
+    forces computed only inside a step), so it would be another array than pass 1's and
+    fail its digest. One step from the recorded state gives pass 1's very observation
+    (and the info with its success flag) and cannot inherit an earlier step's error.
+    Returns the first divergence, or None."""
+    from rolltape.envs import continue_from, restore_ale_state, restore_state
+    from rolltape.pass2.replay import _compare_step
+
+    observe(0, reset(), None)
+    mujoco = tape.physics is not None
+    for t in range(tape.length):
+        if draw:
+            if mujoco:
+                restore_state(env, tape.qpos[t], tape.qvel[t])
+            emit(t)  # an ALE screen is the one the last step (or the reset) drew
+        if mujoco:
+            continue_from(env, tape.physics[t])
+        else:
+            restore_ale_state(env, tape.ale_state_at(t))
+        obs, reward, term, trunc, info = env.step(tape.actions[t])
+        observe(t + 1, obs, info)
+        divergence = _compare_step(tape, t, float(reward), bool(term), bool(trunc), None,
+                                   job.rtol, job.atol)
+        if divergence is not None:
+            return divergence
+    if draw:
+        if mujoco:
+            restore_state(env, tape.qpos[tape.length], tape.qvel[tape.length])
+        emit(tape.length)
+    return None
 
 
 #: The quantiles LeRobot's statistics hold (q01, q10, q50, q90, q99).
@@ -199,6 +255,8 @@ def _copy(obs: Any) -> Any:
 def _leaves(rows: list[Any]) -> dict[str, list[Any]]:
     """Per-step observations as one list per leaf: '' for an array observation,
     '/KEY/...' for the leaves of a dict or tuple one (keys in the space's order)."""
+    if rows and isinstance(rows[0], np.ndarray):  # an array observation: one leaf
+        return {"": rows}
     out: dict[str, list[Any]] = {}
 
     def walk(value: Any, name: str) -> None:
@@ -239,13 +297,18 @@ class ProbeJob:
 
     specs: tuple[dict[str, Any], ...]
     cameras: tuple[str, ...]
+    trusted: tuple[str, ...] = ()  # env ids whose module the user trusted (--trust-module)
+    tapes: tuple[str, ...] = ()  # the tape each spec comes from (named when refused)
 
     def perform(self, replayer: Any = None) -> list[tuple[Any, ...]]:
-        from rolltape.envs import make_env
+        from rolltape.envs import check_tape_env_module, make_env
         from rolltape.pass2.cameras import check_cameras
 
         out = []
-        for spec in self.specs:
+        for k, spec in enumerate(self.specs):
+            if spec["id"] not in self.trusted:  # a tape is data: it may not name code
+                check_tape_env_module(spec["id"], self.tapes[k] if k < len(self.tapes)
+                                      else f"of env {spec['id']}")
             env = make_env(spec)
             try:
                 if self.cameras:
@@ -257,7 +320,9 @@ class ProbeJob:
         return out
 
 
-def probe_envs(specs: list[dict[str, Any]], cameras: tuple[str, ...]) -> list[tuple[Any, ...]]:
+def probe_envs(specs: list[dict[str, Any]], cameras: tuple[str, ...],
+               trusted: tuple[str, ...] = (), tapes: tuple[str, ...] = ()
+               ) -> list[tuple[Any, ...]]:
     """:class:`ProbeJob` as a function, for a process of its own
     (:func:`rolltape.interpreter.run_once`)."""
-    return ProbeJob(tuple(specs), tuple(cameras)).perform()
+    return ProbeJob(tuple(specs), tuple(cameras), tuple(trusted), tuple(tapes)).perform()

@@ -50,11 +50,6 @@ from rolltape.pass2.cameras import (
 from rolltape.tape import Tape, sum_rewards
 
 MODES = ("resim", "restore", "auto")
-#: Render workers draw off screen. Classic-control envs draw with pygame, whose SDL would
-#: otherwise probe X11 and Wayland for a display (and sound devices) it never uses, and
-#: print "error: XDG_RUNTIME_DIR is invalid or not set" where there is none. SDL's dummy
-#: drivers ask for nothing; a value the user set is kept.
-HEADLESS_SDL = {"SDL_VIDEODRIVER": "dummy", "SDL_AUDIODRIVER": "dummy"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -402,12 +397,19 @@ class _Replayer:
         # Large observations (screens) are digested in batches: one digest is a loop over
         # the observation's words, which numpy runs across many rows as cheaply as one.
         pending = _PendingDigests(tape, req.rtol == 0 and req.atol == 0 and not digests_later)
+        # A caller that checks digests later gets the exact comparison of rewards and flags
+        # later too, all steps at once (first_wrong_step): the same answer, without a call
+        # per step in the loop.
+        later = digests_later and from_reset and req.rtol == 0 and req.atol == 0
+        flags: list[tuple[bool, bool]] = []
         for t in range(begin, stop - 1):
             obs, reward, term, trunc, info = env.step(tape.actions[t])
             rewards.append(float(reward))
             if observe is not None:
                 observe(t + 1, obs, info)
-            if divergence is None:
+            if later:
+                flags.append((term, trunc))
+            elif divergence is None:
                 defer = pending.takes(obs)
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = _compare_step(tape, t, float(reward), bool(term),
@@ -422,6 +424,8 @@ class _Replayer:
                 emit(t + 1)
             if (term or trunc) and t + 1 < tape.length and from_reset:
                 break  # ended early: already reported as a divergence at this step
+        if later and divergence is None:
+            divergence = first_wrong_step(tape, rewards, flags)
         if divergence is None:
             divergence = pending.flush()
         return divergence, rewards
@@ -478,7 +482,10 @@ def _flat(writers: list[list[Any]]) -> list[Any]:
 
 
 class _PendingDigests:
-    """Observations of steps already compared on everything else, digested a batch at a time."""
+    """Observations of steps already compared on everything else, digested a batch at a time.
+
+    They are copied into one buffer made once (the env may reuse its arrays): a copy per
+    step into fresh memory and a stack of the batch cost as much as the digest itself."""
 
     BYTES = 16384  # larger array observations wait for a batch
     BATCH = 256
@@ -487,29 +494,32 @@ class _PendingDigests:
         self.tape = tape
         self.judged = judged and tape.obs_digest is not None
         self.steps: list[int] = []
-        self.rows: list[np.ndarray] = []
+        self.rows: np.ndarray | None = None
 
     def takes(self, obs: Any) -> bool:
         return (self.judged and isinstance(obs, np.ndarray) and obs.nbytes > self.BYTES
-                and (not self.rows or (obs.shape == self.rows[0].shape
-                                       and obs.dtype == self.rows[0].dtype)))
+                and (self.rows is None or (obs.shape == self.rows.shape[1:]
+                                           and obs.dtype == self.rows.dtype)))
 
     def add(self, t: int, obs: np.ndarray) -> None:
+        if self.rows is None:
+            self.rows = np.empty((self.BATCH, *obs.shape), dtype=obs.dtype)
+        self.rows[len(self.steps)] = obs
         self.steps.append(t)
-        self.rows.append(obs.copy())
 
     @property
     def full(self) -> bool:
-        return len(self.rows) >= self.BATCH
+        return len(self.steps) >= self.BATCH
 
     def flush(self) -> Divergence | None:
         """The first pending step whose observation differs from pass 1's, if any."""
-        if not self.rows:
+        if not self.steps:
             return None
         from rolltape.envs import obs_digests
 
-        digests = obs_digests(np.stack(self.rows))
-        steps, self.steps, self.rows = self.steps, [], []
+        assert self.rows is not None  # made by the first add
+        digests = obs_digests(self.rows[:len(self.steps)])
+        steps, self.steps = self.steps, []
         for t, digest in zip(steps, digests):
             if int(digest) != int(self.tape.obs_digest[t + 1]):
                 return Divergence(t, "observation", "pass-1 digest", "another digest")
@@ -537,6 +547,35 @@ def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, ob
         if obs_digest(obs) != int(tape.obs_digest[t + 1]):
             return Divergence(t, "observation", "pass-1 digest", "another digest")
     return None
+
+
+def first_wrong_step(tape: Tape, rewards: list[float], flags: list[tuple[bool, bool]]
+                     ) -> Divergence | None:
+    """The first of a replay's steps (from the reset) whose reward, termination or
+    truncation is not exactly pass 1's, as :func:`_compare_step` would report it (its
+    observation aside), or None.
+
+    >>> tape = Tape(seed=0, env={"id": "X"}, actions=np.zeros((2, 1)),
+    ...             rewards=np.array([1.0, 2.0]), terminated=np.array([False, True]),
+    ...             truncated=np.zeros(2, bool))
+    >>> first_wrong_step(tape, [1.0, 2.0], [(False, False), (False, False)]).describe()
+    'step 1: terminated was True in pass 1, False on replay'
+    >>> first_wrong_step(tape, [1.0, 2.5], [(False, False), (True, False)]).describe()
+    'step 1: reward was 2.0 in pass 1, 2.5 on replay (difference 0.5)'
+    """
+    n = len(rewards)
+    if not n:
+        return None
+    got = np.asarray(rewards, dtype=np.float64)
+    expected = tape.rewards[:n]
+    same = (got == expected) | (np.isnan(got) & np.isnan(expected))
+    flag = np.asarray(flags, dtype=bool).reshape(n, 2)
+    wrong = ~same | (flag[:, 0] != tape.terminated[:n].astype(bool)) \
+        | (flag[:, 1] != tape.truncated[:n].astype(bool))
+    if not wrong.any():
+        return None
+    t = int(np.argmax(wrong))
+    return _compare_step(tape, t, rewards[t], bool(flag[t, 0]), bool(flag[t, 1]), None, 0, 0)
 
 
 def first_wrong_digest(tape: Tape, observations: list[Any], rtol: float = 0.0,
@@ -593,6 +632,10 @@ FORBIDDEN = ("torch", "stable_baselines3", "rolltape.policies", "rolltape.pass1"
 
 def forbidden_modules() -> tuple[str, ...]:
     """The modules of :data:`FORBIDDEN` this process has imported (none, in a worker)."""
+    # Importing a submodule imports its package first, so a look-up per name finds any;
+    # the walk over every loaded module (~20 ms: each job asks) is only done to name them.
+    if not any(f in sys.modules for f in FORBIDDEN):
+        return ()
     return tuple(sorted(m for m in sys.modules
                         if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)))
 
@@ -642,6 +685,13 @@ def render_worker(backend: str | None, niceness: int, start_niceness: int, conn:
         replayer.close()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
+    else:
+        # Asked to stop, every job done and its outputs closed: exit now. Tearing down the
+        # interpreter (numpy, PyAV, the simulators' modules) took 0.3-0.8 s, which the
+        # command that waits for its workers to exit (stop_workers) spent doing nothing.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def idle_priority_class() -> bool:
