@@ -7,6 +7,7 @@ real statistics, not a good policy), once per session.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -204,3 +205,26 @@ class Server:
             self.proc.send_signal(sig)
         out, _ = self.proc.communicate(timeout=30)
         return out
+
+
+def assert_plain_json(obj: object, path: str = "$") -> None:
+    """Only plain Python JSON types, recursively; no numpy scalars, no NaN/inf."""
+    if obj is None or isinstance(obj, (bool, str)):
+        return
+    if isinstance(obj, int):
+        assert type(obj) is int, f"{path}: {type(obj)!r} is not a plain int"
+        return
+    if isinstance(obj, float):
+        assert type(obj) is float, f"{path}: {type(obj)!r} is not a plain float"
+        assert math.isfinite(obj), f"{path}: {obj!r} is not finite"
+        return
+    if isinstance(obj, list):
+        for i, item in enumerate(obj):
+            assert_plain_json(item, f"{path}[{i}]")
+        return
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            assert type(key) is str, f"{path}: key {key!r} is not a str"
+            assert_plain_json(value, f"{path}.{key}")
+        return
+    raise AssertionError(f"{path}: {type(obj)!r} is not a JSON type")

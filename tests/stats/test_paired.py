@@ -1,8 +1,7 @@
-"""Paired statistics and suite aggregates of rolltape.stats, checked on fixed data against
+"""rolltape.stats.paired: policies compared on the same seeds, checked on fixed data against
 independent implementations installed for the tests only: scipy (Mann-Whitney U, the
-binomial test), statsmodels (exact McNemar, Wilson intervals) and rliable (aggregates,
-stratified bootstrap, performance profiles; bootstrap intervals within Monte Carlo
-tolerance, since the two draw different resamples)."""
+binomial test), statsmodels (exact McNemar, Wilson intervals) and rliable (probability of
+improvement)."""
 
 from __future__ import annotations
 
@@ -14,9 +13,12 @@ import pytest
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
+from tests.conftest import assert_plain_json
 
 from rolltape import stats
+from rolltape.stats import paired_improvement
 
+RNG = np.random.default_rng(12345)
 RNG = np.random.default_rng(12345)
 A = RNG.normal(10.0, 3.0, size=40).round(1)  # rounded: ties happen, as with real returns
 B = (A - RNG.normal(1.0, 2.0, size=40)).round(1)
@@ -145,93 +147,57 @@ def test_success_verdict_uses_mcnemar_and_newcombe():
     assert stats.paired_comparison(A, B, [None] * 40, [None] * 40)["success"] is None
 
 
-SCORES = RNG.gamma(2.0, 0.4, size=(12, 5))  # 12 episodes x 5 tasks, normalized scores
-PER_TASK = {f"task{t}": SCORES[:, t] for t in range(SCORES.shape[1])}
+# --------------------------------------------------------------------------- paired
 
 
-@pytest.fixture
-def rliable_library():
-    """rliable's bootstrap CIs (rliable 1.2 with arch 7: see the test extra's pins)."""
-    from rliable import library
+def test_paired_improvement_sign_and_ci() -> None:
+    rng = np.random.default_rng(11)
+    # Seed difficulty varies a lot; the policy is uniformly ~1 better on each seed.
+    baseline = rng.normal(50.0, 20.0, size=30)
+    policy = baseline + 1.0 + rng.normal(0.0, 0.1, size=30)
+    out = paired_improvement(policy, baseline)
+    assert_plain_json(out)
+    json.dumps(out, allow_nan=False)
+    assert out["n_pairs"] == 30
+    assert out["mean_diff"] == pytest.approx(float(np.mean(policy - baseline)))
+    assert out["policy_mean"] == pytest.approx(float(np.mean(policy)))
+    assert out["baseline_mean"] == pytest.approx(float(np.mean(baseline)))
+    lo, hi = out["diff_ci"]
+    # Pairing cancels the seed variation: the interval is tight and excludes zero.
+    assert 0.0 < lo < out["mean_diff"] < hi
+    assert hi - lo < 0.2
+    assert out["ratio_of_means"] == pytest.approx(out["policy_mean"] / out["baseline_mean"])
 
-    return library
-
-
-def test_aggregate_point_estimates_equal_rliable():
-    from rliable import metrics
-
-    got = stats.aggregate_scores(PER_TASK, n_resamples=10)
-    assert got["iqm"]["value"] == pytest.approx(metrics.aggregate_iqm(SCORES))
-    assert got["mean"]["value"] == pytest.approx(metrics.aggregate_mean(SCORES))
-    assert got["median"]["value"] == pytest.approx(metrics.aggregate_median(SCORES))
-    assert got["optimality_gap"]["value"] == pytest.approx(
-        metrics.aggregate_optimality_gap(SCORES))
-
-
-def test_stratified_bootstrap_intervals_agree_with_rliable_within_monte_carlo_error(
-        rliable_library):
-    from rliable import metrics
-
-    library = rliable_library
-
-    def all_four(x):
-        return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x),
-                         metrics.aggregate_median(x), metrics.aggregate_optimality_gap(x)])
-
-    reps = 3000
-    np.random.seed(7)  # rliable draws its resamples from numpy's global generator
-    _, ci = library.get_interval_estimates({"p": SCORES}, all_four, reps=reps)
-    ours = stats.aggregate_scores(PER_TASK, n_resamples=reps, seed=7)
-    for k, name in enumerate(("iqm", "mean", "median", "optimality_gap")):
-        # Monte Carlo error of a 2.5% quantile from 3000 resamples is well under 10% of
-        # the interval's width; both bootstraps must land there.
-        width = ci["p"][1, k] - ci["p"][0, k]
-        assert ours[name]["ci"] == pytest.approx([ci["p"][0, k], ci["p"][1, k]],
-                                                 abs=0.12 * width), name
+    worse = paired_improvement(baseline, policy)
+    assert worse["mean_diff"] == pytest.approx(-out["mean_diff"])
+    assert worse["diff_ci"][1] < 0.0
 
 
-def test_performance_profile_matches_rliable(rliable_library):
-    library = rliable_library
-
-    taus = np.linspace(0.0, 2.0, 9)
-    np.random.seed(11)
-    profiles, cis = library.create_performance_profile({"p": SCORES}, taus, reps=2000)
-    ours = stats.performance_profile(PER_TASK, taus, n_resamples=2000)
-    assert ours["fraction"] == pytest.approx(profiles["p"])
-    width = np.maximum(cis["p"][1] - cis["p"][0], 0.05)
-    assert np.all(np.abs(np.array(ours["ci_low"]) - cis["p"][0]) <= 0.25 * width + 1e-9)
-    assert np.all(np.abs(np.array(ours["ci_high"]) - cis["p"][1]) <= 0.25 * width + 1e-9)
+def test_paired_improvement_is_deterministic_and_seeded() -> None:
+    rng = np.random.default_rng(6)
+    policy, baseline = rng.normal(1.0, 1.0, size=12), rng.normal(0.0, 1.0, size=12)
+    a = paired_improvement(policy, baseline, seed=3)
+    assert a == paired_improvement(policy.tolist(), baseline.tolist(), seed=3)
+    b = paired_improvement(policy, baseline, seed=4)
+    assert a["diff_ci"] != b["diff_ci"]
+    assert a["mean_diff"] == b["mean_diff"]  # only the interval depends on the seed
 
 
-def test_unequal_task_sizes_resample_within_each_task():
-    per_task = {"long": np.linspace(0, 1, 30), "short": np.array([5.0, 5.0])}
-    got = stats.aggregate_scores(per_task, n_resamples=500)
-    # "short" never varies, so the mean of task means varies only through "long".
-    assert got["mean"]["ci"][1] - got["mean"]["ci"][0] < 0.25
-    assert got["median"]["value"] == pytest.approx((0.5 + 5.0) / 2)
+def test_paired_improvement_ratio_only_when_meaningful() -> None:
+    assert paired_improvement([-1.0, -2.0], [-3.0, -4.0])["ratio_of_means"] is None
+    assert paired_improvement([1.0, 2.0], [0.0, 0.0])["ratio_of_means"] is None
+    assert paired_improvement([-5.0, -5.0], [1.0, 1.0])["ratio_of_means"] is None
+    assert paired_improvement([0.0, 0.0], [2.0, 2.0])["ratio_of_means"] == 0.0
 
 
-def test_normalize_scores_and_refusals():
-    assert stats.normalize_scores([1.0, 3.0], 1.0, 3.0).tolist() == [0.0, 1.0]
-    with pytest.raises(ValueError, match="two different"):
-        stats.normalize_scores([1.0], 2.0, 2.0)
-    with pytest.raises(ValueError, match="one return per seed"):
-        stats.paired_comparison([1.0, 2.0], [1.0])
-    with pytest.raises(ValueError, match="paired samples"):
-        stats.probability_of_improvement([1.0, 2.0], [1.0])
+def test_paired_improvement_single_pair() -> None:
+    out = paired_improvement([3.0], [1.0])
+    assert out["mean_diff"] == 2.0 and out["diff_ci"] == [2.0, 2.0] and out["n_pairs"] == 1
+    json.dumps(out, allow_nan=False)
 
 
-def test_suite_probability_of_improvement_matches_rliable(rliable_library):
-    from rliable import metrics
-
-    x, y = SCORES[:, :3], SCORES[:, 1:4]
-    ours = stats.suite_probability_of_improvement(
-        {f"t{k}": x[:, k] for k in range(3)}, {f"t{k}": y[:, k] for k in range(3)},
-        paired=False, n_resamples=2000, seed=2)
-    assert ours["p"] == pytest.approx(metrics.probability_of_improvement(x, y))
-    np.random.seed(5)
-    _, ci = rliable_library.get_interval_estimates(
-        {"xy": [x, y]}, lambda a, b: np.array([metrics.probability_of_improvement(a, b)]),
-        reps=800)
-    width = ci["xy"][1, 0] - ci["xy"][0, 0]
-    assert ours["ci"] == pytest.approx([ci["xy"][0, 0], ci["xy"][1, 0]], abs=0.15 * width)
+def test_paired_improvement_mismatched_lengths() -> None:
+    with pytest.raises(ValueError, match="policy_returns has 3 episodes but baseline_returns has 2"):
+        paired_improvement([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="empty"):
+        paired_improvement([], [])

@@ -1,4 +1,5 @@
-"""Tests for rolltape.stats: published reference values, hand computations, JSON safety."""
+"""rolltape.stats.intervals: Wilson intervals, IQM, the percentile bootstrap and an
+episode summary, against published values, hand computations and plain-JSON output."""
 
 from __future__ import annotations
 
@@ -9,41 +10,11 @@ import statistics
 
 import numpy as np
 import pytest
+from tests.conftest import assert_plain_json
 
-from rolltape.stats import (
-    Summary,
-    aggregate,
-    bootstrap_ci,
-    iqm,
-    paired_improvement,
-    summarize,
-    wilson_interval,
-)
+from rolltape.stats import Summary, bootstrap_ci, iqm, summarize, wilson_interval
 
 # --------------------------------------------------------------------------- helpers
-
-
-def assert_plain_json(obj: object, path: str = "$") -> None:
-    """Only plain Python JSON types, recursively; no numpy scalars, no NaN/inf."""
-    if obj is None or isinstance(obj, (bool, str)):
-        return
-    if isinstance(obj, int):
-        assert type(obj) is int, f"{path}: {type(obj)!r} is not a plain int"
-        return
-    if isinstance(obj, float):
-        assert type(obj) is float, f"{path}: {type(obj)!r} is not a plain float"
-        assert math.isfinite(obj), f"{path}: {obj!r} is not finite"
-        return
-    if isinstance(obj, list):
-        for i, item in enumerate(obj):
-            assert_plain_json(item, f"{path}[{i}]")
-        return
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            assert type(key) is str, f"{path}: key {key!r} is not a str"
-            assert_plain_json(value, f"{path}.{key}")
-        return
-    raise AssertionError(f"{path}: {type(obj)!r} is not a JSON type")
 
 
 def reference_trim_mean_25(values: list[float]) -> float:
@@ -333,118 +304,3 @@ def test_to_dict_plain_types_for_numpy_inputs() -> None:
     rng = np.random.default_rng(5)
     s = summarize(rng.normal(size=17).astype(np.float32), successes=list(rng.random(17) > 0.5))
     assert_plain_json(s.to_dict())
-
-
-# --------------------------------------------------------------------------- paired
-
-
-def test_paired_improvement_sign_and_ci() -> None:
-    rng = np.random.default_rng(11)
-    # Seed difficulty varies a lot; the policy is uniformly ~1 better on each seed.
-    baseline = rng.normal(50.0, 20.0, size=30)
-    policy = baseline + 1.0 + rng.normal(0.0, 0.1, size=30)
-    out = paired_improvement(policy, baseline)
-    assert_plain_json(out)
-    json.dumps(out, allow_nan=False)
-    assert out["n_pairs"] == 30
-    assert out["mean_diff"] == pytest.approx(float(np.mean(policy - baseline)))
-    assert out["policy_mean"] == pytest.approx(float(np.mean(policy)))
-    assert out["baseline_mean"] == pytest.approx(float(np.mean(baseline)))
-    lo, hi = out["diff_ci"]
-    # Pairing cancels the seed variation: the interval is tight and excludes zero.
-    assert 0.0 < lo < out["mean_diff"] < hi
-    assert hi - lo < 0.2
-    assert out["ratio_of_means"] == pytest.approx(out["policy_mean"] / out["baseline_mean"])
-
-    worse = paired_improvement(baseline, policy)
-    assert worse["mean_diff"] == pytest.approx(-out["mean_diff"])
-    assert worse["diff_ci"][1] < 0.0
-
-
-def test_paired_improvement_is_deterministic_and_seeded() -> None:
-    rng = np.random.default_rng(6)
-    policy, baseline = rng.normal(1.0, 1.0, size=12), rng.normal(0.0, 1.0, size=12)
-    a = paired_improvement(policy, baseline, seed=3)
-    assert a == paired_improvement(policy.tolist(), baseline.tolist(), seed=3)
-    b = paired_improvement(policy, baseline, seed=4)
-    assert a["diff_ci"] != b["diff_ci"]
-    assert a["mean_diff"] == b["mean_diff"]  # only the interval depends on the seed
-
-
-def test_paired_improvement_ratio_only_when_meaningful() -> None:
-    assert paired_improvement([-1.0, -2.0], [-3.0, -4.0])["ratio_of_means"] is None
-    assert paired_improvement([1.0, 2.0], [0.0, 0.0])["ratio_of_means"] is None
-    assert paired_improvement([-5.0, -5.0], [1.0, 1.0])["ratio_of_means"] is None
-    assert paired_improvement([0.0, 0.0], [2.0, 2.0])["ratio_of_means"] == 0.0
-
-
-def test_paired_improvement_single_pair() -> None:
-    out = paired_improvement([3.0], [1.0])
-    assert out["mean_diff"] == 2.0 and out["diff_ci"] == [2.0, 2.0] and out["n_pairs"] == 1
-    json.dumps(out, allow_nan=False)
-
-
-def test_paired_improvement_mismatched_lengths() -> None:
-    with pytest.raises(ValueError, match="policy_returns has 3 episodes but baseline_returns has 2"):
-        paired_improvement([1.0, 2.0, 3.0], [1.0, 2.0])
-    with pytest.raises(ValueError, match="empty"):
-        paired_improvement([], [])
-
-
-# --------------------------------------------------------------------------- aggregate
-
-
-def test_aggregate_per_group_and_pooled() -> None:
-    out = aggregate(
-        {
-            "reach": [True, True, True, False],
-            "push": [False, None, False, True, None],
-            "sensorless": [None, None],
-        }
-    )
-    assert_plain_json(out)
-    json.dumps(out, allow_nan=False)
-    assert list(out) == ["reach", "push", "sensorless", "overall"]
-
-    assert out["reach"] == {
-        "success_count": 3,
-        "n": 4,
-        "n_unknown": 0,
-        "success_rate": 0.75,
-        "success_ci": list(wilson_interval(3, 4)),
-    }
-    assert out["push"]["success_count"] == 1
-    assert out["push"]["n"] == 3
-    assert out["push"]["n_unknown"] == 2
-    assert out["push"]["success_ci"] == list(wilson_interval(1, 3))
-    assert out["sensorless"] == {
-        "success_count": None,
-        "n": 0,
-        "n_unknown": 2,
-        "success_rate": None,
-        "success_ci": None,
-    }
-
-    overall = out["overall"]
-    assert overall["success_count"] == 4
-    assert overall["n"] == 7
-    assert overall["n_unknown"] == 4
-    assert overall["success_rate"] == pytest.approx(4 / 7)
-    assert overall["success_ci"] == list(wilson_interval(4, 7))
-    assert overall["mean_group_rate"] == pytest.approx((0.75 + 1 / 3) / 2)
-
-
-def test_aggregate_all_unknown_is_json_safe() -> None:
-    out = aggregate({"a": [None], "b": []})
-    assert out["overall"]["success_rate"] is None
-    assert out["overall"]["mean_group_rate"] is None
-    json.dumps(out, allow_nan=False)
-
-
-def test_aggregate_rejects_bad_input() -> None:
-    with pytest.raises(ValueError, match="no groups"):
-        aggregate({})
-    with pytest.raises(ValueError, match="reserved"):
-        aggregate({"overall": [True]})
-    with pytest.raises(ValueError, match="position 1"):
-        aggregate({"a": [True, 2]})  # type: ignore[list-item]
