@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -178,6 +178,35 @@ def eval_until_server_killed(server: Server, args: list[str], rows: Path, at_lea
     server.stop(signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     return proc.returncode, err
+
+
+SERVER_GONE_FAST = {"ROLLTAPE_SERVER_TIMEOUT": "3"}  # a gone server is found within seconds
+
+
+def kill_mid_run_then_resume(make_server: Callable[[], Server], env_id: str, args: list[str],
+                             out: Path, at_least: int, episodes: int) -> dict[str, Any]:
+    """Evaluate ``env_id`` served by ``make_server()`` into ``out`` (``args``: the eval's
+    flags), SIGKILL the server once ``at_least`` episodes are kept, check the one-line error
+    names what was kept and --resume, resume on a new server, and return results.json."""
+    rows = out.with_name(f".{out.name}.partial") / "episodes.jsonl"
+    first = make_server()
+    returncode, err = eval_until_server_killed(first, [f"{first.address}/{env_id}", *args],
+                                               rows, at_least, SERVER_GONE_FAST)
+    assert returncode == 1, err
+    line = err.strip().splitlines()[-1]
+    assert "did not answer" in line and "--resume" in line and "kept" in line
+    kept = rows.read_text().count("\n")
+    assert at_least <= kept < episodes  # the kill landed mid-run
+    second = make_server()
+    try:
+        resumed = run_cli("eval", f"{second.address}/{env_id}", *args, "--resume",
+                          env=SERVER_GONE_FAST)
+    finally:
+        second.stop()
+    assert resumed.returncode == 0, resumed.stderr
+    results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    assert len(results["episodes_rows"]) == episodes
+    return results
 
 
 class Server:

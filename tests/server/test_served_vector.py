@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("zmq")
 
-from conftest import Server, eval_until_server_killed, run_cli  # noqa: E402
+from conftest import Server, kill_mid_run_then_resume, run_cli  # noqa: E402
 from rolltape import Tape, evaluate  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection, RemoteVectorEnv  # noqa: E402
@@ -143,26 +143,12 @@ def test_a_killed_server_stops_the_batched_run_and_resume_finishes(tmp_path):
     """Long episodes so the kill lands mid-run: finished episodes are kept, --resume on a
     new server plays the rest, and the tapes equal a local per-row run's (random actions)."""
     steps, episodes = 400, 16
-    first = Server("--num-envs", "4", what=(ENV_ID, "--max-episode-steps", str(steps)))
     out = tmp_path / "run"
     args = ["--max-episode-steps", str(steps), "--episodes", str(episodes), "--seed", "5",
             "-q", "--no-report", "--batched-inference", "--out", str(out)]
-    rows = tmp_path / ".run.partial" / "episodes.jsonl"
-    returncode, err = eval_until_server_killed(first, [f"{first.address}/{ENV_ID}", *args],
-                                               rows, 4, FAST)
-    assert returncode == 1, err
-    line = err.strip().splitlines()[-1]
-    assert "did not answer" in line and "--resume" in line and "kept" in line
-    kept = rows.read_text().count("\n")
-    assert 4 <= kept < episodes  # the kill landed mid-run
-    second = Server("--num-envs", "4", what=(ENV_ID, "--max-episode-steps", str(steps)))
-    try:
-        resumed = run_cli("eval", f"{second.address}/{ENV_ID}", *args, "--resume", env=FAST)
-    finally:
-        second.stop()
-    assert resumed.returncode == 0, resumed.stderr
-    results = json.loads((out / "results.json").read_text())
-    assert len(results["episodes_rows"]) == episodes
+    kill_mid_run_then_resume(
+        lambda: Server("--num-envs", "4", what=(ENV_ID, "--max-episode-steps", str(steps))),
+        ENV_ID, args, out, at_least=4, episodes=episodes)
     local = evaluate(ENV_ID, "random", episodes=episodes, seed=5, max_episode_steps=steps,
                      report=False, out=tmp_path / "local")
     for path in sorted((local.path / "tapes").glob("*.npz")):

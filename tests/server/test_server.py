@@ -22,7 +22,7 @@ import pytest
 
 zmq = pytest.importorskip("zmq")
 
-from conftest import Server, eval_until_server_killed, interruptible, run_cli  # noqa: E402
+from conftest import Server, interruptible, kill_mid_run_then_resume, run_cli  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection  # noqa: E402
 
@@ -446,26 +446,10 @@ def test_unreachable_server_is_one_sentence_within_the_timeout(tmp_path):
 def test_a_server_killed_mid_run_stops_the_eval_and_resume_finishes(evals, tmp_path):
     """Long episodes so the kill lands mid-run: finished episodes are kept, --resume (on
     a new server) plays the rest, and the tapes equal a local run's."""
-    first = Server()
     out = tmp_path / "run"
     args = ["--max-episode-steps", str(STEPS), "--episodes", "12", "--seed", "5", "-q",
             "--no-report", "--out", str(out)]
-    rows = tmp_path / ".run.partial" / "episodes.jsonl"
-    returncode, err = eval_until_server_killed(first, [f"{first.address}/{ENV_ID}", *args],
-                                               rows, 2, FAST)
-    assert returncode == 1, err
-    line = err.strip().splitlines()[-1]
-    assert "did not answer" in line and "--resume" in line and "kept" in line
-    kept = rows.read_text().count("\n")
-    assert 2 <= kept < 12  # the kill landed mid-run
-    second = Server()
-    try:
-        resumed = run_cli("eval", f"{second.address}/{ENV_ID}", *args, "--resume", env=FAST)
-    finally:
-        second.stop()
-    assert resumed.returncode == 0, resumed.stderr
-    results = json.loads((out / "results.json").read_text())
-    assert len(results["episodes_rows"]) == 12
+    kill_mid_run_then_resume(Server, ENV_ID, args, out, at_least=2, episodes=12)
     for path in sorted((evals / "local" / "tapes").glob("*.npz")):  # the same seeds
         for name in ("actions", "rewards", "physics"):
             assert np.load(path)[name].tobytes() == np.load(out / "tapes" / path.name)[name].tobytes()
