@@ -31,13 +31,13 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from rolltape.errors import UsageError
-from rolltape.interpreter import ChildFailed, changes_to, run_once
+from rolltape.interpreter import ChildFailed, run_once
 
 __all__ = [
     "BACKENDS_HELP",
@@ -244,15 +244,14 @@ def _src_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def _child_environment(backend: str, base: Mapping[str, str]) -> dict[str, str]:
-    """Environment for a probe child: ``base`` plus the backend's variables and our src path."""
-    env = dict(base)
-    _apply_gl_environment(env, backend)
-    pythonpath = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = _src_root() + (os.pathsep + pythonpath if pythonpath else "")
-    # What a crashing child printed last is the clue: nothing may wait in a buffer.
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+def _child_environment(backend: str) -> dict[str, str | None]:
+    """What a probe child's environment changes from this process's (None: removed): the
+    backend's variables as :func:`_apply_gl_environment` sets them, and our src path first."""
+    pythonpath = os.environ.get("PYTHONPATH")
+    return {"PYOPENGL_PLATFORM": None, **gl_environment(backend),
+            "PYTHONPATH": _src_root() + (os.pathsep + pythonpath if pythonpath else ""),
+            # What a crashing child printed last is the clue: nothing may wait in a buffer.
+            "PYTHONUNBUFFERED": "1"}
 
 
 def _last_meaningful_line(text: str) -> str | None:
@@ -332,11 +331,10 @@ def probe(backend: str, timeout: float = 60.0) -> ProbeResult:
         UsageError: ``backend`` is unknown.
     """
     name = _check_backend(backend)
-    env = _child_environment(name, os.environ)
     start = time.monotonic()
     try:
-        payload = run_once(_probe_here, name, env=changes_to(env), timeout=timeout, cwd_on_path=False,
-                           capture=True)
+        payload = run_once(_probe_here, name, env=_child_environment(name), timeout=timeout,
+                           cwd_on_path=False, capture=True)
     except OSError as exc:
         return ProbeResult(name, False, time.monotonic() - start,
                            f"could not start the probe: {exc}", None, None)
