@@ -147,9 +147,9 @@ def eval_(
     episodes = values.pop("episodes", EvalConfig.episodes)
     algo = values.get("algo")
     if algo is not None:  # here, where every --policy is known (each run gets the flag)
-        from rolltape.policies import SB3_ALGOS
+        from rolltape.policies import SB3_ALGOS, is_sb3_source
 
-        if not any(p.startswith("sb3:") or p.endswith(".zip") for p in policies):
+        if not any(is_sb3_source(p) for p in policies):
             raise UsageError(f"--algo names the algorithm of an SB3 checkpoint; drop it for "
                              f"--policy {policies[0]}, or give --policy sb3:PATH.zip.")
         check_choice("--algo", algo.upper(), SB3_ALGOS)

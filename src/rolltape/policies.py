@@ -219,6 +219,11 @@ class TapePolicy(Policy):
         return action
 
 
+def is_sb3_source(source: str) -> bool:
+    """True when ``--policy`` names an SB3 checkpoint (``sb3:PATH`` or a ``.zip``)."""
+    return source.startswith("sb3:") or source.endswith(".zip")
+
+
 def load_policy(
     source: str,
     env: Any,
@@ -240,7 +245,7 @@ def load_policy(
         desc = {"kind": "tape", "source": source[len("tape:"):],
                 "sha256": sha256_of(source[len("tape:"):]), "deterministic": True}
         return TapePolicy(tape.actions, desc)
-    if source.startswith("sb3:") or source.endswith(".zip"):
+    if is_sb3_source(source):
         path = Path(source[len("sb3:"):] if source.startswith("sb3:") else source)
         return _load_sb3(path, env, vecnormalize, algo, deterministic, device)
     if ":" in source:

@@ -7,7 +7,7 @@ those imports, so they run while the checks do; the executor's first pass-1 work
 takes it (:func:`rolltape.interpreter.spawn_worker` matches it by target and
 environment). Nothing of the run is in it until then: a check that fails stops it.
 
-May import: the interpreter launcher, the pass-1 worker. Never: torch (the child imports
+May import: the interpreter launcher, the pass-1 worker, policies (no torch at import). Never: torch (the child imports
 it), the render side, outputs.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from rolltape.interpreter import NO_GL, spawn_ahead
 from rolltape.pass1.worker import policy_worker
+from rolltape.policies import is_sb3_source
 
 
 def pass1_imports(policy: str) -> list[str]:
@@ -25,8 +26,7 @@ def pass1_imports(policy: str) -> list[str]:
     >>> pass1_imports("random")
     ['rolltape.pass1.worker']
     """
-    sb3 = policy.startswith("sb3:") or policy.endswith(".zip")
-    return ["rolltape.pass1.worker"] + (["stable_baselines3"] if sb3 else [])
+    return ["rolltape.pass1.worker"] + (["stable_baselines3"] if is_sb3_source(policy) else [])
 
 
 def spawn_pass1_ahead(policy: str, local: bool) -> None:
