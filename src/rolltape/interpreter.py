@@ -142,9 +142,9 @@ def spawn_ahead(target: Callable[..., None], *, env: Mapping[str, str | None] | 
     (or dies with this process)."""
     child_env = _child_environment(env)
     worker = _spawn(target, child_env, cwd_on_path, None, None, tuple(preload))
+    key = _ahead_key(target, child_env, cwd_on_path, None)
     with _ahead_lock:
-        old = _ahead.pop(_ahead_key(target, child_env, cwd_on_path, None), None)
-        _ahead[_ahead_key(target, child_env, cwd_on_path, None)] = worker
+        old, _ahead[key] = _ahead.pop(key, None), worker
     if old is not None:
         stop_worker(old, grace=0.1)
 
