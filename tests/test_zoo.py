@@ -45,6 +45,17 @@ def normalized_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return zoo_train(root, "ppo", "InvertedPendulum-v5", 1024, "-conf", str(conf))
 
 
+@pytest.fixture(scope="session")
+def stacked_normalized_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``normalize: true`` and ``frame_stack: 3``: rl-zoo3 normalizes, then stacks."""
+    root = tmp_path_factory.mktemp("zoo_norm_stack")
+    conf = root / "conf.yml"
+    conf.write_text("InvertedPendulum-v5:\n  normalize: true\n  frame_stack: 3\n"
+                    "  n_envs: 1\n  policy: 'MlpPolicy'\n  n_timesteps: 512\n"
+                    "  n_steps: 256\n  batch_size: 64\n  n_epochs: 1\n")
+    return zoo_train(root, "ppo", "InvertedPendulum-v5", 512, "-conf", str(conf))
+
+
 def zoo_episodes(folder: Path, model_file: Path, seeds: list[int]) -> list[tuple[float, int]]:
     """rl-zoo3's evaluation path: its saved hyperparameters, its create_test_env (seeded with
     each episode's seed), the model's predict, returns from Monitor (under the wrappers)."""
@@ -114,6 +125,15 @@ def test_zoo_normalized_mujoco_matches_rl_zoo3(normalized_zoo: Path, tmp_path: P
     assert_same(played(run), expected)
     policy = run.metadata.facts["policy"]
     assert policy["vecnormalize"].endswith("vecnormalize.pkl") and policy["vecnormalize_sha256"]
+
+
+def test_zoo_normalize_then_stack_matches_rl_zoo3(stacked_normalized_zoo: Path,
+                                                  tmp_path: Path) -> None:
+    folder = stacked_normalized_zoo
+    run = evaluate(None, f"zoo:{folder}", episodes=3, seed=7, out=tmp_path / "r", report=False)
+    assert_same(played(run), zoo_episodes(folder, folder / "InvertedPendulum-v5.zip", [7, 8, 9]))
+    wrappers = run.metadata.facts["policy"]["wrappers"]
+    assert wrappers[-2].startswith("vecnormalize=") and wrappers[-1] == "frame_stack=3"
 
 
 def model_repo(src: Path, dest: Path, config: str, args: str) -> Path:

@@ -15,7 +15,8 @@ From them: the env id (``args.yml``'s ``env``; a ``gym_packages`` module makes i
 ``args.yml``'s when set, then updated by ``--env-kwargs``, as enjoy.py does), ``env_wrapper``
 entries (policy-side wrappers, in order), ``frame_stack`` and ``normalize`` (the statistics,
 applied with training and reward normalization off). The env is then what rl-zoo3's
-``create_test_env`` builds: Monitor under the wrappers, VecNormalize, then VecFrameStack.
+``create_test_env`` builds: Monitor under the wrappers, VecNormalize, then VecFrameStack (with
+a frame stack, the statistics are applied in the policy-side chain, before the stack).
 Atari folders sample actions, as enjoy.py does unless told ``--deterministic``.
 
 May import: errors, files, pass1.wrappers (names only), yaml. Never: SB3, torch, rl-zoo3
@@ -31,6 +32,7 @@ from typing import Any
 
 from rolltape.errors import UsageError
 from rolltape.files import sha256_of
+from rolltape.pass1.wrappers import NORMALIZE
 
 _NOT_MODELS = ("best_model.zip", "train_eval_metrics.zip")
 _STEPS = re.compile(r"rl_model_(\d+)_steps\.zip")
@@ -195,10 +197,6 @@ def read_zoo(folder: str | Path, checkpoint: str = "last") -> ZooFolder:
         if stats is None:
             raise UsageError(f"zoo:{folder} was trained with normalize but has no "
                              f"vecnormalize.pkl in '{cfg_dir}'; copy the statistics there.")
-        if frame_stack > 1:
-            raise UsageError(f"zoo:{folder} normalizes and stacks frames; rolltape applies "
-                             "VecNormalize after the stack, rl-zoo3 before it, so it refuses "
-                             "rather than differ.")
         files[str(stats)] = sha256_of(stats)
     model = _model(folder, env_name, repo, checkpoint)
     files[str(model)] = sha256_of(model)
@@ -226,9 +224,12 @@ def zoo_options(policy: str, env: str | None, options: dict[str, Any]
                              f"drop {flag}.")
     if options.get("algo") and options["algo"].upper() != zoo.algo:
         raise UsageError(f"--policy {policy} was trained with {zoo.algo}; drop --algo.")
+    wrappers, stats = zoo.wrappers, str(zoo.vecnormalize) if zoo.vecnormalize else None
+    if stats and zoo.frame_stack > 1:  # rl-zoo3 normalizes, then stacks: so does the chain
+        wrappers, stats = wrappers + ({"target": NORMALIZE, "kwargs": {"path": stats}},), None
     options.update(
-        algo=zoo.algo or None, wrappers=zoo.wrappers, frame_stack=zoo.frame_stack,
-        vecnormalize=str(zoo.vecnormalize) if zoo.vecnormalize else None,
+        algo=zoo.algo or None, wrappers=wrappers, frame_stack=zoo.frame_stack,
+        vecnormalize=stats,
         env_kwargs={**zoo.env_kwargs, **(options.get("env_kwargs") or {})},
         zoo=zoo.provenance(checkpoint))
     if zoo.atari and "deterministic" not in options:

@@ -28,6 +28,7 @@ import importlib
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "atari": {"target": "stable_baselines3.common.atari_wrappers:AtariWrapper", "kwargs": {}},
 }
 FRAME_STACK = "rolltape:frame_stack"  # the entry --frame-stack N adds (SB3's stacking)
+# VecNormalize statistics applied inside the chain (kwargs: path), where rl-zoo3 applies them
+# when it also stacks frames: normalize, then stack (the stack's zeros stay zeros).
+NORMALIZE = "rolltape:vecnormalize"
 _KEY = re.compile(r",(?=\s*[A-Za-z_]\w*\s*=)")  # a comma that starts a key=value
 
 
@@ -63,7 +67,7 @@ def check_entry(entry: dict[str, Any]) -> dict[str, Any]:
     if target in PRESETS:
         return {"target": PRESETS[target]["target"],
                 "kwargs": {**PRESETS[target]["kwargs"], **kwargs}, "preset": target}
-    if target == FRAME_STACK:
+    if target in (FRAME_STACK, NORMALIZE):
         return {"target": target, "kwargs": kwargs}
     if "flag" in entry:  # where it came from, for its refusals (a zoo folder's config.yml)
         return {"target": target, "kwargs": kwargs, "flag": str(entry["flag"])}
@@ -94,6 +98,9 @@ def describe(entries: Any) -> list[str]:
     for e in entries:
         if e["target"] == FRAME_STACK:
             names.append(f"frame_stack={e['kwargs']['n_stack']}")
+            continue
+        if e["target"] == NORMALIZE:
+            names.append(f"vecnormalize={e['kwargs']['path']}")
             continue
         args = ",".join(f"{k}={v!r}" for k, v in e["kwargs"].items())
         names.append((e.get("preset") or e["target"]) + (f",{args}" if args else ""))
@@ -201,6 +208,9 @@ def wrap(tap: Any, entries: Any) -> Any:
         if e["target"] == FRAME_STACK:
             env = SB3FrameStack(env, **e["kwargs"])
             continue
+        if e["target"] == NORMALIZE:
+            env = VecNormalizeObs(env, **e["kwargs"])
+            continue
         cls = import_wrapper(e["target"], e.get("flag"))
         try:
             env = cls(env, **e["kwargs"])
@@ -209,6 +219,24 @@ def wrap(tap: Any, entries: Any) -> Any:
                              f"'{tap.spec.id if tap.spec else tap}' "
                              f"({type(exc).__name__}: {exc}); check its arguments.") from None
     return env
+
+
+def VecNormalizeObs(env: Any, path: str) -> Any:  # noqa: N802 (a wrapper, named as one)
+    """``env`` with its observations normalized by the VecNormalize statistics at ``path``,
+    frozen as for evaluation (its ``normalize_obs``, as VecNormalize applies it to a batch)."""
+    import gymnasium as gym
+
+    from rolltape.policies import load_vecnormalize
+
+    stats = load_vecnormalize(Path(path), env)
+
+    class Normalize(gym.ObservationWrapper):
+        # observation_space stays the raw one, as VecNormalize keeps it: a stack over this
+        # stores the normalized values in the env's dtype, as VecFrameStack does.
+        def observation(self, observation: Any) -> Any:
+            return stats.normalize_obs(observation)
+
+    return Normalize(env)
 
 
 def SB3FrameStack(env: Any, n_stack: int) -> Any:  # noqa: N802 (a wrapper, named as one)
