@@ -745,7 +745,8 @@ def _import_what_jobs_need(backend: str | None) -> None:
     first tape (PyAV, Gymnasium, PyOpenGL for the frame readback)."""
     import gymnasium  # noqa: F401
 
-    from rolltape import envs, tape  # noqa: F401  (cameras and encode come with this module)
+    from rolltape import envs, tape  # noqa: F401
+    from rolltape.pass2 import cameras, encode  # noqa: F401  (PyAV's codecs: ~0.15 s)
 
     if backend is not None:
         try:
