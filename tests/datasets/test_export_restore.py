@@ -14,8 +14,8 @@ import minari
 import numpy as np
 import pyarrow.parquet as pq
 from PIL import Image
-from test_export_lerobot import read_with_lerobot
-from test_export_minari import _fresh_replay
+from test_lerobot import read_with_lerobot
+from test_minari import _fresh_replay
 
 from conftest import ENV_ID, run_cli
 from rolltape import RenderRequest, Run, Tape, evaluate, export, render

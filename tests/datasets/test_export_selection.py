@@ -13,7 +13,7 @@ import minari
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from test_export_lerobot import read_with_lerobot
+from test_lerobot import read_with_lerobot
 
 from conftest import run_cli
 from rolltape import Run, Tape, evaluate, export

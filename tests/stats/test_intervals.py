@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 from tests.conftest import assert_plain_json
 
-from rolltape.stats import Summary, bootstrap_ci, iqm, summarize, wilson_interval
+from rolltape.stats import (
+    Summary,
+    bootstrap_ci,
+    iqm,
+    mean_of_rates,
+    success_percent,
+    summarize,
+    wilson_interval,
+)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -304,3 +312,30 @@ def test_to_dict_plain_types_for_numpy_inputs() -> None:
     rng = np.random.default_rng(5)
     s = summarize(rng.normal(size=17).astype(np.float32), successes=list(rng.random(17) > 0.5))
     assert_plain_json(s.to_dict())
+
+
+# --------------------------------------------------------------------------- LeRobot's success numbers
+
+
+def test_wilson_matches_the_formula_and_lerobots_example():
+    z = 1.959963984540054
+    for s, n in [(0, 5), (3, 7), (9, 10), (2, 4), (25, 25)]:
+        p = s / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        lo, hi = wilson_interval(s, n)
+        assert lo == pytest.approx(max(0.0, centre - half), abs=1e-15)
+        assert hi == pytest.approx(min(1.0, centre + half), abs=1e-15)
+    out = success_percent([True] * 9 + [False])
+    assert (out["n_episodes"], out["n_success"], out["pc_success"]) == (10, 9, 90.0)
+    assert [round(b, 2) for b in out["pc_success_ci95"]] == [59.58, 98.21]
+    assert success_percent([None, None])["pc_success_ci95"] is None
+
+
+def test_mean_of_task_rates_weighs_each_task_once():
+    big, small = [True] * 90 + [False] * 10, [False] * 2
+    out = mean_of_rates([big, small, [None]])
+    assert out["n_tasks"] == 2 and out["pc_mean_task_success"] == pytest.approx(45.0)
+    lo, hi = out["pc_mean_task_success_ci95"]
+    assert lo <= 45.0 <= hi and out == mean_of_rates([big, small, [None]])  # deterministic
+    assert success_percent(big + small)["pc_success"] == pytest.approx(90 / 102 * 100)

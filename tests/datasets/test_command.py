@@ -1,0 +1,91 @@
+"""The ``export`` verb (rolltape.datasets.command): registered on an app, its flags reach
+rolltape.export with the API's own defaults, and it says what it wrote in one line; bad
+input is one line and exit 2. A real run of the 5-step toy env of
+``tests/assets/toy_envs.py``, exported to LeRobot's layout (pyarrow; no lerobot needed)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+import typer
+
+from rolltape import Run, evaluate, export
+from rolltape.cli import main
+from rolltape.datasets.command import register
+
+TOY = "tests.assets.toy_envs:SuccessToy-v0"
+
+
+def verb() -> tuple[typer.Typer, list[str], list[str]]:
+    """A fresh app with only the export verb, and what it says and warns."""
+    app = typer.Typer()
+    said: list[str] = []
+    warned: list[str] = []
+    register(app, said.append, warned.append)
+
+    @app.command()
+    def other() -> None:  # a second verb keeps typer from making export the whole app
+        pass
+
+    return app, said, warned
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return evaluate(TOY, "random", episodes=4, seed=0, out=tmp_path_factory.mktemp("run") / "r",
+                    report=False, viewer=False)
+
+
+def params() -> dict[str, object]:
+    app, _, _ = verb()
+    command = typer.main.get_command(app).commands["export"]  # type: ignore[attr-defined]
+    return {p.name: p for p in command.params}
+
+
+def test_the_verbs_defaults_are_the_apis() -> None:
+    api = inspect.signature(export).parameters
+    flags = params()
+    shared = {"to", "out", "dataset_id", "role", "only", "min_return", "episodes", "fps",
+              "width", "height", "workers", "overwrite", "mode"}
+    assert shared <= set(flags)
+    for name in shared - {"to"}:
+        assert flags[name].default == api[name].default, name  # type: ignore[attr-defined]
+
+
+def test_the_flags_are_spelled_as_documented() -> None:
+    flags = params()
+    assert flags["dataset_id"].opts == ["--id"]  # type: ignore[attr-defined]
+    assert set(flags["out"].opts) == {"--out", "-o"}  # type: ignore[attr-defined]
+    assert flags["camera"].multiple and flags["trust_module"].multiple  # type: ignore[attr-defined]
+    assert flags["to"].required  # type: ignore[attr-defined]
+
+
+def test_an_export_says_what_it_wrote_in_one_line(run: Run, tmp_path: Path) -> None:
+    app, said, warned = verb()
+    out = tmp_path / "ds"
+    app(args=["export", str(run.path), "--to", "lerobot", "--out", str(out), "--episodes",
+              "0,1,2", "--only", "success", "--trust-module", "tests"], standalone_mode=False)
+    # The toy succeeds on even seeds: of episodes 0, 1 and 2, those of seeds 0 and 2.
+    kept = [e for e in run.results.episodes if e.key.seed in (0, 2)]
+    steps = sum(e.length for e in kept)
+    assert said == [f"wrote {out} (lerobot: 2 episodes, {steps} steps)"] and warned == []
+    info = json.loads((out / "meta" / "info.json").read_text())
+    assert (info["total_episodes"], info["total_frames"]) == (2, steps)
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--to", "parquet"], "Unknown --to 'parquet'; use one of minari, lerobot."),
+    (["--to", "minari", "--camera", "free"], "--camera makes videos, which only --to lerobot"),
+    (["--to", "lerobot", "--fps", "-1"], "--fps must be a positive number, got -1.0."),
+    (["--to", "lerobot", "--episodes", "x"], "--episodes takes indices separated by commas"),
+])
+def test_bad_input_is_one_line_and_exit_2(run: Run, tmp_path: Path, capsys, flags: list[str],
+                                          words: str) -> None:
+    code = main(["export", str(run.path), "--out", str(tmp_path / "ds"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("rolltape: ")
+    assert not (tmp_path / "ds").exists()
