@@ -88,9 +88,12 @@ def test_parity_needs_one_env_or_one_suite_task(app: typer.Typer, args: list[str
     assert sentence in str(refused.value)
 
 
-@pytest.mark.parametrize("served", ["127.0.0.1:7450", "tcp://127.0.0.1", "tcp://h:0"])
-def test_the_server_address_is_checked(app: typer.Typer, served: str) -> None:
-    with pytest.raises(UsageError, match="[Ss]erver address .*must look like"):
+@pytest.mark.parametrize(("served", "sentence"), [
+    ("127.0.0.1:7450", "must look like tcp://HOST:PORT"),
+    ("tcp://127.0.0.1", "must look like HOST:PORT"),
+    ("tcp://h:0", "needs the port the server printed")])
+def test_the_server_address_is_checked(app: typer.Typer, served: str, sentence: str) -> None:
+    with pytest.raises(UsageError, match=f"[Ss]erver address .*{sentence}"):
         run(app, "parity", "CartPole-v1", "--served", served)
 
 
