@@ -374,6 +374,20 @@ def test_import_rolltape_stays_light() -> None:
     assert out == ["False", "False"]
 
 
+@pytest.mark.parametrize("first", ["from", "attribute"])
+def test_the_callback_imports_as_sb3_s_own_do(first: str) -> None:
+    """``from rolltape.sb3 import TapeCallback`` and ``rolltape.sb3.TapeCallback``, in
+    either order, are the one class."""
+    import_from = "from rolltape.sb3 import TapeCallback, make_recorded_vec_env"
+    steps = [import_from, "import rolltape; A = rolltape.sb3.TapeCallback"]
+    code = "; ".join(steps if first == "from" else steps[::-1]) + (
+        "; import rolltape.training.sb3 as t; "
+        "print(A is TapeCallback is t.TapeCallback, callable(make_recorded_vec_env))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "True"]
+
+
 # -- SB3 ----------------------------------------------------------------------------------------
 
 def _train(out: Path, vec: str) -> tuple[object, Path]:
