@@ -18,8 +18,6 @@ from rich.console import Console
 from conftest import ENV_ID, SHORT, run_cli
 from rolltape import Tape
 from rolltape.cli import summary_table
-from rolltape.outputs.summary import role_cells, summary_rows
-from rolltape.record import Summary
 
 TABLE = re.compile(r"^[┏┃┡│└]")  # the lines rich draws a table with (heavy head, light body)
 
@@ -74,21 +72,6 @@ def test_wide_numbers_drop_columns_rather_than_wrap(random_run) -> None:
     assert sum(1 for line in lines if line.startswith("│")) == 2  # one line per role
     # With room, nothing is dropped.
     assert len(summary_table(results, 200).columns) == 6
-
-
-def test_summary_cells_without_numbers_and_with_unknown_outcomes(random_run) -> None:
-    """A role whose every return was NaN (n = 0) reads n/a; a success rate over the
-    episodes whose outcome is known says out of how many."""
-    flags = [True, None, False]
-    episodes = [replace(e, success_at_end=flag)
-                for e, flag in zip(random_run.results.episodes, flags)]
-    summary = {"policy": Summary.of(episodes), "baseline": Summary(n=0, episodes=3)}
-    header, rows = summary_rows(summary)
-    cells = dict(zip(header, rows[1]))
-    assert cells["mean ± std"] == "n/a ± n/a" and cells["IQM [95% CI]"] == "n/a n/a"
-    assert cells["success [95% CI]"] == "n/a"
-    assert dict(zip(header, rows[0]))["success [95% CI]"] == "1/2 [0.09, 0.91]"
-    assert role_cells(summary["baseline"])["mean_ci"] == "n/a"
 
 
 def test_auto_says_it_fell_back_to_restore_and_why(random_run, tmp_path: Path) -> None:

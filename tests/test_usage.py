@@ -7,7 +7,8 @@ another command, e.g. a plain install without `click`:
 ``ROLLTAPE_CLI=/tmp/plain/bin/rolltape pytest tests/test_usage.py -k table``.
 
 Also here: what the usage rules promise besides errors (--version, -h, exit codes that
-reach the shell, --video best:N, --env-kwargs literals, the user's own envs).
+reach the shell, the user's own envs). How --video picks episodes: test_config.py;
+--env-kwargs literals: test_flags.py.
 """
 
 from __future__ import annotations
@@ -22,10 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from rolltape.cli import parse_kwargs
-from rolltape.errors import UsageError
-from rolltape.evaluation import select_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
@@ -277,30 +274,6 @@ def test_exit_codes_reach_the_shell(work: Path) -> None:
     proc = cli("doctor", "--backends", "glfw", cwd=work)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "no working backend" in proc.stdout
-
-
-def test_video_best_and_worst_pick_several_lowest_index_on_ties() -> None:
-    rows = [1.0, 5.0, 3.0, 5.0, 1.0, 2.0]  # the episodes' returns
-    assert select_episodes("best", rows) == [1]  # 1 and 3 tie: the lower index
-    assert select_episodes("best:3", rows) == [1, 2, 3]
-    assert select_episodes("worst", rows) == [0]
-    assert select_episodes("worst:2", rows) == [0, 4]
-    assert select_episodes("best:2,worst:1", rows) == [0, 1, 3]
-    assert select_episodes("best:99", rows) == list(range(6))
-    # The lower median: returns sorted are 1 1 2 3 5 5, the third is episode 5's 2.0.
-    assert select_episodes("median", rows) == [5]
-    assert select_episodes("median:2", rows) == [2, 5]
-    with pytest.raises(UsageError, match="--video"):
-        select_episodes("best:x", rows)
-
-
-def test_env_kwargs_are_literals_or_json() -> None:
-    assert parse_kwargs(["a=False", "b=(0.5, 2.0)", "c=None", "d=3", "e=1e-3", "f=true",
-                         "g=[1, 2]", "h='abc'", 'i="x y"', 'j={"k": null}']) == {
-        "a": False, "b": (0.5, 2.0), "c": None, "d": 3, "e": 1e-3, "f": True, "g": [1, 2],
-        "h": "abc", "i": "x y", "j": {"k": None}}
-    with pytest.raises(UsageError, match="name='abc'"):
-        parse_kwargs(["name=abc"])
 
 
 def test_a_file_env_with_tuple_kwargs_evaluates_renders_and_replays(work: Path) -> None:

@@ -21,7 +21,7 @@ from rolltape.errors import UsageError
 from rolltape.executors.launch import stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.outputs.artifacts import artifact_paths
-from rolltape.pass2.replay import RenderRequest
+from rolltape.pass2.replay import RenderRequest, RenderResult
 from rolltape.progress import Progress
 from rolltape.record import Episode, Video
 from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render
@@ -176,16 +176,22 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
     ) for i in picked]
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i].length + 1 for i in picked])
+    finished: dict[int, RenderResult] = {}  # kept when another request fails
+
+    def keep(i: int, result: RenderResult) -> None:
+        finished[i] = result
+        on_result(i, result)
+
     try:
         workers = workers or cfg.render_workers or os.cpu_count() or 1
         rendered = render(requests, backends=cfg.backends, workers=workers,
                           timeout=cfg.render_timeout, executor=cfg.runner,
-                          on_progress=on_progress, on_result=on_result, cancel=cancel,
+                          on_progress=on_progress, on_result=keep, cancel=cancel,
                           background=cancel is not None if background is None else background,
                           warm=warm, widen=widen,
                           cores=None if widen is None else workers)
-    except UsageError as exc:
-        rendered = [None] * len(requests)
+    except UsageError as exc:  # the videos drawn before or beside the failure still count
+        rendered = [finished.get(i) for i in range(len(requests))]
         warnings.append(str(exc))
     videos = []
     for i, result in zip(picked, rendered):

@@ -1,6 +1,7 @@
 """The env server as a real process on a free loopback port, with real MuJoCo envs: served
 tapes equal local tapes bit for bit, parity passes on the same env and names the field on
 another, and every fault gets its one sentence (or its status) while the server keeps serving.
+(parity's comparison itself: test_parity.py; the verbs' checks: test_server_commands.py.)
 """
 
 from __future__ import annotations
@@ -218,26 +219,6 @@ def test_ctrl_c_in_a_served_eval_closes_every_session(server, tmp_path, trial):
             proc.kill()
     assert proc.returncode == 130 and "--resume" in stderr
     assert sessions(server.address) == 0  # none left for the idle timeout to free
-
-
-def test_compare_episode_names_the_first_divergent_step_and_field():
-    from rolltape.envs import env_spec, make_env
-    from rolltape.parity import compare_episode
-    from rolltape.pass1.rollout import record_episode
-    from rolltape.policies import load_policy
-
-    env = make_env(env_spec(ENV_ID, max_episode_steps=10))
-    fields = record_episode(env, load_policy("random", env), seed=3)
-    env.close()
-    assert compare_episode(fields, fields) is None
-    other = {**fields, "rewards": fields["rewards"].copy()}
-    other["rewards"][6] = np.nextafter(other["rewards"][6], np.inf)  # one bit
-    assert compare_episode(fields, other)["field"] == "rewards"
-    assert compare_episode(fields, other)["step"] == 7
-    other = {**fields, "physics": fields["physics"].copy()}
-    other["physics"][4, 2] += 1e-12
-    assert compare_episode(fields, other) == {**compare_episode(fields, other), "step": 4,
-                                              "field": "physics"}
 
 
 def test_bad_messages_get_an_error_and_the_server_keeps_serving(server):
