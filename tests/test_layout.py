@@ -222,3 +222,21 @@ def test_no_module_hides_a_name_of_the_package_face():
     import rolltape.evaluation  # noqa: F401
 
     assert callable(rolltape.evaluate) and callable(rolltape.render)
+
+
+def test_every_module_has_a_test_file_of_its_own_in_the_mirrored_folder():
+    """``rolltape/<folder>/<stem>.py`` is tested by ``tests/<folder>/test_<stem>*.py`` (or
+    ``test_<folder>_<stem>*.py`` where a test file's name would repeat: pytest imports test
+    files by their base name)."""
+    tests = Path(__file__).resolve().parent
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.stem in ("__init__", "__main__"):
+            continue
+        folder = path.parent.relative_to(PACKAGE)
+        names = [f"test_{path.stem}"] + ([f"test_{path.parent.name}_{path.stem}"]
+                                         if folder.parts else [])
+        here = [p.stem for p in (tests / folder).glob("test_*.py")]
+        if not any(stem == n or stem.startswith(n + "_") for stem in here for n in names):
+            missing.append(str(path.relative_to(SRC)))
+    assert not missing, f"modules without a test file of their own: {missing}"
