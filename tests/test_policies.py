@@ -27,7 +27,7 @@ from rolltape.policies import (
     load_policy,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "tests" / "assets"
 ENV_ID = "HalfCheetah-v5"
 
