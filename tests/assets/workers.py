@@ -21,8 +21,9 @@ def share_worker(share: list[Any], conn: Any) -> None:
             return
         if item == "die":
             os.kill(os.getpid(), signal.SIGKILL)
-        if item == "hang":
-            time.sleep(60)
+        if item == "hang":  # silent until the parent stops it (None on the pipe)
+            conn.recv()
+            return
         conn.send(("unit", item))
     conn.send(("done", len(share)))
 
