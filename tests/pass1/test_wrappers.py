@@ -184,23 +184,6 @@ def test_gymnasium_wrapper_with_arguments(tmp_path) -> None:
         "gymnasium.wrappers:FlattenObservation", "frame_stack=2"]
 
 
-def test_screens_are_digested_as_they_come() -> None:
-    """Pass 1 does not hold a screen per step: every COMPACT_EVERY steps the kept screens
-    become their digests, and the tape's digests are those of the screens all at once."""
-    from rolltape.envs import obs_digests
-    from rolltape.pass1.fields import COMPACT_EVERY, compact, digest_all
-
-    rng = np.random.default_rng(0)
-    screens = [rng.integers(0, 255, (210, 160, 3), dtype=np.uint8) for _ in range(150)]
-    steps: list[tuple] = []
-    for screen in screens:
-        steps.append((0, 0.0, False, False, screen.copy()))
-        if not len(steps) % COMPACT_EVERY:
-            compact(steps)
-    assert sum(isinstance(s[-1], int) for s in steps) == 2 * COMPACT_EVERY
-    assert np.array_equal(digest_all([s[-1] for s in steps]), obs_digests(np.stack(screens)))
-
-
 def test_batched_and_served_runs_play_through_the_same_wrappers(tmp_path, monkeypatch) -> None:
     """--frame-stack 2 over a Gymnasium action wrapper, on the batched path (the wrappers run
     in each sub-env's process) and on a served env (the server steps the base env; the

@@ -391,21 +391,6 @@ def test_bind_faults_are_one_sentence(server, tmp_path):
         loop.communicate(timeout=30)
 
 
-def test_a_server_of_another_protocol_version_is_refused_before_any_work(server,
-                                                                        monkeypatch):
-    """Arrays changed their wire form between versions: a client must not step a server
-    that speaks another one (it would misread every observation)."""
-    from rolltape.envs import env_spec
-    from rolltape.errors import UsageError
-    from rolltape.server.client import check_server
-
-    spec = env_spec(f"{server.address}/{ENV_ID}", max_episode_steps=STEPS)
-    assert check_server(spec)["protocol"] == P.PROTOCOL_VERSION
-    monkeypatch.setattr(P, "PROTOCOL_VERSION", P.PROTOCOL_VERSION + 1)
-    with pytest.raises(UsageError, match="speaks protocol .* same rolltape version"):
-        check_server(spec)
-
-
 def test_unreachable_server_is_one_sentence_within_the_timeout(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
