@@ -154,26 +154,59 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
     from rolltape.datasets import episodes as eps
 
     success_keys = _success_keys(record)
-    replayed = eps.replay_all(
-        chosen, staging, cameras=cameras, width=width, height=height, fps=fps,
-        success_keys=lambda c: success_keys.get(c.episode.key.task_key, "is_success"),
-        workers=workers, backends=backends, last_frame=last_frame, started=started,
-        on_done=on_episode, env_ids=env_ids, mode=mode)
+    built = staging / "dataset"
+    if built.exists():
+        shutil.rmtree(built)
+    origin = {**_origin(record), "mode": mode}
+    # A writer that streams stores each verified episode on a thread of its own as soon as
+    # it and those before it have replayed: the dataset is written while the workers replay.
+    feed = _InOrder(len(chosen)) if getattr(writer, "STREAMS", False) else None
+    if feed is not None:
+        stream = feed
+
+        def write_stream() -> int:
+            return int(writer.write(built, dataset_id=dataset_id, run=record, replayed=stream,
+                                    staging=staging, env_of=env_of, provenance=origin,
+                                    cameras=cameras, fps=fps, chosen=len(chosen)))
+
+        writing = _Background(write_stream)
+
+    def done(r: Any) -> None:
+        if feed is not None:
+            feed.put(r)
+        if on_episode is not None:
+            on_episode(r)
+
+    try:
+        replayed = eps.replay_all(
+            chosen, staging, cameras=cameras, width=width, height=height, fps=fps,
+            success_keys=lambda c: success_keys.get(c.episode.key.task_key, "is_success"),
+            workers=workers, backends=backends, last_frame=last_frame, started=started,
+            on_done=done, env_ids=env_ids, mode=mode)
+    except BaseException:
+        if feed is not None:
+            feed.cancel()
+            writing.join()
+        raise
     kept = [r for r in replayed if r.verified]
     left_out = [(r.chosen.episode.key.label, r.divergence or "it did not verify")
                 for r in replayed if not r.verified]
     if not kept:
+        if feed is not None:
+            feed.cancel()
+            writing.join()
         raise UsageError(f"None of the {len(replayed)} chosen episodes replayed exactly "
                          f"({left_out[0][0]}: {left_out[0][1]}), so there is nothing to "
                          "export; run `rolltape verify` on their tapes.")
-    built = staging / "dataset"
-    if built.exists():
-        shutil.rmtree(built)
-    steps = writer.write(built, dataset_id=dataset_id, run=record, replayed=replayed,
-                         staging=staging, env_of=env_of,
-                         provenance={**_provenance(record, replayed), "mode": mode},
-                         cameras=cameras,
-                         fps=fps)
+    if feed is not None:
+        for r in replayed:  # those an interrupted export had replayed (resumed) come now
+            feed.put(r)
+        steps = writing.join()
+    else:
+        steps = writer.write(built, dataset_id=dataset_id, run=record, replayed=replayed,
+                             staging=staging, env_of=env_of,
+                             provenance={**origin, "episodes": [r.row() for r in replayed]},
+                             cameras=cameras, fps=fps)
     _move_into_place(writer.built_folder(built, dataset_id), final, overwrite)
     writer.after_move(built, final, dataset_id)
     return steps, kept, left_out
@@ -246,9 +279,10 @@ def _success_keys(run: Run) -> dict[tuple[str | None, str | None], str | None]:
     return keys
 
 
-def _provenance(run: Run, replayed: Sequence[Any]) -> dict[str, Any]:
-    """What the dataset came from: the run's files and their sha256s, the rolltape that
-    exported it, and each chosen episode's seed and verification."""
+def _origin(run: Run) -> dict[str, Any]:
+    """What the dataset came from: the run's files and their sha256s and the rolltape that
+    exported it (a dataset's provenance also lists each chosen episode's seed and
+    verification)."""
     from rolltape import __version__
     from rolltape.outputs.artifacts import versions
 
@@ -257,5 +291,66 @@ def _provenance(run: Run, replayed: Sequence[Any]) -> dict[str, Any]:
     return {"rolltape_version": __version__, "versions": versions(),
             "run": {"path": str(run.path.resolve()), "sha256": files,
                     "env_id": run.results.env_id, "policy": run.results.policy,
-                    "seed": run.results.seed},
-            "episodes": [r.row() for r in replayed]}
+                    "seed": run.results.seed}}
+
+
+class _InOrder:
+    """Replays as they finish, handed on in the dataset's order: iterating waits for the
+    next index; :meth:`cancel` ends the stream early (the iteration raises)."""
+
+    def __init__(self, count: int) -> None:
+        import threading
+
+        self.count, self.ready = count, {}  # type: ignore[var-annotated]
+        self.cancelled = False
+        self.changed = threading.Condition()
+
+    def put(self, replayed: Any) -> None:
+        with self.changed:
+            self.ready.setdefault(replayed.chosen.index, replayed)
+            self.changed.notify_all()
+
+    def cancel(self) -> None:
+        with self.changed:
+            self.cancelled = True
+            self.changed.notify_all()
+
+    def __iter__(self) -> Any:
+        for index in range(self.count):
+            with self.changed:
+                self.changed.wait_for(lambda: index in self.ready or self.cancelled)
+                if self.cancelled:
+                    raise _Cancelled()
+                yield self.ready.pop(index)
+
+
+class _Cancelled(Exception):
+    """The replays stopped before the stream's end: the writer stops too."""
+
+
+class _Background:
+    """``fn()`` on a thread of its own; :meth:`join` returns its result or raises its
+    exception (none for a cancelled stream)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        import threading
+
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.result = fn()
+            except _Cancelled:
+                pass
+            except BaseException as exc:  # raised again by join, in the caller's thread
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, name="rolltape-export-writer", daemon=True)
+        self.thread.start()
+
+    def join(self) -> Any:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result

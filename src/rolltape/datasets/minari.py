@@ -6,7 +6,8 @@ the export's staging folder, records the env spec and reference scores in its me
 Minari does (given no env, Minari does not build one: the orchestrator never imports
 MuJoCo), then streams the verified episodes into its storage one at a time
 (``storage.update_episodes``), so memory stays flat however many episodes there are. The
-orchestrator moves the finished dataset into place.
+orchestrator moves the finished dataset into place. It runs beside the replays
+(:data:`STREAMS`): episodes are stored as they come, so writing costs no time after them.
 
 Each episode's ``infos`` hold per-step arrays (``success``: the run's success key at each
 step, False at the reset) and its metadata says which rolltape episode it is (seed, role,
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -30,6 +31,8 @@ from rolltape.errors import UsageError
 #: (~1 s, most of a short export's writing), imported ahead while the episodes replay.
 IMPORTS = ("minari", "minari.dataset._storages.arrow_storage",
            "minari.data_collector.episode_buffer")
+
+STREAMS = True  # write() takes the replays as a stream, in order, while they run
 
 BATCH_STEPS = 20_000  # steps handed to Minari's storage at once (at most)
 BATCH_EPISODES = 100
@@ -175,10 +178,15 @@ def built_folder(built: Any, dataset_id: str) -> Any:
     return built / dataset_id
 
 
-def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging: Any,
+def write(built: Any, *, dataset_id: str, run: Any, replayed: Iterable[Any], staging: Any,
           env_of: dict[Any, tuple[Any, ...]], provenance: dict[str, Any],
-          cameras: list[str], fps: float) -> int:
-    """Write the dataset under ``built`` (a datasets folder); return its number of steps."""
+          cameras: list[str], fps: float, chosen: int) -> int:
+    """Write the dataset under ``built`` (a datasets folder); return its number of steps.
+
+    ``replayed`` may be a stream (episodes stored as their replays finish, in the dataset's
+    order, while later ones still replay), so ``provenance`` is the run's without the
+    episodes' rows (each episode's metadata holds its own); ``chosen``: how many episodes
+    were chosen (the description says so)."""
     from rolltape.datasets.episodes import episode_file
 
     obs_space, act_space, env_spec, _ = next(iter(env_of.values()))
@@ -193,7 +201,7 @@ def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging
         "author": str(facts.get("user") or _user()),
         "code_permalink": (f"git commit {git['commit']}" if git and git.get("commit")
                            else f"rolltape {provenance['rolltape_version']}"),
-        "description": (f"{len(replayed)} episodes of {run.results.env_id} played by "
+        "description": (f"{chosen} episodes of {run.results.env_id} played by "
                         f"{policy.get('source') or policy.get('kind') or 'a policy'}, "
                         "exported by rolltape from verified replays of its tapes."),
         "requirements": [f"{name}=={v}" for name, v in provenance["versions"].items()
@@ -204,8 +212,8 @@ def write(built: Any, *, dataset_id: str, run: Any, replayed: list[Any], staging
         "ref_max_score": summary["policy"].mean if "baseline" in summary else None,
         "scored_episodes": summary["policy"].n,
         "provenance": {k: v for k, v in provenance.items() if k != "episodes"},
-        "episodes": [(str(episode_file(staging, r.chosen).resolve()), r.chosen.episode.key.seed, None,
-                      r.row()) for r in replayed if r.verified],
+        "episodes": ((str(episode_file(staging, r.chosen).resolve()), r.chosen.episode.key.seed,
+                      None, r.row()) for r in replayed if r.verified),
     }
     built.mkdir(parents=True, exist_ok=True)
     return _write(job)
