@@ -181,6 +181,7 @@ def test_non_finite_numbers_become_null_at_any_depth():
 @pytest.mark.parametrize(("x", "sign", "text"), [
     (None, False, "n/a"), (0.012345, False, "0.0123"), (0.012345, True, "+0.0123"),
     (12345.6, False, "12,346"), (-12345.6, True, "-12,346"), (2.0, False, "2"),
+    (999.94, False, "1,000"), (-999.96, True, "-1,000"), (999.4, False, "999"),
 ])
 def test_numbers_on_the_page_have_three_significant_digits(x: float | None, sign: bool,
                                                            text: str):

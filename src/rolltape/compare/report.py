@@ -365,9 +365,10 @@ def _g(x: Any, sign: bool = False) -> str:
     """A number to 3 significant digits (returns span 0.001 to 10,000), n/a for None."""
     if x is None:
         return "n/a"
-    text = f"{x:+,.0f}" if abs(x) >= 1000 and sign else f"{x:,.0f}" if abs(x) >= 1000 else \
-        f"{x:+.3g}" if sign else f"{x:.3g}"
-    return text
+    # Judged after rounding: 999.94 is "1,000" (3 significant digits would say "1e+03").
+    if abs(float(f"{x:.3g}")) >= 1000:
+        return f"{x:+,.0f}" if sign else f"{x:,.0f}"
+    return f"{x:+.3g}" if sign else f"{x:.3g}"
 
 
 def _gi(pair: Any, sign: bool = False) -> str:

@@ -228,7 +228,7 @@ def feature_stats(array: np.ndarray, axis: int | tuple[int, ...] = 0) -> dict[st
 
 def sample_indices(length: int) -> list[int]:
     """The frames LeRobot samples from an episode of ``length`` frames for image statistics
-    (evenly spaced; 100 of them up to ~500 frames, growing as length^0.75 after)."""
+    (evenly spaced; 100 of them up to 464 frames, growing as length^0.75 after)."""
     count = min(length, max(100, min(10_000, int(length ** 0.75))))
     return np.round(np.linspace(0, length - 1, count)).astype(int).tolist()
 
