@@ -257,3 +257,31 @@ def assert_plain_json(obj: object, path: str = "$") -> None:
             assert_plain_json(value, f"{path}.{key}")
         return
     raise AssertionError(f"{path}: {type(obj)!r} is not a JSON type")
+
+
+def altered(tape_path: str | Path, tmp_path: Path, step: int) -> str:
+    """A copy of a tape with the action of ``step`` negated: its replay must diverge there."""
+    import dataclasses
+
+    from rolltape import Tape
+
+    tape = Tape.load(tape_path)
+    actions = tape.actions.copy()
+    actions[step] = -actions[step]
+    return str(dataclasses.replace(tape, actions=actions).save(tmp_path / "altered.npz"))
+
+
+def drive(env: Any, steps: int, seed: int = 0) -> list[int]:
+    """Random actions for ``steps`` steps, resetting (unseeded after the first) at each
+    episode end, as a training loop does; returns the length of each finished episode."""
+    env.action_space.seed(seed)
+    env.reset(seed=seed)
+    lengths, n = [], 0
+    for _ in range(steps):
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        n += 1
+        if term or trunc:
+            lengths.append(n)
+            n = 0
+            env.reset()
+    return lengths

@@ -4,11 +4,11 @@ The replay itself (modes, verification, divergence) is tested in test_replay.py.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.conftest import altered
 
 from rolltape import RenderRequest, Tape, UsageError, render
 from rolltape.pass2.encode import count_frames, read_frames
@@ -79,13 +79,6 @@ def test_every_backend_failing_names_each_reason(tape_path, tmp_path, monkeypatc
     message = str(info.value)
     assert "glfw:" in message and "osmesa:" in message and "rolltape doctor" in message
     assert not (tmp_path / "x.mp4").exists() and list(tmp_path.iterdir()) == []
-
-
-def altered(tape_path, tmp_path, step: int) -> str:
-    tape = Tape.load(tape_path)
-    actions = tape.actions.copy()
-    actions[step] = -actions[step]
-    return str(dataclasses.replace(tape, actions=actions).save(tmp_path / "altered.npz"))
 
 
 def test_segments_joined_match_the_unsplit_render_frame_for_frame(long_tape, tmp_path):

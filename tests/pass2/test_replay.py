@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from tests.conftest import altered
 
 from rolltape import RenderRequest, Tape, UsageError, render
 from rolltape.pass2.encode import count_frames, read_frames
@@ -23,13 +24,6 @@ def tape_path(random_run):
 def test_verify_only_draws_nothing_and_needs_no_gl(tape_path):
     [result] = render([RenderRequest(str(tape_path))], backends="glfw")  # glfw cannot work here
     assert result.verified is True and result.frames == 0 and result.backend is None
-
-
-def altered(tape_path, tmp_path, step: int) -> str:
-    tape = Tape.load(tape_path)
-    actions = tape.actions.copy()
-    actions[step] = -actions[step]
-    return str(dataclasses.replace(tape, actions=actions).save(tmp_path / "altered.npz"))
 
 
 def test_divergence_is_caught_at_the_altered_step(tape_path, tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from tests.conftest import drive
 
 from conftest import fill
 from rolltape.envs import env_spec, make_env
@@ -37,22 +38,6 @@ from rolltape.training.record import RecordTape
 
 ENV = "InvertedPendulum-v5"  # MuJoCo, tiny, random actions end episodes within ~5-20 steps
 SMALL = {"width": 64, "height": 48}
-
-
-def drive(env: gym.Env, steps: int, seed: int = 0) -> list[int]:
-    """Random actions for ``steps`` steps, resetting (unseeded after the first) at each
-    episode end, as a training loop does; returns the length of each finished episode."""
-    env.action_space.seed(seed)
-    env.reset(seed=seed)
-    lengths, n = [], 0
-    for _ in range(steps):
-        _, _, term, trunc, _ = env.step(env.action_space.sample())
-        n += 1
-        if term or trunc:
-            lengths.append(n)
-            n = 0
-            env.reset()
-    return lengths
 
 
 def _tapes(folder: Path, seeds: tuple[int, ...]) -> tuple[str, ...]:
