@@ -20,6 +20,7 @@ Example (not run: it replays a run's tapes):
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -161,15 +162,10 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
     # A writer that streams stores each verified episode on a thread of its own as soon as
     # it and those before it have replayed: the dataset is written while the workers replay.
     feed = _InOrder(len(chosen)) if getattr(writer, "STREAMS", False) else None
-    if feed is not None:
-        stream = feed
-
-        def write_stream() -> int:
-            return int(writer.write(built, dataset_id=dataset_id, run=record, replayed=stream,
-                                    staging=staging, env_of=env_of, provenance=origin,
-                                    cameras=cameras, fps=fps, chosen=len(chosen)))
-
-        writing = _Background(write_stream)
+    writing = None if feed is None else _Background(functools.partial(
+        writer.write, built, dataset_id=dataset_id, run=record, replayed=feed,
+        staging=staging, env_of=env_of, provenance=origin, cameras=cameras, fps=fps,
+        chosen=len(chosen)))
 
     def done(r: Any) -> None:
         if feed is not None:
@@ -183,25 +179,22 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
             success_keys=lambda c: success_keys.get(c.episode.key.task_key, "is_success"),
             workers=workers, backends=backends, last_frame=last_frame, started=started,
             on_done=done, env_ids=env_ids, mode=mode)
+        kept = [r for r in replayed if r.verified]
+        left_out = [(r.chosen.episode.key.label, r.divergence or "it did not verify")
+                    for r in replayed if not r.verified]
+        if not kept:
+            raise UsageError(f"None of the {len(replayed)} chosen episodes replayed exactly "
+                             f"({left_out[0][0]}: {left_out[0][1]}), so there is nothing to "
+                             "export; run `rolltape verify` on their tapes.")
     except BaseException:
-        if feed is not None:
+        if feed is not None and writing is not None:
             feed.cancel()
             writing.join()
         raise
-    kept = [r for r in replayed if r.verified]
-    left_out = [(r.chosen.episode.key.label, r.divergence or "it did not verify")
-                for r in replayed if not r.verified]
-    if not kept:
-        if feed is not None:
-            feed.cancel()
-            writing.join()
-        raise UsageError(f"None of the {len(replayed)} chosen episodes replayed exactly "
-                         f"({left_out[0][0]}: {left_out[0][1]}), so there is nothing to "
-                         "export; run `rolltape verify` on their tapes.")
-    if feed is not None:
+    if feed is not None and writing is not None:
         for r in replayed:  # those an interrupted export had replayed (resumed) come now
             feed.put(r)
-        steps = writing.join()
+        steps = int(writing.join())
     else:
         steps = writer.write(built, dataset_id=dataset_id, run=record, replayed=replayed,
                              staging=staging, env_of=env_of,
@@ -301,7 +294,8 @@ class _InOrder:
     def __init__(self, count: int) -> None:
         import threading
 
-        self.count, self.ready = count, {}  # type: ignore[var-annotated]
+        self.count = count
+        self.ready: dict[int, Any] = {}
         self.cancelled = False
         self.changed = threading.Condition()
 
@@ -321,7 +315,8 @@ class _InOrder:
                 self.changed.wait_for(lambda: index in self.ready or self.cancelled)
                 if self.cancelled:
                     raise _Cancelled()
-                yield self.ready.pop(index)
+                replayed = self.ready.pop(index)
+            yield replayed  # not holding the lock: put() never waits for the writer
 
 
 class _Cancelled(Exception):
