@@ -180,6 +180,7 @@ def test_no_half_written_video_stays_however_the_script_ends(tmp_path: Path, end
     assert _partials(folder) == []
 
 
+@pytest.mark.filterwarnings("ignore:.*Overwriting existing videos")  # the folder is reused on purpose
 def test_a_stale_half_written_video_is_removed_and_live_ones_kept(tmp_path: Path) -> None:
     folder = tmp_path / "videos"
     folder.mkdir()
