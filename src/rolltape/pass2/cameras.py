@@ -22,6 +22,7 @@ Example (not run: it needs a MuJoCo env and a GL context):
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -195,6 +196,8 @@ def rgb_only(env: Any) -> Any:
     on the viewer's attributes, so :class:`CameraRig` uses it only after comparing it with
     ``env.render()`` bit for bit.
     """
+    if "gymnasium.envs.mujoco.mujoco_env" not in sys.modules:
+        return None  # no MujocoEnv exists here, and importing MuJoCo to ask costs ~0.35 s
     from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
     from gymnasium.envs.mujoco.mujoco_rendering import OffScreenViewer
 
