@@ -303,7 +303,7 @@ def make_env(
     """Build the env a spec describes; rendering options only apply when rendering."""
     import gymnasium as gym
 
-    if not is_atari(spec["id"]):  # importing MuJoCo costs ~0.35 s that an ALE game never uses
+    if _may_load_mujoco(spec["id"]):  # importing MuJoCo costs ~0.35 s that others never use
         _collect_mujoco_warnings()
     gym_id = _load_user_env(spec["id"])
     if ":" in gym_id:
@@ -340,6 +340,24 @@ def check_sizing(env_id: str, gym_id: str | None = None) -> None:
 
 
 _MUJOCO_WARNINGS: list[str] = []
+# Gymnasium's own families that never load a MuJoCo model (ALE's games are told by their id).
+_NO_MUJOCO = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d", "gymnasium.envs.toy_text")
+
+
+def _may_load_mujoco(env_id: str) -> bool:
+    """False for an env known not to use MuJoCo (an Atari game, Gymnasium's classic
+    control, Box2D and toy text); True for any other, a user's module or file included.
+
+    >>> [_may_load_mujoco(i) for i in ("CartPole-v1", "ALE/Pong-v5", "Hopper-v5")]
+    [False, False, True]
+    """
+    import gymnasium as gym
+
+    if is_atari(env_id):
+        return False
+    spec = gym.registry.get(env_id)
+    entry = spec.entry_point if spec is not None else None
+    return not (isinstance(entry, str) and entry.startswith(_NO_MUJOCO))
 
 
 def _collect_mujoco_warnings() -> None:
