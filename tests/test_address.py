@@ -60,6 +60,9 @@ def test_a_server_address_needs_its_scheme_and_may_end_in_a_slash() -> None:
         parse_server("127.0.0.1:7450")
     with pytest.raises(UsageError, match="must look like tcp://HOST:PORT"):
         parse_server("http://127.0.0.1:7450")
+    with pytest.raises(UsageError) as refused:  # said as the user typed it
+        parse_server("tcp://127.0.0.1")
+    assert "'tcp://127.0.0.1' must look like tcp://HOST:PORT" in str(refused.value)
 
 
 def test_a_served_env_splits_at_the_first_slash_so_a_suite_task_keeps_its_own() -> None:

@@ -44,7 +44,11 @@ def parse_server(address: str) -> str:
     """A checked ``tcp://HOST:PORT``."""
     if not address.startswith(SCHEME):
         raise UsageError(f"Server address '{address}' must look like tcp://HOST:PORT.")
-    host, port = split_host_port(address[len(SCHEME):].rstrip("/"), "The server address")
+    try:
+        host, port = split_host_port(address[len(SCHEME):].rstrip("/"), "The server address")
+    except UsageError:  # said with the address as the user wrote it, scheme included
+        raise UsageError(f"Server address '{address}' must look like tcp://HOST:PORT, e.g. "
+                         "tcp://127.0.0.1:7450.") from None
     if port == 0:
         raise UsageError(f"Server address '{address}' needs the port the server printed.")
     return endpoint(host, port)
