@@ -34,26 +34,27 @@ def cartpole_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
                      "--save-freq", "1000", "-params", "n_epochs:2")
 
 
+def pendulum_zoo(root: Path, steps: int, settings: str) -> Path:
+    """InvertedPendulum-v5 trained by rl-zoo3 from a conf file of its own format, with
+    ``settings`` (YAML lines) beside a small PPO's."""
+    conf = root / "conf.yml"
+    conf.write_text(f"InvertedPendulum-v5:\n{settings}  n_envs: 1\n  policy: 'MlpPolicy'\n"
+                    f"  n_timesteps: {steps}\n  n_steps: 256\n  batch_size: 64\n"
+                    "  n_epochs: 1\n")
+    return zoo_train(root, "ppo", "InvertedPendulum-v5", steps, "-conf", str(conf))
+
+
 @pytest.fixture(scope="session")
 def normalized_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A MuJoCo env trained with ``normalize: true`` (a conf file of rl-zoo3's own format)."""
-    root = tmp_path_factory.mktemp("zoo_norm")
-    conf = root / "conf.yml"
-    conf.write_text("InvertedPendulum-v5:\n  normalize: true\n  n_envs: 1\n"
-                    "  policy: 'MlpPolicy'\n  n_timesteps: 1024\n  n_steps: 256\n"
-                    "  batch_size: 64\n  n_epochs: 1\n")
-    return zoo_train(root, "ppo", "InvertedPendulum-v5", 1024, "-conf", str(conf))
+    """A MuJoCo env trained with ``normalize: true``."""
+    return pendulum_zoo(tmp_path_factory.mktemp("zoo_norm"), 1024, "  normalize: true\n")
 
 
 @pytest.fixture(scope="session")
 def stacked_normalized_zoo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``normalize: true`` and ``frame_stack: 3``: rl-zoo3 normalizes, then stacks."""
-    root = tmp_path_factory.mktemp("zoo_norm_stack")
-    conf = root / "conf.yml"
-    conf.write_text("InvertedPendulum-v5:\n  normalize: true\n  frame_stack: 3\n"
-                    "  n_envs: 1\n  policy: 'MlpPolicy'\n  n_timesteps: 512\n"
-                    "  n_steps: 256\n  batch_size: 64\n  n_epochs: 1\n")
-    return zoo_train(root, "ppo", "InvertedPendulum-v5", 512, "-conf", str(conf))
+    return pendulum_zoo(tmp_path_factory.mktemp("zoo_norm_stack"), 512,
+                        "  normalize: true\n  frame_stack: 3\n")
 
 
 def zoo_episodes(folder: Path, model_file: Path, seeds: list[int]) -> list[tuple[float, int]]:

@@ -20,7 +20,6 @@ Example (not run: it replays a run's tapes):
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import shutil
@@ -161,15 +160,14 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
     origin = {**_origin(record), "mode": mode}
     # A writer that streams stores each verified episode on a thread of its own as soon as
     # it and those before it have replayed: the dataset is written while the workers replay.
-    feed = _InOrder(len(chosen)) if getattr(writer, "STREAMS", False) else None
-    writing = None if feed is None else _Background(functools.partial(
-        writer.write, built, dataset_id=dataset_id, run=record, replayed=feed,
-        staging=staging, env_of=env_of, provenance=origin, cameras=cameras, fps=fps,
-        chosen=len(chosen)))
+    stream = _WriterFeed(len(chosen), lambda feed: writer.write(
+        built, dataset_id=dataset_id, run=record, replayed=feed, staging=staging,
+        env_of=env_of, provenance=origin, cameras=cameras, fps=fps, chosen=len(chosen))
+    ) if getattr(writer, "STREAMS", False) else None
 
     def done(r: Any) -> None:
-        if feed is not None:
-            feed.put(r)
+        if stream is not None:
+            stream.put(r)
         if on_episode is not None:
             on_episode(r)
 
@@ -187,14 +185,11 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
                              f"({left_out[0][0]}: {left_out[0][1]}), so there is nothing to "
                              "export; run `rolltape verify` on their tapes.")
     except BaseException:
-        if feed is not None and writing is not None:
-            feed.cancel()
-            writing.join()
+        if stream is not None:
+            stream.cancel()
         raise
-    if feed is not None and writing is not None:
-        for r in replayed:  # those an interrupted export had replayed (resumed) come now
-            feed.put(r)
-        steps = int(writing.join())
+    if stream is not None:
+        steps = stream.finish(replayed)
     else:
         steps = writer.write(built, dataset_id=dataset_id, run=record, replayed=replayed,
                              staging=staging, env_of=env_of,
@@ -287,26 +282,26 @@ def _origin(run: Run) -> dict[str, Any]:
                     "seed": run.results.seed}}
 
 
-class _InOrder:
-    """Replays as they finish, handed on in the dataset's order: iterating waits for the
-    next index; :meth:`cancel` ends the stream early (the iteration raises)."""
+class _WriterFeed:
+    """``write(feed)`` on a thread of its own, fed the replays in the dataset's order as
+    they finish: iterating the feed waits for the next index; :meth:`finish` returns what
+    ``write`` returned or raises what it raised; :meth:`cancel` stops it quietly."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, write: Callable[[Any], int]) -> None:
         import threading
+        from concurrent.futures import ThreadPoolExecutor
 
         self.count = count
         self.ready: dict[int, Any] = {}
         self.cancelled = False
         self.changed = threading.Condition()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="rolltape-export-writer")
+        self.writing = pool.submit(write, self)
+        pool.shutdown(wait=False)  # its one task goes on
 
     def put(self, replayed: Any) -> None:
         with self.changed:
             self.ready.setdefault(replayed.chosen.index, replayed)
-            self.changed.notify_all()
-
-    def cancel(self) -> None:
-        with self.changed:
-            self.cancelled = True
             self.changed.notify_all()
 
     def __iter__(self) -> Any:
@@ -318,34 +313,17 @@ class _InOrder:
                 replayed = self.ready.pop(index)
             yield replayed  # not holding the lock: put() never waits for the writer
 
+    def finish(self, replayed: Sequence[Any]) -> int:
+        for r in replayed:  # those an interrupted export had replayed (resumed) come now
+            self.put(r)
+        return int(self.writing.result())
+
+    def cancel(self) -> None:
+        with self.changed:
+            self.cancelled = True
+            self.changed.notify_all()
+        self.writing.exception()  # waits for the writer to stop; the caller's error wins
+
 
 class _Cancelled(Exception):
     """The replays stopped before the stream's end: the writer stops too."""
-
-
-class _Background:
-    """``fn()`` on a thread of its own; :meth:`join` returns its result or raises its
-    exception (none for a cancelled stream)."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        import threading
-
-        self.result: Any = None
-        self.error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self.result = fn()
-            except _Cancelled:
-                pass
-            except BaseException as exc:  # raised again by join, in the caller's thread
-                self.error = exc
-
-        self.thread = threading.Thread(target=run, name="rolltape-export-writer", daemon=True)
-        self.thread.start()
-
-    def join(self) -> Any:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.result

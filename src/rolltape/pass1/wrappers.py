@@ -221,6 +221,9 @@ def wrap(tap: Any, entries: Any) -> Any:
     return env
 
 
+_FROZEN_STATS: dict[str, Any] = {}  # path -> VecNormalize statistics frozen for evaluation
+
+
 def VecNormalizeObs(env: Any, path: str) -> Any:  # noqa: N802 (a wrapper, named as one)
     """``env`` with its observations normalized by the VecNormalize statistics at ``path``,
     frozen as for evaluation (its ``normalize_obs``, as VecNormalize applies it to a batch)."""
@@ -228,7 +231,10 @@ def VecNormalizeObs(env: Any, path: str) -> Any:  # noqa: N802 (a wrapper, named
 
     from rolltape.policies import load_vecnormalize
 
-    stats = load_vecnormalize(Path(path), env)
+    # Unpickled once per process: the chain is rebuilt for every episode (WrappedEnv.fresh).
+    if path not in _FROZEN_STATS:
+        _FROZEN_STATS[path] = load_vecnormalize(Path(path), env)
+    stats = _FROZEN_STATS[path]
 
     class Normalize(gym.ObservationWrapper):
         # observation_space stays the raw one, as VecNormalize keeps it: a stack over this

@@ -746,7 +746,7 @@ def _import_what_jobs_need(backend: str | None) -> None:
     import gymnasium  # noqa: F401
 
     from rolltape import envs, tape  # noqa: F401
-    from rolltape.pass2 import cameras, encode  # noqa: F401  (PyAV's codecs: ~0.15 s)
+    from rolltape.pass2 import encode  # noqa: F401  (PyAV's codecs: ~0.15 s)
 
     if backend is not None:
         try:
