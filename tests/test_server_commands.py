@@ -90,7 +90,7 @@ def test_parity_needs_one_env_or_one_suite_task(app: typer.Typer, args: list[str
 
 @pytest.mark.parametrize(("served", "sentence"), [
     ("127.0.0.1:7450", "must look like tcp://HOST:PORT"),
-    ("tcp://127.0.0.1", "must look like HOST:PORT"),
+    ("tcp://127.0.0.1", "'tcp://127.0.0.1' must look like tcp://HOST:PORT"),
     ("tcp://h:0", "needs the port the server printed")])
 def test_the_server_address_is_checked(app: typer.Typer, served: str, sentence: str) -> None:
     with pytest.raises(UsageError, match=f"[Ss]erver address .*{sentence}"):
