@@ -444,6 +444,19 @@ def test_crf_changes_size(tmp_path):
 # --- lifecycle ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("height", "width", "one_thread"), [(210, 160, True),
+                                                               (480, 640, True),
+                                                               (600, 800, False)])
+def test_mp4_up_to_640x480_is_encoded_on_one_x264_thread(tmp_path, height, width, one_thread):
+    # x264 writes its settings into the stream (an SEI message); frame threads on frames this
+    # small cost more than they gain (see _Mp4Writer.ONE_THREAD_PIXELS).
+    out = tmp_path / "v.mp4"
+    write_video(out, "mp4", height, width, n=3)
+    settings = out.read_bytes().split(b"options: ")[1].split(b"\x00")[0].decode().split()
+    x264_alone = (os.cpu_count() or 1) == 1  # x264's own choice on one core is one thread
+    assert ("threads=1" in settings) is (one_thread or x264_alone), settings
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_close_twice_is_safe(tmp_path, fmt):
     path = output_path(tmp_path, fmt)

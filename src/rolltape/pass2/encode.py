@@ -447,6 +447,18 @@ class _Mp4Writer(_VideoWriter):
     fmt = "mp4"
     _codec = "libx264"
 
+    #: Frames up to this many pixels are encoded on one x264 thread. x264's default (frame
+    #: threads, 1.5 per core) pays more in waiting than it gains on frames this small, and
+    #: each thread costs compression: measured on 2 cores, 1,500 Atari screens 0.49 s on
+    #: one thread vs 0.96 s (a 32% smaller file), 300 MuJoCo frames at 640x480 0.76 s vs
+    #: 0.83 s with a quarter less CPU. Pass 2 runs a writer per worker anyway.
+    ONE_THREAD_PIXELS = 640 * 480
+
+    def _start(self, frame: np.ndarray) -> None:
+        if frame.shape[0] * frame.shape[1] <= self.ONE_THREAD_PIXELS:
+            self._options = {"threads": "1", **self._options}
+        super()._start(frame)
+
 
 class _Av1Mp4Writer(_VideoWriter):
     fmt = "mp4"
