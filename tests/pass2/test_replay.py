@@ -147,6 +147,23 @@ np.save({str(tmp_path / "gym.npy")!r}, np.stack(frames))
     assert got.shape == expected.shape and np.array_equal(got, expected)
 
 
+@pytest.mark.parametrize(("env_id", "threaded"), [("HalfCheetah-v5", True),
+                                                  ("CartPole-v1", True),
+                                                  ("ALE/Pong-v5", False),
+                                                  ("BreakoutNoFrameskip-v4", False)])
+def test_encoding_runs_beside_drawing_except_beside_ale(tmp_path, env_id, threaded):
+    """GL and pygame let go of the GIL while they draw, ALE's emulator does not: an encoding
+    thread beside it would only wait for the GIL."""
+    from rolltape.pass2.encode import BackgroundWriter, open_writer
+    from rolltape.pass2.replay import encoding_beside
+
+    writer = encoding_beside(open_writer(tmp_path / "v.mp4", fps=30), env_id)
+    writer.write(np.zeros((48, 64, 3), np.uint8))
+    writer.close()
+    assert isinstance(writer, BackgroundWriter) is threaded
+    assert count_frames(tmp_path / "v.mp4") == 1
+
+
 def test_atari_screens_are_verified_in_batches_and_drawn_without_gl(tmp_path):
     """An Atari tape draws ALE's screen (no GL backend, none started) and every screen is
     checked against pass 1's digest, a batch at a time: a wrong digest past the first

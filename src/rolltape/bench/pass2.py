@@ -48,7 +48,9 @@ def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
                 backend, frames = result.backend or backend, result.frames
                 cpu = sum(w["cpu_s"] or 0.0 for w in workers if w["target"] == "render_worker")
                 runs[who].append({"wall_s": wall, "loop_s": result.seconds, "cpu_s": cpu,
-                                  "frames": result.frames})
+                                  "frames": result.frames, "backend": result.backend,
+                                  # a backend given up on (its time is in wall_s)
+                                  "failures": [list(f) for f in result.failures]})
             else:
                 bare, wall = run_child(bare_render_child, {
                     "tape": str(tape), "width": cfg.width, "height": cfg.height,

@@ -69,8 +69,8 @@ class ExportJob(RenderOptions):
         """Replay the tape on ``replayer`` (a render worker's, whose envs it reuses)."""
         from rolltape.envs import check_tape_env_module
         from rolltape.pass2.cameras import CameraRig
-        from rolltape.pass2.encode import BackgroundWriter, open_av1_writer
-        from rolltape.pass2.replay import _check_same_env
+        from rolltape.pass2.encode import open_av1_writer
+        from rolltape.pass2.replay import _check_same_env, encoding_beside
         from rolltape.tape import Tape
 
         start = time.perf_counter()
@@ -90,9 +90,9 @@ class ExportJob(RenderOptions):
         key, env = replayer._env(spec, self, draw)
         _check_same_env(tape, env, self.tape)
         rig = CameraRig(env, self.cameras) if draw else None
-        writers = [BackgroundWriter(open_av1_writer(p, self.fps, overwrite=True,
-                                                    options=self.video_options or None))
-                   for p in self.videos]
+        writers = [encoding_beside(open_av1_writer(p, self.fps, overwrite=True,
+                                                   options=self.video_options or None),
+                                   spec["id"]) for p in self.videos]
         observations: list[Any] = []
         success = np.zeros(tape.length + 1, dtype=bool)
         frames = tape.length + 1 if self.last_frame else tape.length

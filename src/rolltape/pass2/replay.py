@@ -15,7 +15,8 @@ Two ways to draw a tape:
 
 A job may be a segment of an episode, drawn from the physics state pass 1 recorded at its
 start (:mod:`rolltape.rendering` plans and joins them). Each output is encoded on a thread
-of its own (:class:`encode.BackgroundWriter`) while the next frame is drawn. A worker that
+of its own (:class:`encode.BackgroundWriter`) while the next frame is drawn, except beside
+ALE, which holds the GIL (:func:`encoding_beside`). A worker that
 cannot draw says "backend_failed", and the executor tries the next backend.
 
 May import: envs, tape, errors, the render side (backends, cameras, encode). Never:
@@ -273,8 +274,8 @@ class _Replayer:
         return obs
 
     def run(self, req: RenderRequest) -> RenderResult:
-        from rolltape.envs import is_atari, mujoco_warnings
-        from rolltape.pass2.encode import BackgroundWriter, open_writer
+        from rolltape.envs import mujoco_warnings
+        from rolltape.pass2.encode import open_writer
 
         start = time.perf_counter()
         tape = Tape.load(req.tape)
@@ -300,17 +301,9 @@ class _Replayer:
             streams = [list(req.outputs)]
         outputs = [p for paths in streams for p in paths]
 
-        # Encoding runs on a thread per output, overlapping the drawing of the next frame,
-        # where drawing lets go of the GIL (GL, pygame). ALE's emulator holds it, so an
-        # encoding thread beside it waits for the GIL at every frame: 1,500 Pong frames took
-        # 1.1 s with the thread, 0.93 s encoding in line (a process per output: 0.9 s warm,
-        # but its start, ~0.2 s, comes again for every episode).
-        beside = not is_atari(spec["id"])
-
         def open_all() -> list[list[Any]]:
-            return [[BackgroundWriter(open_writer(p, fps=fps, overwrite=req.overwrite))
-                     if beside else open_writer(p, fps=fps, overwrite=req.overwrite)
-                     for p in paths] for paths in streams]
+            return [[encoding_beside(open_writer(p, fps=fps, overwrite=req.overwrite),
+                                     spec["id"]) for p in paths] for paths in streams]
 
         writers = open_all()
         compositor = Compositor(req.layout)
@@ -456,6 +449,19 @@ class _Replayer:
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
+
+
+def encoding_beside(writer: Any, env_id: str) -> Any:
+    """``writer`` fed from a thread of its own (:class:`encode.BackgroundWriter`), so that
+    encoding overlaps the drawing of the next frame, where drawing lets go of the GIL (GL,
+    pygame). ALE's emulator holds it, so an encoding thread beside an Atari replay waits
+    for the GIL at every frame: there the writer encodes in line (1,500 Pong frames: 1.1 s
+    with the thread, 0.93 s in line; a process per output, 0.9 s, pays its ~0.2 s start
+    again for every episode)."""
+    from rolltape.envs import is_atari
+    from rolltape.pass2.encode import BackgroundWriter
+
+    return writer if is_atari(env_id) else BackgroundWriter(writer)
 
 
 def _reset_as_recorded(env: Any, tape: Tape) -> Any:
