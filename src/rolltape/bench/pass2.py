@@ -31,7 +31,7 @@ def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.throughput_steps)
     backend = ctx.backend
-    runs: dict[str, list[dict[str, float]]] = {"rolltape": [], "bare": []}
+    runs: dict[str, list[dict[str, Any]]] = {"rolltape": [], "bare": []}
     frames = 0
     for rep in range(cfg.throughput_reps):
         for who in (("rolltape", "bare") if rep % 2 == 0 else ("bare", "rolltape")):
