@@ -104,7 +104,8 @@ def test_screens_are_digested_as_they_come() -> None:
     """Pass 1 does not hold a screen per step: every COMPACT_EVERY steps the kept screens
     become their digests, and the tape's digests are those of the screens all at once."""
     rng = np.random.default_rng(0)
-    screens = [rng.integers(0, 255, (210, 160, 3), dtype=np.uint8) for _ in range(150)]
+    screens = [rng.integers(0, 255, (210, 160, 3), dtype=np.uint8)
+               for _ in range(2 * COMPACT_EVERY + 22)]
     steps: list[tuple] = []
     for screen in screens:
         steps.append((0, 0.0, False, False, screen.copy()))
