@@ -9,7 +9,10 @@ evaluation pipeline run here.
 
 from __future__ import annotations
 
+import json
 import pickle
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -138,6 +141,22 @@ def test_sb3_checkpoint_is_detected_and_acts_like_the_model(sb3_models, algo, en
                 assert _same(policy.act(obs), model.predict(obs, deterministic=True)[0])
     finally:
         env.close()
+
+
+def test_sb3_checkpoints_load_without_building_an_optimizer(sb3_models):
+    """An evaluation never trains: the optimizer is not built, and so torch._dynamo (which
+    building one imports, ~1 s of every pass-1 worker's start) is never imported. SAC builds
+    its entropy optimizer itself, so only the others are held to it."""
+    paths = {f"{a}-{e}": str(p) for (a, e), (_, p) in sb3_models.items() if a != "SAC"}
+    code = ("import json, sys, gymnasium as gym\n"
+            "from rolltape.policies import load_policy\n"
+            "for name, path in json.loads(sys.argv[1]).items():\n"
+            "    policy = load_policy('sb3:' + path, gym.make(name.split('-', 1)[1]))\n"
+            "    policy.act(policy.model.observation_space.sample())\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('torch._dynamo'))))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(paths)], capture_output=True,
+                         text=True, check=True, timeout=300).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []
 
 
 def test_sb3_discrete_actions_are_integers(sb3_models):
