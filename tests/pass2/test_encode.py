@@ -564,8 +564,16 @@ def test_background_writer_writes_what_the_writer_writes(tmp_path, fmt):
     assert writer.frames_written == N_FRAMES
     a, b = list(read_frames(direct)), list(read_frames(threaded))
     assert len(a) == len(b) == N_FRAMES
-    if fmt == "mp4":  # x264 on several threads need not give the same bytes twice
-        assert max(np.abs(x.astype(int) - y).mean() for x, y in zip(a, b)) < 2.0
+    if fmt == "mp4":  # x264 need not give the same bytes twice (measured: not even on one
+        # thread), so: every frame is there, in its place, the nearest to its own source frame
+        source = [make_frame(i) for i in range(N_FRAMES)]
+
+        def error(x: np.ndarray, y: np.ndarray) -> float:
+            return float(np.abs(x.astype(int) - y).mean())
+
+        for i, frame in enumerate(b):
+            neighbours = [error(frame, source[j]) for j in (i - 1, i + 1) if 0 <= j < N_FRAMES]
+            assert error(frame, source[i]) < min(neighbours), i
     else:
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
