@@ -25,7 +25,8 @@ Example::
 
 Supported formats (:data:`FORMATS`):
 
-* ``mp4``: H.264 (libx264), yuv420p, crf 23, preset ``veryfast``. yuv420p needs even
+* ``mp4``: H.264 (libx264), yuv420p, crf 23, preset ``veryfast``, on one encoder thread up
+  to 640x480 (:attr:`_Mp4Writer.ONE_THREAD_PIXELS`). yuv420p needs even
   sizes, so an odd height or width is padded by repeating the last row or column once:
   a 65x47 frame is stored as 66x48.
 * ``webm``: VP9 (libvpx-vp9), yuv420p, crf 32, realtime deadline with ``cpu-used=8``.
