@@ -260,14 +260,25 @@ def load_policy(
 
 def detect_sb3_algo(path: Path) -> str:
     """Read the algorithm from a checkpoint's saved attributes (no unpickling)."""
+    return _algo_of(_saved_data(path), path)
+
+
+def _saved_data(path: Path) -> dict[str, Any]:
+    """A checkpoint's saved attributes, as JSON (SB3's serialized objects left unread)."""
     try:
         with zipfile.ZipFile(path) as zf:
             data = json.loads(zf.read("data"))
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, OSError):
+        data = None
+    if not isinstance(data, dict):
         raise UsageError(
             f"Checkpoint '{path}' is not a readable Stable-Baselines3 .zip (corrupt or "
             "truncated); re-save it with model.save()."
-        ) from None
+        )
+    return data
+
+
+def _algo_of(data: dict[str, Any], path: Path) -> str:
     policy_module = str(data.get("policy_class", {}).get("__module__", ""))
     if ".td3." in policy_module:
         # DDPG is TD3 with one actor update per critic update and no target smoothing.
@@ -298,7 +309,8 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
     path = sb3_checkpoint(path)
     if not path.is_file():
         raise UsageError(f"Checkpoint '{path}' does not exist; give the path of an SB3 .zip.")
-    algo = (algo or detect_sb3_algo(path)).upper()
+    data = _saved_data(path)
+    algo = (algo or _algo_of(data, path)).upper()
     if algo not in SB3_ALGOS:
         raise UsageError(f"Unknown --algo '{algo}'; use one of {', '.join(SB3_ALGOS)}.")
     import stable_baselines3
@@ -308,7 +320,7 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
     torch.set_num_threads(1)
     cls = getattr(stable_baselines3, algo)
     try:
-        model = cls.load(path, device=device, custom_objects=_without_optimizer(path))
+        model = cls.load(path, device=device, custom_objects=_without_optimizer(data))
     except Exception as exc:  # SB3 raises many types for a bad file
         raise UsageError(
             f"Checkpoint '{path}' could not be loaded as {algo} ({type(exc).__name__}: "
@@ -342,12 +354,12 @@ class _NoOptimizer:
         pass  # the saved optimizer state only matters to training
 
 
-def _without_optimizer(path: Path) -> dict[str, Any]:
-    """SB3 ``custom_objects`` that keep the saved policy arguments but not its optimizer."""
+def _without_optimizer(data: dict[str, Any]) -> dict[str, Any]:
+    """SB3 ``custom_objects`` that keep the saved policy arguments (``data``: the
+    checkpoint's saved attributes) but not its optimizer."""
     from stable_baselines3.common.save_util import json_to_data
 
-    with zipfile.ZipFile(path) as zf:
-        saved = json.loads(zf.read("data")).get("policy_kwargs")
+    saved = data.get("policy_kwargs")
     if saved is None:
         return {}  # an old file without policy arguments: SB3 builds its default optimizer
     kwargs = json_to_data(json.dumps({"policy_kwargs": saved}))["policy_kwargs"]

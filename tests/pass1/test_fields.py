@@ -8,10 +8,8 @@ import time
 
 import numpy as np
 
-from rolltape.envs import obs_digest, obs_digests
+from rolltape.envs import BIG_OBS, DIGEST_BATCH, obs_digest, obs_digests
 from rolltape.pass1.fields import (
-    BIG_OBS,
-    COMPACT_EVERY,
     compact,
     digest_all,
     kept_obs,
@@ -90,26 +88,26 @@ def test_observations_differing_in_one_value_get_different_digests():
 
 
 def test_small_observations_are_left_for_the_end():
-    steps = [(0, 0.0, False, False, np.zeros(4)) for _ in range(COMPACT_EVERY)]
+    steps = [(0, 0.0, False, False, np.zeros(4)) for _ in range(DIGEST_BATCH)]
     compact(steps)
     assert all(isinstance(s[-1], np.ndarray) for s in steps)
     big = np.zeros(BIG_OBS // 8 + 1)
-    steps = [(0, 0.0, False, False, big + k) for k in range(COMPACT_EVERY)]
+    steps = [(0, 0.0, False, False, big + k) for k in range(DIGEST_BATCH)]
     compact(steps)
-    expected = obs_digests(np.stack([big + k for k in range(COMPACT_EVERY)]))
+    expected = obs_digests(np.stack([big + k for k in range(DIGEST_BATCH)]))
     assert [s[-1] for s in steps] == expected.tolist()
 
 
 def test_screens_are_digested_as_they_come() -> None:
-    """Pass 1 does not hold a screen per step: every COMPACT_EVERY steps the kept screens
+    """Pass 1 does not hold a screen per step: every DIGEST_BATCH steps the kept screens
     become their digests, and the tape's digests are those of the screens all at once."""
     rng = np.random.default_rng(0)
     screens = [rng.integers(0, 255, (210, 160, 3), dtype=np.uint8)
-               for _ in range(2 * COMPACT_EVERY + 22)]
+               for _ in range(2 * DIGEST_BATCH + 22)]
     steps: list[tuple] = []
     for screen in screens:
         steps.append((0, 0.0, False, False, screen.copy()))
-        if not len(steps) % COMPACT_EVERY:
+        if not len(steps) % DIGEST_BATCH:
             compact(steps)
-    assert sum(isinstance(s[-1], int) for s in steps) == 2 * COMPACT_EVERY
+    assert sum(isinstance(s[-1], int) for s in steps) == 2 * DIGEST_BATCH
     assert np.array_equal(digest_all([s[-1] for s in steps]), obs_digests(np.stack(screens)))

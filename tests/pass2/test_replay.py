@@ -169,17 +169,17 @@ def test_atari_screens_are_verified_in_batches_and_drawn_without_gl(tmp_path):
     checked against pass 1's digest, a batch at a time: a wrong digest past the first
     batch is named at its own step, and the frames written are the screens."""
     from rolltape import evaluate
-    from rolltape.pass2.replay import _PendingDigests
+    from rolltape.envs import DIGEST_BATCH
 
     run = evaluate("BreakoutNoFrameskip-v4", "random", episodes=1, seed=7,
-                   max_episode_steps=_PendingDigests.BATCH + 60, out=tmp_path / "run",
+                   max_episode_steps=DIGEST_BATCH + 60, out=tmp_path / "run",
                    report=False)
     path = run.tape_path(run.results.episodes[0])
     tape = Tape.load(path)
-    assert tape.length > _PendingDigests.BATCH + 10, tape.length
+    assert tape.length > DIGEST_BATCH + 10, tape.length
     [good] = render([RenderRequest(str(path), (str(tmp_path / "good.mp4"),))])
     assert good.verified and good.backend is None and good.frames == tape.length + 1
-    step = _PendingDigests.BATCH + 5
+    step = DIGEST_BATCH + 5
     digests = tape.obs_digest.copy()
     digests[step + 1] ^= 1
     bad = tmp_path / "bad.npz"

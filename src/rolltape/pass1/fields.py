@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import json_safe, obs_digest, obs_digests
+from rolltape.envs import BIG_OBS, DIGEST_BATCH, json_safe, obs_digest, obs_digests
 
 
 def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
@@ -80,20 +80,12 @@ def digest_all(observations: list[Any]) -> np.ndarray:
     return out
 
 
-BIG_OBS = 16384  # bytes: past this a kept observation is digested in batches as it comes
-# Steps. A digest pass costs the same for 1 row or 256 (a numpy call per 8 bytes of a
-# screen, each across every row), so fewer, larger batches: for Atari 0.19 ms a screen in
-# batches of 64, 0.07 ms in batches of 256 (a fifth of a PPO CnnPolicy's pass 1 was
-# digests), for 25 MB of screens held at most.
-COMPACT_EVERY = 256
-
-
 def compact(steps: list[tuple[Any, ...]]) -> None:
-    """Replace the kept observations of the last :data:`COMPACT_EVERY` steps by their digests
+    """Replace the kept observations of the last :data:`DIGEST_BATCH` steps by their digests
     when they are large arrays (screens), so an episode's memory does not grow by a screen a
-    step (an Atari game of 100,000 frames would hold 10 GB). Call it every COMPACT_EVERY
+    step (an Atari game of 100,000 frames would hold 10 GB). Call it every DIGEST_BATCH
     steps; small observations are left for one pass at the end."""
-    last = steps[-COMPACT_EVERY:]
+    last = steps[-DIGEST_BATCH:]
     first = last[0][-1]
     if not (isinstance(first, np.ndarray) and first.nbytes > BIG_OBS):
         return

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import AleLog, PhysicsLog, make_env
+from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog, make_env
 from rolltape.errors import UsageError
-from rolltape.pass1.fields import COMPACT_EVERY, compact, kept_obs, success_flag, tape_fields
+from rolltape.pass1.fields import compact, kept_obs, success_flag, tape_fields
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, load_policy
 from rolltape.record import Episode, EpisodeKey
@@ -112,7 +112,7 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
         action = policy.act(obs)
         obs, reward, term, trunc, info = env.step(action)
         steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
-        if not len(steps) % COMPACT_EVERY:
+        if not len(steps) % DIGEST_BATCH:
             compact(steps)  # screens: digested as they come, not all held
         if physics is not None:
             physics.record()

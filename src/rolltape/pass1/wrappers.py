@@ -126,8 +126,8 @@ def recording_tap(base: Any) -> Any:
     """A ``gymnasium.Wrapper`` right over ``base`` that keeps one tape episode of it."""
     import gymnasium as gym
 
-    from rolltape.envs import AleLog, PhysicsLog
-    from rolltape.pass1.fields import COMPACT_EVERY, compact, kept_obs, success_flag, tape_fields
+    from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog
+    from rolltape.pass1.fields import compact, kept_obs, success_flag, tape_fields
 
     class Tap(gym.Wrapper):
         """Right over the base env: keeps one tape episode of it (begin, then fields)."""
@@ -171,7 +171,7 @@ def recording_tap(base: Any) -> Any:
             if self.done:
                 return obs, reward, term, trunc, info
             self.steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
-            if not len(self.steps) % COMPACT_EVERY:
+            if not len(self.steps) % DIGEST_BATCH:
                 compact(self.steps)
             if self.physics is not None:
                 self.physics.record()

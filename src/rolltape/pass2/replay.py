@@ -33,11 +33,11 @@ import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import numpy as np
 
-from rolltape.envs import check_tape_env_module
+from rolltape.envs import BIG_OBS, DIGEST_BATCH, check_tape_env_module
 from rolltape.errors import UsageError, check_choice
 from rolltape.flags import VIDEO, flag
 from rolltape.pass2.backends import select_backend_in_this_process
@@ -49,6 +49,9 @@ from rolltape.pass2.cameras import (
     separate_path,
 )
 from rolltape.tape import Tape, sum_rewards
+
+if TYPE_CHECKING:
+    from rolltape.pass2.encode import BackgroundWriter, FrameWriter
 
 MODES = ("resim", "restore", "auto")
 
@@ -451,7 +454,7 @@ class _Replayer:
             emit(t)
 
 
-def encoding_beside(writer: Any, env_id: str) -> Any:
+def encoding_beside(writer: FrameWriter, env_id: str) -> FrameWriter | BackgroundWriter:
     """``writer`` fed from a thread of its own (:class:`encode.BackgroundWriter`), so that
     encoding overlaps the drawing of the next frame, where drawing lets go of the GIL (GL,
     pygame). ALE's emulator holds it, so an encoding thread beside an Atari replay waits
@@ -500,9 +503,6 @@ class _PendingDigests:
     They are copied into one buffer made once (the env may reuse its arrays): a copy per
     step into fresh memory and a stack of the batch cost as much as the digest itself."""
 
-    BYTES = 16384  # larger array observations wait for a batch
-    BATCH = 256
-
     def __init__(self, tape: Any, judged: bool) -> None:
         self.tape = tape
         self.judged = judged and tape.obs_digest is not None
@@ -510,19 +510,19 @@ class _PendingDigests:
         self.rows: np.ndarray | None = None
 
     def takes(self, obs: Any) -> bool:
-        return (self.judged and isinstance(obs, np.ndarray) and obs.nbytes > self.BYTES
+        return (self.judged and isinstance(obs, np.ndarray) and obs.nbytes > BIG_OBS
                 and (self.rows is None or (obs.shape == self.rows.shape[1:]
                                            and obs.dtype == self.rows.dtype)))
 
     def add(self, t: int, obs: np.ndarray) -> None:
         if self.rows is None:
-            self.rows = np.empty((self.BATCH, *obs.shape), dtype=obs.dtype)
+            self.rows = np.empty((DIGEST_BATCH, *obs.shape), dtype=obs.dtype)
         self.rows[len(self.steps)] = obs
         self.steps.append(t)
 
     @property
     def full(self) -> bool:
-        return len(self.steps) >= self.BATCH
+        return len(self.steps) >= DIGEST_BATCH
 
     def flush(self) -> Divergence | None:
         """The first pending step whose observation differs from pass 1's, if any."""
