@@ -59,7 +59,7 @@ def plan_segments(requests: Sequence[RenderRequest], workers: int
             tape = Tape.load(req.tape)
             lo, stop = tape.frame_range
             total = stop - lo
-            ok = tape.physics is not None if req.mode == "resim" else tape.has_state
+            ok = tape.can_continue if req.mode == "resim" else tape.can_restore
             if ok:
                 n = max(1, min(per_request, total // MIN_SEGMENT))
         if n == 1:

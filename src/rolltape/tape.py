@@ -152,6 +152,12 @@ class Tape:
         return self.ale_state[self.ale_state_offsets[t]:self.ale_state_offsets[t + 1]].tobytes()
 
     @property
+    def can_continue(self) -> bool:
+        """True when a replay can begin mid-episode from a recorded state (MuJoCo physics or
+        ALE emulator states), so one long episode can be replayed in segments."""
+        return self.physics is not None or self.has_ale_state
+
+    @property
     def can_restore(self) -> bool:
         """True when ``restore`` mode can draw the tape (MuJoCo or ALE states)."""
         return self.has_state or self.has_ale_state

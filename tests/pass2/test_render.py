@@ -134,3 +134,24 @@ def test_segments_of_an_altered_tape_report_the_first_divergence(long_tape, tmp_
                       workers=4)
     assert result.segments == 2
     assert result.verified is False and result.divergence.step == 80
+
+
+@pytest.mark.parametrize("mode", ["resim", "restore"])
+def test_atari_segments_continue_from_recorded_emulator_states(tmp_path, mode):
+    """A long Atari episode is split across workers too: each segment restores ALE's state
+    (its RNG included, so Pong-v5's sticky actions repeat as in pass 1) and its frames are
+    the unsplit replay's, verified."""
+    from rolltape import evaluate
+
+    run = evaluate("ALE/Pong-v5", "random", episodes=1, seed=5, max_episode_steps=160,
+                   out=tmp_path / "run", report=False)
+    path = run.tape_path(run.results.episodes[0])
+    tape = Tape.load(path)
+    assert tape.has_ale_state and tape.physics is None and tape.length == 160
+    whole, = render([RenderRequest(str(path), (str(tmp_path / "whole/"),), mode=mode)])
+    split, = render([RenderRequest(str(path), (str(tmp_path / "split/"),), mode=mode)],
+                    workers=3)
+    assert split.segments == 3 and split.frames == whole.frames == tape.length + 1
+    assert split.verified is whole.verified is (True if mode == "resim" else None)
+    a, b = list(read_frames(tmp_path / "whole")), list(read_frames(tmp_path / "split"))
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))

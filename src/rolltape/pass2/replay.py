@@ -226,9 +226,10 @@ class _Replayer:
     """Replays tapes inside one worker, keeping envs (and their GL contexts) for reuse.
 
     ``run`` draws frames ``req.frames`` (all of them by default) of one tape: frame f is the
-    state after f steps. A segment that starts at f > 0 continues from the recorded
-    integration state after f - 1 steps and steps once before drawing, so its frames are
-    the very frames an unsplit replay draws.
+    state after f steps. A segment that starts at f > 0 continues from the recorded state
+    after f - 1 steps (MuJoCo's integration state, or ALE's emulator state with its RNG)
+    and steps once before drawing, so its frames are the very frames an unsplit replay
+    draws.
     """
 
     def __init__(self, backend: str | None, progress: Callable[[int], None]) -> None:
@@ -251,10 +252,12 @@ class _Replayer:
                                        width=req.width, height=req.height)
         return key, self._envs[key]
 
-    def _reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str) -> Any:
+    def _reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str,
+               seeded: bool = True) -> Any:
         """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer.
-        Returns the reset observation, or None for a tape that begins mid-episode."""
-        obs = _reset_as_recorded(env, tape)
+        Returns the reset observation, or None for a tape that begins mid-episode.
+        ``seeded=False`` for a replay that puts a recorded state in next (a segment)."""
+        obs = _reset_as_recorded(env, tape) if seeded else env.reset()[0]
         if not draw:
             return obs
         if key in self._drawn_once:
@@ -312,8 +315,8 @@ class _Replayer:
         compositor = Compositor(req.layout)
         returns = np.concatenate([[0.0], np.cumsum(tape.rewards)])
 
-        def reset() -> Any:
-            return self._reset(key, env, tape, draw, req.quality)
+        def reset(seeded: bool = True) -> Any:
+            return self._reset(key, env, tape, draw, req.quality, seeded)
 
         def emit(index: int) -> None:
             if draw:
@@ -367,12 +370,12 @@ class _Replayer:
         )
 
     def _resim(self, tape: Tape, env: Any, req: RenderOptions, first: int, stop: int,
-               reset: Callable[[], Any], emit: Callable[[int], None],
+               reset: Callable[[bool], Any], emit: Callable[[int], None],
                observe: Callable[[int, Any, Any], None] | None = None,
                digests_later: bool = False
                ) -> tuple[Divergence | None, list[float]]:
         """Step the recorded actions, comparing each step with pass 1; draw frames
-        first..stop-1. Without a physics state to continue from (a window of a tape of
+        first..stop-1. Without a recorded state to continue from (a window of a tape of
         another env), the frames before ``first`` are simulated from the reset, not drawn.
         ``observe(index, obs, info)`` sees the reset observation (index 0, info None) and
         each step's (an export keeps them: :mod:`rolltape.pass2.export`); one that keeps
@@ -381,8 +384,11 @@ class _Replayer:
         from rolltape.envs import continue_from, obs_digest
 
         divergence: Divergence | None = None
-        obs = reset()
-        from_reset = first == 0 or tape.physics is None
+        from_reset = first == 0 or not tape.can_continue
+        # An Atari segment's recorded state replaces whatever the reset made, so it needs no
+        # seed (ALE reloads its ROM at every seeded reset: 0.09 s). A MuJoCo segment keeps
+        # it: a tracking camera starts from where the seeded reset put the body.
+        obs = reset(from_reset or tape.physics is not None)
         if from_reset:
             if (tape.obs_digest is not None and obs is not None and not digests_later
                     and obs_digest(obs) != int(tape.obs_digest[0])):
@@ -392,9 +398,11 @@ class _Replayer:
             if first == 0:
                 emit(0)
             begin = 0
-        else:
-            assert tape.physics is not None  # else it replays from the reset
-            continue_from(env, tape.physics[first - 1])
+        else:  # from the state before ``first``; its step draws frame ``first``
+            if tape.physics is not None:
+                continue_from(env, tape.physics[first - 1])
+            else:
+                _continue_atari(env, tape, first - 1)
             begin = first - 1
         rewards = []
         # Large observations (screens) are digested in batches: one digest is a loop over
@@ -433,18 +441,18 @@ class _Replayer:
             divergence = pending.flush()
         return divergence, rewards
 
-    def _restore(self, tape: Tape, env: Any, first: int, stop: int, reset: Callable[[], Any],
-                 emit: Callable[[int], None]) -> None:
+    def _restore(self, tape: Tape, env: Any, first: int, stop: int,
+                 reset: Callable[[bool], Any], emit: Callable[[int], None]) -> None:
         """Draw the recorded states themselves, no simulation. An Atari screen is not part of
         its emulator state: frame t is drawn by restoring state t-1 and taking the recorded
         action t-1 from it (one emulator step, RNG included in the state)."""
-        from rolltape.envs import restore_ale_state, restore_state
+        from rolltape.envs import restore_state
 
-        reset()
+        reset(first == 0 or tape.has_state)  # as in _resim
         if tape.has_ale_state and not tape.has_state:
             for t in range(first, stop):
                 if t:
-                    restore_ale_state(env, tape.ale_state_at(t - 1))
+                    _continue_atari(env, tape, t - 1, again=ALE_STEPS_AGAIN if t == first else 0)
                     env.step(tape.actions[t - 1])
                 emit(t)
             return
@@ -452,6 +460,24 @@ class _Replayer:
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
+
+
+# Steps taken again before a segment's first Atari state: ALE's saved state does not hold
+# the last action it applied, which sticky actions repeat (ALE/*-v5: p = 0.25 a frame).
+# After a step that register holds the step's own action unless all of its frames stuck
+# (4 frames: p = 0.4%), so each step taken again makes a wrong register 250x less likely.
+ALE_STEPS_AGAIN = 4
+
+
+def _continue_atari(env: Any, tape: Tape, t: int, again: int = ALE_STEPS_AGAIN) -> None:
+    """Put an Atari env into the recorded emulator state after ``t`` steps, having first
+    taken the ``again`` steps before it from their own states."""
+    from rolltape.envs import restore_ale_state
+
+    for s in range(max(0, t - again), t):
+        restore_ale_state(env, tape.ale_state_at(s))
+        env.step(tape.actions[s])
+    restore_ale_state(env, tape.ale_state_at(t))
 
 
 def encoding_beside(writer: FrameWriter, env_id: str) -> FrameWriter | BackgroundWriter:
