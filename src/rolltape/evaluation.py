@@ -54,6 +54,7 @@ from rolltape.outputs.artifacts import (
     write_text,
 )
 from rolltape.pass1.ahead import spawn_pass1_ahead
+from rolltape.pass1.dealer import Dealer, piece_size
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
@@ -320,13 +321,16 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
         task = bar.add(f"pass 1 (rendering off, {how})", total)
         # Batched inference is a pass-1 variant: one worker, --workers env processes.
         chunks = [jobs] if cfg.batched_inference else split_jobs(jobs, cfg.workers)
+        # Local workers are dealt their shares a piece at a time (pass1.dealer).
+        dealer = None if cfg.batched_inference else Dealer(chunks, piece_size(total, len(chunks)))
         work = ShareWork(worker=policy_worker,
-                         args=(cfg.workers if cfg.batched_inference else 0,), env=NO_GL,
+                         args=(cfg.workers if cfg.batched_inference else 0, dealer is not None),
+                         env=NO_GL,
                          # Batched inference keeps env processes of its own: workers only.
                          task=None if cfg.batched_inference else play_shipped,
                          cut=cut_into_tasks, timeout=cfg.episode_timeout, units=UNITS,
-                         stalled=lambda k, n: playing(chunks[k], n),
-                         timeout_name="--episode-timeout")
+                         stalled=lambda k, n: playing(dealer.playing[k] if dealer else chunks[k], n),
+                         timeout_name="--episode-timeout", deal=dealer)
         messages = cfg.runner.run_shares(work, chunks)
         with closing(messages):  # on any exception here, its workers stop now, not at GC
             for kind, payload in messages:

@@ -28,6 +28,19 @@ def share_worker(share: list[Any], conn: Any) -> None:
     conn.send(("done", len(share)))
 
 
+def pulling_worker(share: list[Any], conn: Any) -> None:
+    """share_worker that reads its next piece after each done (a dealt share), until None.
+    An item ("sleep", s) sleeps s seconds first: a long unit."""
+    piece: list[Any] | None = share
+    while piece is not None:
+        for item in piece:
+            if isinstance(item, list):
+                time.sleep(item[1])
+            conn.send(("unit", (os.getpid(), item)))
+        conn.send(("done", len(piece)))
+        piece = conn.recv()
+
+
 def job_worker(backend: str | None, bad: str, conn: Any) -> None:
     """A pass-2-shaped worker: answers each (i, job) with ("done", i, (backend, job * 2));
     on the backend ``bad`` it says "backend_failed" for job "fail", dies for "crash", hangs

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.assets.workers import job_worker, share_worker
+from tests.assets.workers import job_worker, pulling_worker, share_worker
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.executors import get
@@ -39,6 +39,21 @@ def test_every_share_reports_each_unit_in_order_then_done():
     assert [p for k, p in messages if k == "unit" and p < 4] == [1, 2, 3]
     assert sorted(p for k, p in messages if k == "unit") == [1, 2, 3, 4]
     assert sorted(p for k, p in messages if k == "done") == [1, 3]
+
+
+def test_dealt_pieces_go_to_whichever_worker_is_free():
+    """With ``deal``, a worker asks for its next piece after each done: the worker that drew
+    the long unit plays one piece while the other plays all the rest, and each is told to
+    stop (None) when nothing is left."""
+    pieces = [[["sleep", 1.5]], [1], [2], [3], [4]]
+    messages = list(run_shares(pulling_worker, [None, None], (), env={}, timeout=60,
+                               units=("unit",), stalled=_stalled,
+                               deal=lambda k: pieces.pop(0) if pieces else None))
+    units = [p for k, p in messages if k == "unit"]
+    assert sorted(str(item) for _, item in units) == ["1", "2", "3", "4", "['sleep', 1.5]"]
+    slow = next(pid for pid, item in units if isinstance(item, list))
+    assert [item for pid, item in units if pid != slow] == [1, 2, 3, 4]
+    assert sum(1 for k, _ in messages if k == "done") == 5
 
 
 def test_a_workers_usage_error_is_raised_as_its_sentence():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,11 +19,16 @@ from rolltape.tape import Tape
 
 
 class _Pipe:
-    """The worker's end of its pipe: keeps what is sent (the parent's side is not here)."""
+    """The worker's end of its pipe: keeps what is sent (the parent's side is not here) and
+    answers each recv with the next of ``pieces`` (a dealt worker's next piece)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pieces: list[Any] | None = None) -> None:
         self.sent: list[tuple[str, Any]] = []
         self.closed = False
+        self.pieces = list(pieces or [])
+
+    def recv(self) -> Any:
+        return self.pieces.pop(0)
 
     def send(self, message: tuple[str, Any]) -> None:
         self.sent.append(message)
@@ -45,7 +51,7 @@ def _job(tapes: Path, policy: str = "random", episodes: int = 2) -> PolicyJob:
 
 def _run(jobs: list[PolicyJob]) -> _Pipe:
     pipe = _Pipe()
-    policy_worker(jobs, 0, pipe)
+    policy_worker(jobs, 0, False, pipe)
     return pipe
 
 
@@ -93,3 +99,24 @@ def test_gl_variables_are_dropped_before_any_episode(tmp_path: Path,
     monkeypatch.setenv("PYOPENGL_PLATFORM", "egl")
     _run([_job(tmp_path, episodes=1)])
     assert "MUJOCO_GL" not in os.environ and "PYOPENGL_PLATFORM" not in os.environ
+
+
+def test_a_dealt_worker_plays_each_piece_with_the_policy_it_loaded_once(tmp_path: Path):
+    """Pulling: after each done the worker reads its next piece until None; pieces of the
+    same job reuse its env and policy (one "policy" message), a new job loads its own."""
+    tapes = tmp_path / "tapes"
+    tapes.mkdir()
+    job = _job(tapes, episodes=4)
+    other = PolicyJob(env=job.env, policy="random",
+                      episodes=Episodes("baseline", range(1), seed=9, tapes=str(tapes)))
+    pieces = [[replace(job, episodes=job.episodes[1:3])], [replace(job, episodes=job.episodes[3:])],
+              [other], None]
+    pipe = _Pipe(pieces)
+    policy_worker([replace(job, episodes=job.episodes[:1])], 0, True, pipe)
+    kinds = [k for k, _ in pipe.sent]
+    assert kinds == ["policy", "episode", "done", "episode", "episode", "done", "episode",
+                     "done", "policy", "episode", "done"]
+    rows = [p for k, p in pipe.sent if k == "episode"]
+    assert [(r["role"], r["seed"]) for r in rows] == [("policy", s) for s in (3, 4, 5, 6)] + \
+        [("baseline", 9)]
+    assert pipe.pieces == [] and pipe.closed

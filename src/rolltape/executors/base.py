@@ -48,7 +48,12 @@ class ShareWork:
     ``task(piece)`` for each of ``cut(shares)``, anywhere, returning ``{"files": {path:
     bytes}, "messages": [...]}`` or ``{"usage_error": text}``, the files being written at
     their paths before the messages are yielded. ``task`` None: the work only runs as
-    worker processes (batched inference keeps env processes of its own)."""
+    worker processes (batched inference keeps env processes of its own).
+
+    ``deal`` (worker processes only): the same shares dealt piece by piece, so that no
+    worker idles while another has work left. ``deal(k)`` is worker k's next piece, None
+    when all is dealt; the worker starts on ``deal(k)`` instead of share k, and after each
+    ("done", ...) reads its next piece (or None, then exits) from ``conn``."""
 
     worker: Callable[..., None]
     args: tuple[Any, ...]
@@ -59,6 +64,7 @@ class ShareWork:
     units: tuple[str, ...]  # message kinds that count as one unit finished
     stalled: Callable[[int, int], str]  # (share, units done) -> what it was doing
     timeout_name: str = "its timeout"
+    deal: Callable[[int], Any | None] | None = None
 
 
 @dataclass(frozen=True)

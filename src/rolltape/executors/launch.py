@@ -11,7 +11,7 @@ May import: errors, the interpreter launcher and the standard library. Never: th
 starts whatever entry point it is given).
 
 Example (not run: it spawns a process):
-    >>> worker = spawn_worker(policy_worker, jobs, 0, env={"MUJOCO_GL": None})
+    >>> worker = spawn_worker(policy_worker, jobs, 0, False, env={"MUJOCO_GL": None})
     >>> message = worker.conn.recv()
 """
 

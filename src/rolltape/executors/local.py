@@ -16,7 +16,7 @@ May import: the launcher, the executor contract, errors. Never: policies, torch,
 side, outputs.
 
 Example (not run: it spawns processes):
-    >>> for kind, payload in run_shares(policy_worker, chunks, (0,), env={}, timeout=600,
+    >>> for kind, payload in run_shares(policy_worker, chunks, (0, False), env={}, timeout=600,
     ...                                 units=("episode",), stalled=describe):
     ...     print(kind)
 """
@@ -43,18 +43,26 @@ from rolltape.executors.launch import (
 
 def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[Any, ...], *,
                env: Mapping[str, str | None], timeout: float, units: tuple[str, ...],
-               stalled: Callable[[int, int], str], timeout_name: str = "its timeout"
+               stalled: Callable[[int, int], str], timeout_name: str = "its timeout",
+               deal: Callable[[int], Any | None] | None = None
                ) -> Generator[tuple[str, Any], None, None]:
     """Run ``target(share, *args, conn)`` for each share in its own worker and yield its
-    ``(kind, payload)`` messages as they arrive, until each has sent ("done", ...).
+    ``(kind, payload)`` messages as they arrive, until each has sent ("done", ...). With
+    ``deal``, worker k starts on ``deal(k)`` and is sent ``deal(k)`` again after each
+    ("done", ...) until that is None (see :class:`~rolltape.executors.base.ShareWork`);
+    ``stalled``'s unit count is then of its current piece.
 
     A worker's ("usage_error", text) is raised as :class:`UsageError`, its ("error",
     (line, traceback)) as :class:`RunFailed`; so is a worker that dies, or sends no message
     of a kind in ``units`` (one finished unit of work) for ``timeout`` seconds, with
     ``stalled(share index, units finished)`` naming what it was doing. Every worker is
     stopped when this generator ends, however it ends."""
+    ids = list(range(len(shares)))
+    if deal is not None:
+        firsts = [(k, deal(k)) for k in ids]
+        ids, shares = [k for k, p in firsts if p is not None], [p for _, p in firsts if p is not None]
     workers = [spawn_worker(target, share, *args, env=env) for share in shares]
-    share_of = {w.conn: k for k, w in enumerate(workers)}
+    share_of = {w.conn: k for k, w in zip(ids, workers)}
     running = {w.conn: w for w in workers}
     finished = {w.conn: 0 for w in workers}
     heard = {w.conn: time.monotonic() for w in workers}
@@ -78,7 +86,16 @@ def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[A
                     finished[conn] += 1
                     heard[conn] = time.monotonic()
                 if kind == "done":
-                    del running[conn]
+                    piece = deal(share_of[conn]) if deal is not None else None
+                    if piece is None:
+                        del running[conn]
+                    else:
+                        finished[conn], heard[conn] = 0, time.monotonic()
+                    if deal is not None:
+                        try:
+                            conn.send(piece)
+                        except OSError:
+                            pass  # it died just now: its end of the pipe says so next
                 yield kind, payload
             for conn, at in heard.items():
                 if conn in running and time.monotonic() - at > timeout:
@@ -254,7 +271,7 @@ class LocalExecutor:
     def run_shares(self, work: ShareWork, shares: Sequence[Any]) -> Generator[Message, None, None]:
         return run_shares(work.worker, shares, work.args, env=work.env, timeout=work.timeout,
                           units=work.units, stalled=work.stalled,
-                          timeout_name=work.timeout_name)
+                          timeout_name=work.timeout_name, deal=work.deal)
 
     def render_pool(self, work: RenderWork, jobs: Sequence[Any], order: Sequence[str],
                     workers: int, timeout: float, *,

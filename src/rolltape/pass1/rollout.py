@@ -199,19 +199,58 @@ def open_policy_env(job: PolicyJob) -> tuple[Any, WrappedEnv | None]:
         raise
 
 
-def run_policy_job(job: PolicyJob, send: Any) -> None:
-    """Run every episode of ``job``; ``send(message)`` reports each finished episode."""
-    env, wrapped = open_policy_env(job)
-    try:
-        refuse_if_it_cannot_draw(job, env)
-        policy = load_policy(job.policy, wrapped.env if wrapped else env,
-                             vecnormalize=job.vecnormalize, algo=job.algo,
-                             deterministic=job.deterministic)
+class OpenJobs:
+    """The env and policy of each job a worker has played, kept open for its next piece of
+    the same job (:mod:`rolltape.pass1.dealer`): loading a policy again costs 0.2 s or more.
+    At most ``keep`` are kept (a suite's tasks come one after another)."""
+
+    def __init__(self, keep: int = 2) -> None:
+        self._keep = keep
+        self._open: dict[str, list[Any]] = {}  # (role, job without episodes) -> [env, wrapped, policy]
+
+    def get(self, job: PolicyJob, send: Any) -> list[Any]:
+        """[base env, wrapped env or None, policy] of ``job``, opened (and its policy
+        reported) the first time."""
+        role = job.episodes[0].role if job.episodes else None
+        key = repr((role, replace(job, episodes=())))  # each role's policy is reported
+        if key in self._open:
+            return self._open[key]
+        while len(self._open) >= self._keep:
+            self._close(next(iter(self._open)))
+        env, wrapped = open_policy_env(job)
+        try:
+            refuse_if_it_cannot_draw(job, env)
+            policy = load_policy(job.policy, wrapped.env if wrapped else env,
+                                 vecnormalize=job.vecnormalize, algo=job.algo,
+                                 deterministic=job.deterministic)
+        except BaseException:
+            (wrapped or env).close()
+            raise
         if wrapped is not None:  # stored in every tape and the run's metadata
             policy.description["wrappers"] = wrapped.names
-        send(("policy", {"role": job.episodes[0].role if job.episodes else None,
-                         **policy.description}))
+        send(("policy", {"role": role, **policy.description}))
+        self._open[key] = [env, wrapped, policy]
+        return self._open[key]
+
+    def _close(self, key: str) -> None:
+        env, wrapped, _ = self._open.pop(key)
+        (wrapped or env).close()
+
+    def close(self) -> None:
+        for key in list(self._open):
+            self._close(key)
+
+
+def run_policy_job(job: PolicyJob, send: Any, opened: OpenJobs | None = None) -> None:
+    """Run every episode of ``job``; ``send(message)`` reports each finished episode.
+    ``opened``: envs and policies kept from earlier pieces (left open); without it, the
+    job's env is closed at the end."""
+    mine = opened is None
+    jobs = opened or OpenJobs()
+    try:
+        slot = jobs.get(job, send)
         for ep in job.episodes:
+            env, wrapped, policy = slot
             try:
                 fields = (record_wrapped_episode(wrapped, policy, ep.seed, None,
                                                  job.success_key) if wrapped is not None else
@@ -223,11 +262,12 @@ def run_policy_job(job: PolicyJob, send: Any) -> None:
                 send(("episode_failed", {**job.extra_meta, "role": ep.role, "index": ep.index,
                                          "seed": ep.seed, "error": last_line(exc)}))
                 (wrapped or env).close()
-                env, wrapped = open_policy_env(job)  # the failed env may be half-way through
+                slot[:2] = open_policy_env(job)  # the failed env may be half-way through
                 continue
             save_episode(job, ep, policy.description, fields, send)
     finally:
-        (wrapped or env).close()
+        if mine:
+            jobs.close()
 
 
 def last_line(exc: BaseException) -> str:

@@ -16,12 +16,15 @@ from rolltape.envs import mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass1.batched import run_batched_job
-from rolltape.pass1.rollout import PolicyJob, last_line, run_policy_job
+from rolltape.pass1.rollout import OpenJobs, PolicyJob, last_line, run_policy_job
 
 
-def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
+def policy_worker(jobs: list[PolicyJob], batch_envs: int, pulls: bool, conn: Any) -> None:
     """Entry point of a spawned pass-1 process: run the jobs in order, report over ``conn``.
-    With ``batch_envs`` N > 0 they run batched on N env processes (:mod:`rolltape.pass1.batched`)."""
+    With ``batch_envs`` N > 0 they run batched on N env processes (:mod:`rolltape.pass1.batched`).
+    With ``pulls``, each ("done", ...) is followed by reading the next piece of jobs from
+    ``conn`` (:mod:`rolltape.pass1.dealer`), played with the envs and policies kept open,
+    until None comes."""
     # Pass 1 never renders: a GL backend in the environment could only add risk.
     for var in GL_VARIABLES:
         os.environ.pop(var, None)
@@ -32,10 +35,20 @@ def policy_worker(jobs: list[PolicyJob], batch_envs: int, conn: Any) -> None:
     try:
         if batch_envs:
             run_batched_job(jobs, batch_envs, conn.send)
+            conn.send(("done", mujoco_warnings()))
         else:
-            for job in jobs:
-                run_policy_job(job, conn.send)
-        conn.send(("done", mujoco_warnings()))
+            opened = OpenJobs()
+            piece: list[PolicyJob] | None = jobs
+            try:
+                while piece is not None:
+                    for job in piece:
+                        run_policy_job(job, conn.send, opened)
+                    conn.send(("done", mujoco_warnings()))
+                    piece = conn.recv() if pulls else None
+            finally:
+                opened.close()
+    except (EOFError, BrokenPipeError):
+        pass  # the parent is gone: nobody to report to
     except UsageError as exc:
         conn.send(("usage_error", str(exc)))
     except OSError as exc:  # a full disk, most likely: say where
