@@ -15,6 +15,7 @@ import typer
 from rolltape import Run, evaluate, export
 from rolltape.cli import main
 from rolltape.datasets.command import register
+from rolltape.errors import UsageError
 
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
 
@@ -89,3 +90,14 @@ def test_bad_input_is_one_line_and_exit_2(run: Run, tmp_path: Path, capsys, flag
     assert code == 2 and words in err, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("rolltape: ")
     assert not (tmp_path / "ds").exists()
+
+
+def test_workers_default_to_one_per_core_and_a_negative_count_is_refused(run: Run,
+                                                                          tmp_path: Path) -> None:
+    assert params()["workers"].default == 0  # type: ignore[attr-defined]  # 0: one per core
+    out = tmp_path / "ds"
+    done = export(run, to="lerobot", out=out, trust_module=("tests",))
+    assert done.episodes == 4 and (out / "meta" / "info.json").is_file()
+    with pytest.raises(UsageError, match="--workers must be at least 0, got -1"):
+        export(run, to="lerobot", out=tmp_path / "bad", workers=-1, trust_module=("tests",))
+    assert not (tmp_path / "bad").exists()

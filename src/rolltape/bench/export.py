@@ -80,14 +80,15 @@ def bench_export_obs(ctx: Context) -> dict[str, Any]:
         raw={"episodes": size["episodes"], "steps": steps, "export_s": runs["export"],
              "bare_s": runs["bare"]},
         notes=[f"{size['episodes']} episodes x {size['steps']} steps of {ENV_ID}; export "
-               "replays in one render worker (verifying every step against the tape's "
-               "digests) and writes a Minari dataset with minari itself; the bare loop "
-               "steps the same actions and np.savez's the observations, actions and rewards; "
-               "each side is a fresh interpreter"])
+               "replays in a render worker per core, its default (verifying every step "
+               "against the tape's digests) and writes a Minari dataset with minari itself; "
+               "the bare loop, one process, steps the same actions and np.savez's the "
+               "observations, actions and rewards; each side is a fresh interpreter"])
 
 
 def export_obs_child(run: str, out: str, dataset_id: str) -> dict[str, Any]:
-    """(In a fresh interpreter.) ``rolltape.export(run, to="minari")``, one render worker."""
+    """(In a fresh interpreter.) ``rolltape.export(run, to="minari")``, a render worker per
+    core (its default)."""
     from rolltape.datasets import export
 
     done = export(run, to="minari", dataset_id=dataset_id, out=out)
@@ -140,7 +141,7 @@ def bench_export_camera(ctx: Context) -> dict[str, Any]:
             started = time.perf_counter()
             if who == "export":
                 export(run, to="lerobot", out=folder / "ds", cameras=("default",),
-                       width=cfg.width, height=cfg.height, backends=_backends(ctx))
+                       width=cfg.width, height=cfg.height, backends=_backends(ctx), workers=1)
             else:
                 results = render([RenderRequest(t, (str(folder / f"{k}.mp4"),),
                                                 width=cfg.width, height=cfg.height)

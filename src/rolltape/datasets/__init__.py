@@ -52,7 +52,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
            dataset_id: str | None = None, role: str = "policy", only: str | None = None,
            min_return: float | None = None, episodes: str | Sequence[int] | None = None,
            cameras: Sequence[str] = (), fps: float | None = None, width: int | None = None,
-           height: int | None = None, workers: int = 1, overwrite: bool = False,
+           height: int | None = None, workers: int = 0, overwrite: bool = False,
            backends: str | Sequence[str] | None = None,
            on_episode: Callable[[Any], None] | None = None, mode: str = "resim",
            trust_module: Sequence[str] = ()) -> ExportOutcome:
@@ -62,7 +62,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     else Minari's default folder). LeRobot: the dataset folder is ``out``; ``dataset_id``
     is its repo id (default ``rolltape/<folder name>``); ``cameras`` become
     ``observation.images.<camera>`` videos at ``fps`` (default: the env's), ``width`` x
-    ``height``. ``workers`` render processes replay the tapes."""
+    ``height``. ``workers`` render processes replay the tapes (0: one per CPU core)."""
     from rolltape.datasets import episodes as eps
     from rolltape.executors.launch import check_worker_count, stop_workers
     from rolltape.pass2.backends import DEFAULT_ORDER
@@ -74,7 +74,8 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
         raise UsageError(f"--to {to} needs {' and '.join(missing)}, which "
                          f"{'is' if len(missing) == 1 else 'are'} not installed; install the "
                          "export extra: pip install 'rolltape[export]'.")
-    check_worker_count("--workers", workers)
+    check_worker_count("--workers", workers, 0)
+    workers = workers or os.cpu_count() or 1  # 0: a worker per core, as eval's pass 2
     check_choice("--mode", mode, ("resim", "restore"))
     if to == "minari" and cameras:
         raise UsageError("--camera makes videos, which only --to lerobot stores; drop --camera "

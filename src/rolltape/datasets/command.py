@@ -39,7 +39,8 @@ def register(app: typer.Typer, say: Callable[[str], None], warn: Callable[[str],
         fps: Optional[float] = typer.Option(None, help="Video frame rate (the env's by "
                                             "default)."),
         width: Optional[int] = typer.Option(None), height: Optional[int] = typer.Option(None),
-        workers: int = typer.Option(1, help="Render processes replaying the tapes."),
+        workers: int = typer.Option(0, help="Render processes replaying the tapes (0: one "
+                                    "per CPU core)."),
         backends: str = typer.Option(",".join(DEFAULT_ORDER), help="GL backends to try."),
         overwrite: bool = typer.Option(False, help="Replace an existing dataset."),
         mode: str = typer.Option("resim", help="resim: observations and frames from a "
