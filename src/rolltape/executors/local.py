@@ -4,7 +4,8 @@ Two shapes of work, both given as plain data and a worker entry point by the orc
 (this module imports no work of its own):
 
 - :func:`run_shares`: one worker per share of the work (pass 1), each reporting small
-  messages as it goes; a worker that dies or falls silent fails the run.
+  messages as it goes, and sent its next piece whenever it finishes one where the work is
+  dealt piece by piece; a worker that dies or falls silent fails the run.
 - :class:`BackendPool`: jobs dealt to up to N workers, each started with one backend's
   environment (pass 2, where a backend is a GL library); a worker that crashes, hangs or
   says its backend cannot work fails only its job, which is retried on the next backend.
