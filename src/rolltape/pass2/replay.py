@@ -280,7 +280,7 @@ class _Replayer:
         return obs
 
     def run(self, req: RenderRequest) -> RenderResult:
-        from rolltape.envs import mujoco_warnings
+        from rolltape.envs import is_atari, mujoco_warnings
         from rolltape.pass2.encode import open_writer
 
         start = time.perf_counter()
@@ -358,7 +358,9 @@ class _Replayer:
             raise
         return RenderResult(
             tape=req.tape, outputs=tuple(outputs), mode=mode,
-            backend=self.backend if draw else None, steps=tape.length, frames=frames,
+            # ALE draws its own screen: a worker's GL backend (a warm one's) drew nothing.
+            backend=self.backend if draw and not is_atari(spec["id"]) else None,
+            steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
             divergence=divergence,
             replay_return=None if rewards is None else sum_rewards(rewards),
