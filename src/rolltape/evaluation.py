@@ -54,7 +54,7 @@ from rolltape.outputs.artifacts import (
     write_text,
 )
 from rolltape.pass1.ahead import spawn_pass1_ahead
-from rolltape.pass1.dealer import Dealer, piece_size
+from rolltape.pass1.dealer import Dealer
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
@@ -322,7 +322,7 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
         # Batched inference is a pass-1 variant: one worker, --workers env processes.
         chunks = [jobs] if cfg.batched_inference else split_jobs(jobs, cfg.workers)
         # Local workers are dealt their shares a piece at a time (pass1.dealer).
-        dealer = None if cfg.batched_inference else Dealer(chunks, piece_size(total, len(chunks)))
+        dealer = None if cfg.batched_inference else Dealer(chunks)
         work = ShareWork(worker=policy_worker,
                          args=(cfg.workers if cfg.batched_inference else 0, dealer is not None),
                          env=NO_GL,

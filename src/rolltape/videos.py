@@ -8,7 +8,6 @@ config. Never: torch, GL, policies.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 from rolltape.config import EvalConfig, Target, needs_returns, video_picks
 from rolltape.envs import json_safe
 from rolltape.errors import UsageError
-from rolltape.executors.launch import stop_workers
+from rolltape.executors.launch import per_core, stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.outputs.artifacts import artifact_paths
 from rolltape.pass2.replay import RenderRequest, RenderResult
@@ -86,7 +85,7 @@ class EarlyRender:
             else:  # started by itself: the cores pass 1 leaves idle, at the normal priority
                 # (a loaded machine starved a nice +10 render: 100 s for 101 frames at load
                 # 10), then every core once pass 1 is done
-                every = self.cfg.render_workers or os.cpu_count() or 1
+                every = per_core(self.cfg.render_workers)
                 idle = min(every, self.cfg.idle_cores)
                 self.videos = pass2_videos(self.root, self.rows, self.picked, self.cfg,
                                            self.warnings, self.bar, self.stop, workers=idle,
@@ -123,7 +122,7 @@ def warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pres
     if not cfg.wants_video or not cfg.runner.warms_workers or cfg.renders_early:
         yield Prestart()
         return
-    workers = cfg.render_workers or os.cpu_count() or 1
+    workers = per_core(cfg.render_workers)
     if not needs_returns(cfg.video):  # a count or indices: no more workers than videos
         picked = video_picks(cfg.video)
         if all(kind != "all" for kind, _ in picked):
@@ -183,7 +182,7 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
         on_result(i, result)
 
     try:
-        workers = workers or cfg.render_workers or os.cpu_count() or 1
+        workers = workers or per_core(cfg.render_workers)
         rendered = render(requests, backends=cfg.backends, workers=workers,
                           timeout=cfg.render_timeout, executor=cfg.runner,
                           on_progress=on_progress, on_result=keep, cancel=cancel,

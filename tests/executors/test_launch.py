@@ -11,7 +11,7 @@ import time
 import pytest
 
 from rolltape.errors import Interrupted, UsageError
-from rolltape.executors.launch import check_worker_count, sigterm_raises, worker_limit
+from rolltape.executors.launch import check_worker_count, per_core, sigterm_raises, worker_limit
 
 
 def test_the_local_limit_is_four_per_core_at_least_16_at_most_256():
@@ -25,6 +25,10 @@ def test_a_count_within_the_limit_passes():
     check_worker_count("--workers", 1)
     check_worker_count("--workers", worker_limit())
     check_worker_count("--render-workers", 0, minimum=0)
+
+
+def test_zero_workers_means_one_per_core():
+    assert per_core(0) == (os.cpu_count() or 1) and per_core(3) == 3
 
 
 def test_too_few_names_the_flag_and_the_minimum():

@@ -145,8 +145,7 @@ def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
     """rolltape.render of an Atari tape (ALE's screen, verified) with a worker per core, as
     ``eval``'s pass 2 draws it (the episode split into segments that continue from recorded
     emulator states), vs a bare render+encode loop in a cold process (A B B A ...)."""
-    import os
-
+    from rolltape.executors.launch import per_core
     from rolltape.pass2.replay import RenderRequest
     from rolltape.rendering import render
 
@@ -155,7 +154,7 @@ def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
         bench_atari_pass1(ctx)
     tape = shared["tape"]
     _, _, reps = atari_sizes(ctx)
-    workers = os.cpu_count() or 1  # eval's --render-workers 0
+    workers = per_core(0)  # eval's --render-workers 0
     runs: dict[str, list[dict[str, float]]] = {"rolltape": [], "bare": []}
     for rep in range(reps):
         for who in (("rolltape", "bare") if rep % 2 == 0 else ("bare", "rolltape")):

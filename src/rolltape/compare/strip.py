@@ -5,7 +5,8 @@ Each checkpoint's tape of that seed is replayed by pass 2 (``rolltape.render``: 
 every part is checked against pass 1), then the parts are joined into one mp4 with the
 checkpoint's steps and return written on its frames.
 
-May import: rendering, pass2's encoder (video files only, no GL), compare.runs, errors.
+May import: rendering, pass2's encoder (video files only, no GL), compare.runs, errors,
+executors.launch (a worker count).
 Never: policies, pass 1, torch.
 
 Example (not run: it renders):
@@ -14,7 +15,6 @@ Example (not run: it renders):
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +24,7 @@ import numpy as np
 
 from rolltape.compare.runs import Key, LoadedRun
 from rolltape.errors import UsageError
+from rolltape.executors.launch import per_core
 
 __all__ = ["make_strip", "pick_seed"]
 
@@ -105,7 +106,7 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dic
     backends = options.get("backends") or ("egl", "osmesa")
     try:
         made = render(requests, backends=backends,
-                      workers=options.get("render_workers") or os.cpu_count() or 1)
+                      workers=per_core(options.get("render_workers") or 0))
     except UsageError as exc:
         return {"path": None, "seed": key[2], "labels": [], "verified": False,
                 "problems": [str(exc)]}

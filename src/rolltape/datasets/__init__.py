@@ -64,7 +64,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     ``observation.images.<camera>`` videos at ``fps`` (default: the env's), ``width`` x
     ``height``. ``workers`` render processes replay the tapes (0: one per CPU core)."""
     from rolltape.datasets import episodes as eps
-    from rolltape.executors.launch import check_worker_count, stop_workers
+    from rolltape.executors.launch import check_worker_count, per_core, stop_workers
     from rolltape.pass2.backends import DEFAULT_ORDER
 
     check_choice("--to", to, FORMATS)
@@ -75,7 +75,7 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
                          f"{'is' if len(missing) == 1 else 'are'} not installed; install the "
                          "export extra: pip install 'rolltape[export]'.")
     check_worker_count("--workers", workers, 0)
-    workers = workers or os.cpu_count() or 1  # 0: a worker per core, as eval's pass 2
+    workers = per_core(workers)  # 0: a worker per core, as eval's pass 2
     check_choice("--mode", mode, ("resim", "restore"))
     if to == "minari" and cameras:
         raise UsageError("--camera makes videos, which only --to lerobot stores; drop --camera "

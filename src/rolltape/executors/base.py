@@ -52,7 +52,8 @@ class ShareWork:
 
     ``deal`` (worker processes only): the same shares dealt piece by piece, so that no
     worker idles while another has work left. ``deal(k)`` is worker k's next piece, None
-    when all is dealt; the worker starts on ``deal(k)`` instead of share k, and after each
+    when all is dealt; the worker starts on ``deal(k)`` (a piece of share k, which has
+    work) instead of share k, and after each
     ("done", ...) reads its next piece (or None, then exits) from ``conn``."""
 
     worker: Callable[..., None]

@@ -36,6 +36,15 @@ from rolltape.interpreter import (  # noqa: F401  (re-exported for the executors
 )
 
 
+def per_core(count: int) -> int:
+    """A worker count as given, or one per CPU core for 0 (``--render-workers 0``).
+
+    >>> per_core(3), per_core(0) == (os.cpu_count() or 1)
+    (3, True)
+    """
+    return count or os.cpu_count() or 1
+
+
 def worker_limit(local: bool = True) -> int:
     """The most worker processes one flag may ask for: 4 per CPU core here (at least 16),
     256 in any case (a cluster's). More only queues up, and thousands of interpreters

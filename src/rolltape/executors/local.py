@@ -58,12 +58,10 @@ def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[A
     of a kind in ``units`` (one finished unit of work) for ``timeout`` seconds, with
     ``stalled(share index, units finished)`` naming what it was doing. Every worker is
     stopped when this generator ends, however it ends."""
-    ids = list(range(len(shares)))
     if deal is not None:
-        firsts = [(k, deal(k)) for k in ids]
-        ids, shares = [k for k, p in firsts if p is not None], [p for _, p in firsts if p is not None]
+        shares = [deal(k) for k in range(len(shares))]  # a piece of each share to begin
     workers = [spawn_worker(target, share, *args, env=env) for share in shares]
-    share_of = {w.conn: k for k, w in zip(ids, workers)}
+    share_of = {w.conn: k for k, w in enumerate(workers)}
     running = {w.conn: w for w in workers}
     finished = {w.conn: 0 for w in workers}
     heard = {w.conn: time.monotonic() for w in workers}

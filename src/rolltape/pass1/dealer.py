@@ -43,11 +43,13 @@ def piece_size(episodes: int, workers: int) -> int:
 
 class Dealer:
     """``dealer(w)`` is worker ``w``'s next piece (a list of jobs), None when every episode
-    has been dealt; ``playing[w]`` is the piece it was given last."""
+    has been dealt; ``playing[w]`` is the piece it was given last. ``piece``: episodes per
+    piece (default :func:`piece_size` of the shares)."""
 
-    def __init__(self, shares: list[list[PolicyJob]], piece: int) -> None:
+    def __init__(self, shares: list[list[PolicyJob]], piece: int | None = None) -> None:
         self._left = [list(share) for share in shares]  # jobs with episodes not dealt yet
-        self._piece = piece
+        self._piece = piece or piece_size(sum(len(j.episodes) for s in shares for j in s),
+                                          len(shares))
         self.playing: list[list[PolicyJob]] = [[] for _ in shares]
 
     def __call__(self, worker: int) -> list[PolicyJob] | None:
@@ -63,7 +65,7 @@ class Dealer:
         job = jobs[k]
         n = min(self._piece, len(job.episodes))
         taken, rest = ((job.episodes[:n], job.episodes[n:]) if head else
-                       (job.episodes[len(job.episodes) - n:], job.episodes[:len(job.episodes) - n]))
+                       (job.episodes[-n:], job.episodes[:-n]))
         if len(rest):
             jobs[k] = replace(job, episodes=rest)
         else:

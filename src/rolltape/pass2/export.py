@@ -113,8 +113,8 @@ class ExportJob(RenderOptions):
                     if index in sampled:
                         samples[k].append(_downsample(frame))
 
-        def reset(seeded: bool = True) -> Any:
-            return replayer._reset(key, env, tape, draw, self.quality, seeded)
+        def reset(first: int = 0) -> Any:
+            return replayer._reset(key, env, tape, draw, self.quality, first)
 
         try:
             if self.mode == "restore":

@@ -253,10 +253,14 @@ class _Replayer:
         return key, self._envs[key]
 
     def _reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str,
-               seeded: bool = True) -> Any:
+               first: int = 0) -> Any:
         """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer.
         Returns the reset observation, or None for a tape that begins mid-episode.
-        ``seeded=False`` for a replay that puts a recorded state in next (a segment)."""
+        ``first``: the frame the replay draws first. An Atari segment (first > 0) puts a
+        recorded emulator state in next, so its reset needs no seed (ALE reloads its ROM at
+        every seeded reset: 0.09 s). A MuJoCo one keeps it: a tracking camera starts from
+        where the seeded reset put the body."""
+        seeded = first == 0 or not tape.has_ale_state
         obs = _reset_as_recorded(env, tape) if seeded else env.reset()[0]
         if not draw:
             return obs
@@ -315,8 +319,8 @@ class _Replayer:
         compositor = Compositor(req.layout)
         returns = np.concatenate([[0.0], np.cumsum(tape.rewards)])
 
-        def reset(seeded: bool = True) -> Any:
-            return self._reset(key, env, tape, draw, req.quality, seeded)
+        def reset(first: int = 0) -> Any:
+            return self._reset(key, env, tape, draw, req.quality, first)
 
         def emit(index: int) -> None:
             if draw:
@@ -372,7 +376,7 @@ class _Replayer:
         )
 
     def _resim(self, tape: Tape, env: Any, req: RenderOptions, first: int, stop: int,
-               reset: Callable[[bool], Any], emit: Callable[[int], None],
+               reset: Callable[[int], Any], emit: Callable[[int], None],
                observe: Callable[[int, Any, Any], None] | None = None,
                digests_later: bool = False
                ) -> tuple[Divergence | None, list[float]]:
@@ -387,10 +391,7 @@ class _Replayer:
 
         divergence: Divergence | None = None
         from_reset = first == 0 or not tape.can_continue
-        # An Atari segment's recorded state replaces whatever the reset made, so it needs no
-        # seed (ALE reloads its ROM at every seeded reset: 0.09 s). A MuJoCo segment keeps
-        # it: a tracking camera starts from where the seeded reset put the body.
-        obs = reset(from_reset or tape.physics is not None)
+        obs = reset(0 if from_reset else first)
         if from_reset:
             if (tape.obs_digest is not None and obs is not None and not digests_later
                     and obs_digest(obs) != int(tape.obs_digest[0])):
@@ -444,13 +445,13 @@ class _Replayer:
         return divergence, rewards
 
     def _restore(self, tape: Tape, env: Any, first: int, stop: int,
-                 reset: Callable[[bool], Any], emit: Callable[[int], None]) -> None:
+                 reset: Callable[[int], Any], emit: Callable[[int], None]) -> None:
         """Draw the recorded states themselves, no simulation. An Atari screen is not part of
         its emulator state: frame t is drawn by restoring state t-1 and taking the recorded
         action t-1 from it (one emulator step, RNG included in the state)."""
         from rolltape.envs import restore_state
 
-        reset(first == 0 or tape.has_state)  # as in _resim
+        reset(first)
         if tape.has_ale_state and not tape.has_state:
             for t in range(first, stop):
                 if t:
