@@ -270,7 +270,7 @@ def print_run(results: Results, path: Path) -> None:
                   else "drawn from recorded states (not re-simulated)")
         if fell_back(v.get("mode"), v.verified):
             status += f"; {FELL_BACK}"
-        out.print(f"video {path / v.path} ({v.get('frames')} frames, {v.get('backend')}, "
+        out.print(f"video {path / v.path} ({v.get('frames')} frames, {gl_name(v.get('backend'))}, "
                   f"{camera_text(v.get('cameras'))}): {status}")
         if v.get("camera_hint"):
             err.print(f"hint: {v.key.label}: {v.get('camera_hint')}.", highlight=False,
@@ -297,6 +297,11 @@ def fell_back(mode: str | None, verified: bool | None) -> bool:
     """True when --mode auto re-simulated, diverged and drew the recorded states instead
     (restore itself verifies nothing, so it never reports False)."""
     return verified is False and mode == "restore"
+
+
+def gl_name(backend: str | None) -> str:
+    """The GL backend that drew a video, or "no GL" for frames the env draws itself (ALE)."""
+    return backend or "no GL"
 
 
 def camera_text(cameras: list[str] | tuple[str, ...] | None) -> str:
@@ -453,7 +458,7 @@ def _print_replays(results: list[Any]) -> int:
             out.print(f"[green]ok[/green] {r.tape}: {r.steps} steps, return "
                       f"{r.replay_return}, {what}")
         for path in r.outputs:
-            out.print(f"  wrote {path} ({r.frames} frames, backend {r.backend}, "
+            out.print(f"  wrote {path} ({r.frames} frames, backend {gl_name(r.backend)}, "
                       f"{camera_text(r.cameras)})")
         if r.camera_hint:
             err.print(f"hint: {Path(r.tape).name}: {r.camera_hint}.", highlight=False,

@@ -128,6 +128,7 @@ def test_atari_matches_evaluate_policy_and_video_verifies(atari_ppo: str, tmp_pa
     for mode in ("resim", "restore"):
         res = run_cli("render", str(best_tape), "--mode", mode, "-o", f"{tmp_path / mode}/")
         assert res.returncode == 0, res.stderr
+        assert "backend no GL" in res.stdout  # ALE draws its own screen
     assert "drawn from recorded states" in res.stdout + res.stderr
     restored = list(read_frames(tmp_path / "restore"))
     assert len(restored) == len(frames)
