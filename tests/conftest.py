@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -285,3 +286,15 @@ def drive(env: Any, steps: int, seed: int = 0) -> list[int]:
             n = 0
             env.reset()
     return lengths
+
+
+def tape_bytes(path: Path) -> dict[str, bytes]:
+    """A tape's arrays as bytes, and its header without ``wall_s``: equal for two tapes
+    of the same episode, bit for bit, wherever and however fast they were played."""
+    with np.load(path) as data:
+        out = {n: data[n].tobytes() for n in data.files if n != "header"}
+        header = json.loads(bytes(data["header"]).decode())
+    header.pop("wall_s")
+    out["header"] = json.dumps(header, sort_keys=True).encode()
+    return out
+

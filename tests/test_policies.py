@@ -94,6 +94,34 @@ def test_random_policy_is_reproducible_per_seed(cheetah):
         fresh.close()
 
 
+def test_a_forked_random_policy_plays_its_episode_as_if_alone(cheetah):
+    """Two episodes interleaved step by step (pass1.inflight) draw what each would alone."""
+    policy = load_policy("random", cheetah)
+    obs, _ = cheetah.reset(seed=0)
+    alone = {}
+    for seed in (3, 4):
+        policy.reset(seed)
+        alone[seed] = [policy.act(obs) for _ in range(5)]
+    fork = policy.fork()
+    assert isinstance(fork, RandomPolicy) and fork.description == policy.description
+    policy.reset(3)
+    fork.reset(4)
+    mixed = {3: [], 4: []}
+    for _ in range(5):
+        mixed[3].append(policy.act(obs))
+        mixed[4].append(fork.act(obs))
+    assert all(np.array_equal(np.stack(alone[s]), np.stack(mixed[s])) for s in (3, 4))
+
+
+def test_only_policies_without_shared_state_fork(cheetah, ppo_checkpoint):
+    model_zip, stats = ppo_checkpoint
+    deterministic = load_policy(f"sb3:{model_zip}", cheetah, vecnormalize=stats)
+    assert deterministic.fork() is deterministic  # no state between steps: shared
+    # Sampled actions draw from torch's global generator, seeded per episode.
+    assert load_policy(f"sb3:{model_zip}", cheetah, deterministic=False).fork() is None
+    assert load_policy("tests.assets.policies:function", cheetah).fork() is None
+
+
 def test_random_policy_refuses_vecnormalize(cheetah, ppo_checkpoint):
     with pytest.raises(UsageError, match="random"):
         load_policy("random", cheetah, vecnormalize=ppo_checkpoint[1])

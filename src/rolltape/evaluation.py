@@ -55,6 +55,7 @@ from rolltape.outputs.artifacts import (
 )
 from rolltape.pass1.ahead import spawn_pass1_ahead
 from rolltape.pass1.dealer import Dealer
+from rolltape.pass1.inflight import sessions_per_worker
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import UNITS, Episodes, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
@@ -127,7 +128,10 @@ def evaluate(env: str | None = None, policy: str = "random", *,
             from rolltape.server.client import check_server
 
             for target in targets:  # each served before any work
-                check_server(target.spec)
+                described = check_server(target.spec)
+                # Episodes each worker plays at once there, one per session (pass1.inflight).
+                target.spec["served"]["in_flight"] = sessions_per_worker(
+                    int(described.get("max_sessions") or 1), config.workers)
             if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
                 config = replace(config, env=spec["id"])
         # torch imports there while the video is checked here (after the env's spec is
@@ -309,7 +313,8 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     needs_rgb_array=cfg.wants_video,
                     extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
                     success_key="is_success" if task is None else task.success_key,
-                    wrappers=wrapper_entries(cfg.wrappers, cfg.frame_stack) if mine else ()))
+                    wrappers=wrapper_entries(cfg.wrappers, cfg.frame_stack) if mine else (),
+                    in_flight=target.spec.get("served", {}).get("in_flight", 1)))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}

@@ -24,6 +24,7 @@ Example (not run: it loads a checkpoint):
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import inspect
@@ -56,6 +57,13 @@ class Policy:
     def act(self, obs: Any) -> Any:
         raise UsageError(f"{type(self).__name__} does not choose actions.")
 
+    def fork(self) -> Policy | None:
+        """A policy for another episode played at the same time as this one's, acting
+        exactly as this one would on that episode alone; None when episodes must be
+        played one at a time (state kept across steps that another episode would share,
+        such as a global random generator)."""
+        return None
+
 
 class RandomPolicy(Policy):
     """Uniform samples from the action space, reseeded per episode so any episode replays alone."""
@@ -69,6 +77,11 @@ class RandomPolicy(Policy):
 
     def act(self, obs: Any) -> Any:
         return self.action_space.sample()
+
+    def fork(self) -> RandomPolicy:
+        forked = RandomPolicy(copy.deepcopy(self.action_space))  # a generator of its own
+        forked.description = self.description
+        return forked
 
 
 class SB3Policy(Policy):
@@ -95,6 +108,10 @@ class SB3Policy(Policy):
             import torch
 
             torch.manual_seed(seed)
+
+    def fork(self) -> SB3Policy | None:
+        # Deterministic actions keep no state between steps: one instance acts for all.
+        return self if self.deterministic else None
 
     def predict_action(self, obs: Any) -> Any:
         """Exactly SB3's evaluation path: VecNormalize.normalize_obs, then model.predict."""

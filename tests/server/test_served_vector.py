@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("zmq")
 
-from conftest import Server, kill_mid_run_then_resume, run_cli  # noqa: E402
+from conftest import Server, kill_mid_run_then_resume, run_cli, tape_bytes  # noqa: E402
 from rolltape import Tape, evaluate  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection, RemoteVectorEnv  # noqa: E402
@@ -48,15 +48,6 @@ def sessions(address: str) -> int:
         return conn.call("stats")["sessions"]
     finally:
         conn.close()
-
-
-def tape_bytes(path: Path) -> dict[str, bytes]:
-    with np.load(path) as data:
-        out = {n: data[n].tobytes() for n in data.files if n != "header"}
-        header = json.loads(bytes(data["header"]).decode())
-    header.pop("wall_s")
-    out["header"] = json.dumps(header, sort_keys=True).encode()
-    return out
 
 
 def test_served_batched_tapes_equal_a_local_batched_run_bit_for_bit(server, ppo_checkpoint,

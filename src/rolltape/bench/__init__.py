@@ -58,7 +58,8 @@ Benchmarks, in the order they run and are reported (module in brackets):
   same actions, in the same run: rolltape's protocol cost (target: median <= 100 us; the
   local step and the absolute overhead, served - local, beside it).
 - ``served_eval_pass1`` [served]: pass 1 of :func:`rolltape.evaluate` on
-  ``tcp://.../HalfCheetah-v5`` vs locally, PPO MLP (target: <= 1.5x; tapes bitwise equal).
+  ``tcp://.../HalfCheetah-v5`` vs locally, PPO MLP, one worker (target: <= 1.5x; tapes
+  bitwise equal); served, the worker plays 4 episodes at once, one per session.
 - ``served_vector`` [served]: batched pass 1 (PPO MLP, N = 8) on one vector session of
   ``rolltape serve --num-envs 8`` vs 8 local sub-env processes (target: >= 0.9x; tapes
   bitwise equal), with the per-env served step overhead for N = 1, 8, 32 beside it.

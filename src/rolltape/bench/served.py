@@ -306,7 +306,10 @@ def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
         baseline="evaluate() on the local env", measured="evaluate() on tcp://.../ENV",
         raw={"episodes": episodes, "steps": steps, "reps": reps, "pass1_s": times,
              "tapes_identical": True},
-        notes=[POLICY_NOTE])
+        notes=[POLICY_NOTE, "one pass-1 worker (evaluate's default); served, it plays "
+               "several episodes at once, one per session (pass1.inflight: 4 on this "
+               "--max-sessions 8 server), so it chooses one episode's action while "
+               "another's step is on the server"])
 
 
 def bench_served_vector(ctx: Context) -> dict[str, Any]:

@@ -44,12 +44,14 @@ def piece_size(episodes: int, workers: int) -> int:
 class Dealer:
     """``dealer(w)`` is worker ``w``'s next piece (a list of jobs), None when every episode
     has been dealt; ``playing[w]`` is the piece it was given last. ``piece``: episodes per
-    piece (default :func:`piece_size` of the shares)."""
+    piece (default :func:`piece_size` of the shares, and at least the episodes a worker
+    plays at once on a served env: ``PolicyJob.in_flight``)."""
 
     def __init__(self, shares: list[list[PolicyJob]], piece: int | None = None) -> None:
         self._left = [list(share) for share in shares]  # jobs with episodes not dealt yet
-        self._piece = piece or piece_size(sum(len(j.episodes) for s in shares for j in s),
-                                          len(shares))
+        jobs = [j for s in shares for j in s]
+        self._piece = piece or max([piece_size(sum(len(j.episodes) for j in jobs), len(shares)),
+                                    *(j.in_flight for j in jobs)])
         self.playing: list[list[PolicyJob]] = [[] for _ in shares]
 
     def __call__(self, worker: int) -> list[PolicyJob] | None:

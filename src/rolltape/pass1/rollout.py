@@ -6,14 +6,14 @@ float64; actions stay the exact array passed to ``env.step``). :func:`run_policy
 it for one job; :mod:`rolltape.pass1.worker` is the process that runs them (the
 orchestrator picks the executor that starts it).
 
-May import: envs, tape, policies, pass1.wrappers, errors. Never: an executor, the render side, outputs.
+May import: envs, tape, policies, pass1.fields, pass1.inflight, pass1.wrappers, errors. Never: an executor, the render side, outputs.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from pathlib import Path
@@ -24,6 +24,7 @@ import numpy as np
 from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog, make_env
 from rolltape.errors import UsageError
 from rolltape.pass1.fields import compact, kept_obs, success_flag, tape_fields
+from rolltape.pass1.inflight import play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, load_policy
 from rolltape.record import Episode, EpisodeKey
@@ -83,6 +84,7 @@ class PolicyJob:
     extra_meta: dict[str, Any] = field(default_factory=dict)  # a suite's {"suite", "task"}
     success_key: str | None = "is_success"  # the info key that says success (None: none)
     wrappers: tuple[dict[str, Any], ...] = ()  # policy-side wrappers (pass1.wrappers entries)
+    in_flight: int = 1  # a served env: episodes played at once, one per session (pass1.inflight)
 
 
 def record_episode(env: Any, policy: Policy, seed: int | None,
@@ -94,6 +96,23 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     counts) and ``success_once`` whether it was true at some step (ManiSkill's name); both
     None when the env never reported it.
     """
+    episode = play_episode(env, policy, seed, options, success_key)
+    try:
+        action = next(episode)
+        while True:
+            action = episode.send(env.step(action))
+    except StopIteration as finished:
+        return finished.value
+
+
+def play_episode(env: Any, policy: Policy, seed: int | None,
+                 options: dict[str, Any] | None = None,
+                 success_key: str | None = "is_success"
+                 ) -> Generator[Any, tuple[Any, ...], dict[str, Any]]:
+    """:func:`record_episode` without its ``env.step``: it yields each action and is sent
+    what ``env.step`` returned for it; it returns the tape's fields. Whoever drives it
+    chooses how the step is taken (:mod:`rolltape.pass1.inflight`: several episodes of a
+    served env at once)."""
     start = time.perf_counter()
     obs, info = env.reset(seed=seed, options=options)
     policy.reset(seed)
@@ -110,7 +129,7 @@ def record_episode(env: Any, policy: Policy, seed: int | None,
     reported = hit = False
     while not done:
         action = policy.act(obs)
-        obs, reward, term, trunc, info = env.step(action)
+        obs, reward, term, trunc, info = yield action
         steps.append((np.array(action, copy=True), reward, term, trunc, kept_obs(obs)))
         if not len(steps) % DIGEST_BATCH:
             compact(steps)  # screens: digested as they come, not all held
@@ -199,6 +218,27 @@ def open_policy_env(job: PolicyJob) -> tuple[Any, WrappedEnv | None]:
         raise
 
 
+@dataclass
+class Opened:
+    """A job's env and policy, kept open across pieces. ``wrapped``: the env through the
+    job's wrappers (None when it has none); ``more``: ``[env, policy]`` of the further
+    sessions of a served env whose episodes play several at once (:mod:`.inflight`)."""
+
+    env: Any
+    wrapped: WrappedEnv | None
+    policy: Policy
+    more: list[list[Any]] = field(default_factory=list)
+
+    def close_more(self) -> None:
+        """Close the further sessions (their server's --max-sessions counts them)."""
+        while self.more:
+            self.more.pop()[0].close()
+
+    def close(self) -> None:
+        self.close_more()
+        (self.wrapped or self.env).close()
+
+
 class OpenJobs:
     """The env and policy of each job a worker has played, kept open for its next piece of
     the same job (:mod:`rolltape.pass1.dealer`): loading a policy again costs 0.2 s or more.
@@ -206,17 +246,19 @@ class OpenJobs:
 
     def __init__(self, keep: int = 2) -> None:
         self._keep = keep
-        self._open: dict[str, list[Any]] = {}  # (role, job without episodes) -> [env, wrapped, policy]
+        self._open: dict[str, Opened] = {}  # (role, job without episodes) -> its Opened
 
-    def get(self, job: PolicyJob, send: Any) -> list[Any]:
-        """[base env, wrapped env or None, policy] of ``job``, opened (and its policy
-        reported) the first time."""
+    def get(self, job: PolicyJob, send: Any) -> Opened:
+        """``job``'s env and policy, opened (and its policy reported) the first time."""
         role = job.episodes[0].role if job.episodes else None
         key = repr((role, replace(job, episodes=())))  # each role's policy is reported
+        for other, kept in self._open.items():
+            if other != key:  # a worker holds one job's further sessions at a time
+                kept.close_more()
         if key in self._open:
             return self._open[key]
         while len(self._open) >= self._keep:
-            self._close(next(iter(self._open)))
+            self._open.pop(next(iter(self._open))).close()
         env, wrapped = open_policy_env(job)
         try:
             refuse_if_it_cannot_draw(job, env)
@@ -229,16 +271,12 @@ class OpenJobs:
         if wrapped is not None:  # stored in every tape and the run's metadata
             policy.description["wrappers"] = wrapped.names
         send(("policy", {"role": role, **policy.description}))
-        self._open[key] = [env, wrapped, policy]
+        self._open[key] = Opened(env, wrapped, policy)
         return self._open[key]
 
-    def _close(self, key: str) -> None:
-        env, wrapped, _ = self._open.pop(key)
-        (wrapped or env).close()
-
     def close(self) -> None:
-        for key in list(self._open):
-            self._close(key)
+        while self._open:
+            self._open.popitem()[1].close()
 
 
 def run_policy_job(job: PolicyJob, send: Any, opened: OpenJobs | None = None) -> None:
@@ -247,27 +285,68 @@ def run_policy_job(job: PolicyJob, send: Any, opened: OpenJobs | None = None) ->
     job's env is closed at the end."""
     mine = opened is None
     jobs = opened or OpenJobs()
+
+    def failed(ep: EpisodeJob, exc: Exception) -> None:
+        # A suite's indices repeat across tasks: the task says which episode.
+        send(("episode_failed", {**job.extra_meta, "role": ep.role, "index": ep.index,
+                                 "seed": ep.seed, "error": last_line(exc)}))
+
     try:
         slot = jobs.get(job, send)
+        sessions = in_flight_sessions(job, slot)
+        if len(sessions) > 1:
+            def reopen(s: int, ep: EpisodeJob, exc: Exception) -> None:
+                failed(ep, exc)
+                sessions[s][0].close()  # it may be half-way through a call: a new session
+                sessions[s][0] = open_env(job.env)
+                if s == 0:
+                    slot.env = sessions[0][0]
+
+            play_in_flight(sessions, job.episodes,
+                           lambda env, policy, ep: play_episode(env, policy, ep.seed, None,
+                                                                job.success_key),
+                           lambda ep, fields: save_episode(job, ep, slot.policy.description,
+                                                           fields, send), reopen)
+            return
         for ep in job.episodes:
-            env, wrapped, policy = slot
             try:
-                fields = (record_wrapped_episode(wrapped, policy, ep.seed, None,
-                                                 job.success_key) if wrapped is not None else
-                          record_episode(env, policy, ep.seed, None, job.success_key))
+                fields = (record_wrapped_episode(slot.wrapped, slot.policy, ep.seed, None,
+                                                 job.success_key) if slot.wrapped is not None
+                          else record_episode(slot.env, slot.policy, ep.seed, None,
+                                              job.success_key))
             except (UsageError, OSError, MemoryError):
                 raise  # bad input or a broken machine: not this episode's fault
             except Exception as exc:  # the env (or policy) failed this episode alone
-                # A suite's indices repeat across tasks: the task says which episode.
-                send(("episode_failed", {**job.extra_meta, "role": ep.role, "index": ep.index,
-                                         "seed": ep.seed, "error": last_line(exc)}))
-                (wrapped or env).close()
-                slot[:2] = open_policy_env(job)  # the failed env may be half-way through
+                failed(ep, exc)
+                (slot.wrapped or slot.env).close()
+                # The failed env may be half-way through a call: a new one.
+                slot.env, slot.wrapped = open_policy_env(job)
                 continue
-            save_episode(job, ep, policy.description, fields, send)
+            save_episode(job, ep, slot.policy.description, fields, send)
     finally:
         if mine:
             jobs.close()
+
+
+def in_flight_sessions(job: PolicyJob, opened: Opened) -> list[list[Any]]:
+    """``[env, policy]`` of each session a served job's episodes play on at once
+    (:mod:`.inflight`): its first and up to ``job.in_flight - 1`` more, as many as the
+    server opens and the policy allows (``Policy.fork``). One when it cannot: a local env,
+    wrappers (they may step the base env several times per action), a policy that keeps
+    state across episodes."""
+    wanted = min(job.in_flight, len(job.episodes))
+    if opened.wrapped is not None or not hasattr(opened.env, "another"):
+        wanted = 1
+    while len(opened.more) < wanted - 1:
+        policy = opened.policy.fork()
+        if policy is None:
+            break
+        try:
+            env = opened.env.another()
+        except UsageError:  # the server is busy: play on the sessions it gave
+            break
+        opened.more.append([env, policy])
+    return [[opened.env, opened.policy]] + opened.more[:wanted - 1]
 
 
 def last_line(exc: BaseException) -> str:

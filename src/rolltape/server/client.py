@@ -227,6 +227,7 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
     """A Gymnasium env whose steps run on a ``rolltape serve`` session."""
 
     def __init__(self, spec: dict[str, Any], local: Any) -> None:
+        self.served_spec = spec
         self.spec_dict = local_spec(spec)
         self.address = spec["served"]["address"]
         self.observation_space = local.observation_space
@@ -240,6 +241,7 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         self.gen = 0
         self.last_physics: Any = None
         self.physics_dims: tuple[int, int] | None = None
+        self._pending = 0  # the request id of the step sent by step_async
         try:
             reply = self._ok(self.conn.call("open", expect=self.descriptor,
                                             env=served_name(spec)), "open")
@@ -258,6 +260,11 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
             return cls(spec, local)
         finally:
             local.close()
+
+    def another(self) -> RemoteEnv:
+        """A new session of the same env on the same server (a worker playing several
+        episodes at once holds one per episode); UsageError when the server is busy."""
+        return RemoteEnv(self.served_spec, self)
 
     @property
     def unwrapped(self) -> RemoteEnv:
@@ -278,7 +285,18 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         return reply["obs"], reply.get("info") or {}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        reply = self.conn.call("step", sid=self.sid, gen=self.gen, action=np.asarray(action))
+        self.step_async(action)
+        return self.step_wait()
+
+    def step_async(self, action: Any) -> None:
+        """Send a step without waiting for it (Gymnasium's vector envs' name): the worker
+        chooses another episode's action while this one steps on the server."""
+        self._pending = self.conn.send("step", sid=self.sid, gen=self.gen,
+                                       action=np.asarray(action))
+
+    def step_wait(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """What the step sent by :meth:`step_async` returned."""
+        reply = self.conn.receive(self._pending, "step")
         if reply.get("status") != P.OK:
             self._ok(reply, "step")  # raises what the status calls for
         self.last_physics = reply.get("physics")

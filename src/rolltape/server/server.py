@@ -628,7 +628,7 @@ class EnvServer:
         return {"status": P.OK}
 
     def _op_stats(self, message: dict[str, Any]) -> dict[str, Any]:
-        return {"status": P.OK, "sessions": len(self.sessions)}
+        return {"status": P.OK, "sessions": len(self.sessions), "opened": self.opened}
 
 
 def _obs(obs: Any) -> Any:
