@@ -195,15 +195,17 @@ def test_a_signal_in_parity_writes_nothing_and_closes_its_session(server, tmp_pa
     assert sessions(server.address) == 0  # the stopped worker closed its session
 
 
-@pytest.mark.parametrize("trial", range(3))
-def test_ctrl_c_in_a_served_eval_closes_every_session(server, tmp_path, trial):
+@pytest.mark.parametrize("trial, workers", [(0, 2), (1, 2), (2, 2), (0, 1), (1, 1)])
+def test_ctrl_c_in_a_served_eval_closes_every_session(server, tmp_path, trial, workers):
     """Its stopped pass-1 workers close their sessions at once (before, in 4 of 8 trials a
-    session stayed until the idle timeout and a small --max-sessions answered BUSY)."""
+    session stayed until the idle timeout and a small --max-sessions answered BUSY). One
+    worker on this --max-sessions 3 server plays 2 episodes at once (pass1.inflight): it
+    closes both sessions."""
     out = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rolltape.cli", "eval", f"{server.address}/{ENV_ID}",
-         "--max-episode-steps", str(STEPS), "-n", "400", "--workers", "2", "--out", str(out),
-         "-q", "--no-report"],
+         "--max-episode-steps", str(STEPS), "-n", "400", "--workers", str(workers),
+         "--out", str(out), "-q", "--no-report"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **FAST}, preexec_fn=interruptible)
     try:
@@ -212,6 +214,7 @@ def test_ctrl_c_in_a_served_eval_closes_every_session(server, tmp_path, trial):
         while not (log.is_file() and log.read_text().count("\n") >= 2 + trial):
             assert time.monotonic() < deadline and proc.poll() is None, "no episode finished"
             time.sleep(0.05)
+        assert sessions(server.address) == 2  # 2 workers x 1 session, or 1 worker x 2
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
