@@ -8,6 +8,7 @@ import os
 import tracemalloc
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -18,11 +19,13 @@ import rolltape.pass2.encode as encode
 from rolltape.errors import UsageError
 from rolltape.pass2.encode import (
     FORMATS,
+    LEROBOT_AV1,
     BackgroundWriter,
     FrameWriter,
     count_frames,
     format_from_path,
     join_videos,
+    open_av1_writer,
     open_writer,
     read_frames,
 )
@@ -455,6 +458,24 @@ def test_mp4_up_to_640x480_is_encoded_on_one_x264_thread(tmp_path, height, width
     settings = out.read_bytes().split(b"options: ")[1].split(b"\x00")[0].decode().split()
     x264_alone = (os.cpu_count() or 1) == 1  # x264's own choice on one core is one thread
     assert ("threads=1" in settings) is (one_thread or x264_alone), settings
+
+
+def test_av1_up_to_640x480_is_encoded_on_one_thread_into_the_same_bytes(tmp_path):
+    """One SVT-AV1 thread (lp=1) as for x264, beside the drawing; the thread count does
+    not change SVT-AV1's stream, so the video is LeRobot's either way."""
+    frames = [make_frame(i, 480, 640) for i in range(6)]
+
+    def encode_to(name: str, options: dict[str, str] | None = None) -> Any:
+        writer = open_av1_writer(tmp_path / name, fps=20, options=options)
+        for frame in frames:
+            writer.write(frame)
+        writer.close()
+        return writer
+
+    assert "lp=1" in encode_to("one.mp4")._options["svtav1-params"]
+    assert encode_to("two.mp4", {**LEROBOT_AV1, "svtav1-params": "fast-decode=0:lp=2"}
+                     )._options["svtav1-params"].endswith("lp=2")
+    assert (tmp_path / "one.mp4").read_bytes() == (tmp_path / "two.mp4").read_bytes()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -465,6 +465,17 @@ class _Av1Mp4Writer(_VideoWriter):
     fmt = "mp4"
     _codec = "libsvtav1"
 
+    def _start(self, frame: np.ndarray) -> None:
+        # One SVT-AV1 thread for frames up to x264's limit, for x264's reason: its default
+        # (a thread per core) competes with the drawing that runs beside it. LeRobot's own
+        # name for this is encoder_threads; the stream is the same bytes either way (tested).
+        params = self._options.get("svtav1-params", "")
+        if (frame.shape[0] * frame.shape[1] <= _Mp4Writer.ONE_THREAD_PIXELS
+                and "lp=" not in params):
+            self._options = {**self._options,
+                             "svtav1-params": ":".join(p for p in (params, "lp=1") if p)}
+        super()._start(frame)
+
 
 #: LeRobot's own RGB video settings (its ``VideoEncoderConfig`` defaults, read in its v3
 #: source): SVT-AV1 in mp4, yuv420p, a keyframe every 2 frames, crf 30, preset 12.

@@ -97,7 +97,7 @@ class ExportJob(RenderOptions):
         success = np.zeros(tape.length + 1, dtype=bool)
         frames = tape.length + 1 if self.last_frame else tape.length
         sampled = set(sample_indices(frames)) if draw else set()
-        samples: list[list[np.ndarray]] = [[] for _ in self.videos]  # for image statistics
+        image_stats = [ImageStats() for _ in self.videos]
 
         def observe(index: int, obs: Any, info: Any) -> None:
             # (A copy: some envs return views of their buffers. An array's, without _copy's
@@ -111,7 +111,7 @@ class ExportJob(RenderOptions):
                 for k, (frame, writer) in enumerate(zip(rig.frames(), writers)):
                     writer.write(frame)
                     if index in sampled:
-                        samples[k].append(_downsample(frame))
+                        image_stats[k].add(frame)
 
         def reset(first: int = 0) -> Any:
             return replayer._reset(key, env, tape, draw, self.quality, first)
@@ -140,10 +140,8 @@ class ExportJob(RenderOptions):
             arrays.update(actions=tape.actions, rewards=tape.rewards,
                           terminated=tape.terminated, truncated=tape.truncated,
                           success=success)
-            for k, frames_of_camera in enumerate(samples):
-                # LeRobot's image statistics: per channel, over sampled frames, in [0, 1].
-                images = np.stack(frames_of_camera).transpose(0, 3, 1, 2) / 255.0
-                for name, value in feature_stats(images, axis=(0, 2, 3)).items():
+            for k, stats in enumerate(image_stats):
+                for name, value in stats.result().items():
                     arrays[f"image_stats/{k}/{name}"] = value
             for w in writers:
                 w.close()
@@ -234,13 +232,60 @@ def sample_indices(length: int) -> list[int]:
 
 
 def _downsample(frame: np.ndarray) -> np.ndarray:
-    """A frame as LeRobot's statistics see it: a side of 300 pixels or more is strided
-    down to about 150."""
+    """A frame as LeRobot's statistics see it (a view): a side of 300 pixels or more is
+    strided down to about 150."""
     height, width = frame.shape[:2]
     if max(height, width) < 300:
-        return frame.copy()
+        return frame
     step = int(width / 150) if width > height else int(height / 150)
-    return frame[::step, ::step].copy()
+    return frame[::step, ::step]
+
+
+class ImageStats:
+    """:func:`feature_stats` of a camera's sampled RGB frames (downsampled as LeRobot's
+    are), per channel in [0, 1], kept as 256 counts per channel: a frame costs three
+    ``bincount`` calls, no frame is held, and min, max, mean, std and the quantiles all
+    come from the counts (the same numbers, to float rounding, as over the stacked frames,
+    which cost 0.6 s an episode at 640x480, 10% of the export).
+
+    >>> stats = ImageStats()
+    >>> stats.add(np.full((2, 2, 3), 255, np.uint8)); stats.add(np.zeros((2, 2, 3), np.uint8))
+    >>> stats.result()["mean"].ravel().tolist(), stats.result()["count"].tolist()
+    ([0.5, 0.5, 0.5], [2])
+    """
+
+    def __init__(self) -> None:
+        self.counts: np.ndarray | None = None  # (channels, 256)
+        self.frames = 0
+
+    def add(self, frame: np.ndarray) -> None:
+        small = _downsample(frame)
+        if self.counts is None:
+            self.counts = np.zeros((small.shape[2], 256), dtype=np.int64)
+        for c in range(small.shape[2]):
+            self.counts[c] += np.bincount(small[..., c].ravel(), minlength=256)
+        self.frames += 1
+
+    def result(self) -> dict[str, np.ndarray]:
+        """The statistics, each of shape (channels, 1, 1), and ``count`` (frames)."""
+        assert self.counts is not None, "no frame was added"
+        levels = np.arange(256) / 255.0
+        n = self.counts.sum(axis=1)
+        seen = self.counts > 0
+        mean = self.counts @ levels / n
+        std = np.sqrt((self.counts * (levels - mean[:, None]) ** 2).sum(axis=1) / n)
+        out = {"min": levels[seen.argmax(axis=1)], "max": levels[255 - seen[:, ::-1].argmax(axis=1)],
+               "mean": mean, "std": std}
+        cumulative = self.counts.cumsum(axis=1)
+        for q in QUANTILES:  # np.quantile's default (linear) between the two nearest values
+            at = q * (n - 1)
+            below = np.floor(at).astype(np.int64)
+            low, high = (levels[[np.searchsorted(row, k, side="right") for row, k in
+                                 zip(cumulative, ks)]] for ks in (below, np.minimum(below + 1, n - 1)))
+            out[f"q{round(q * 100):02d}"] = low + (high - low) * (at - below)
+        out = {k: v.reshape(-1, 1, 1) for k, v in out.items()}
+        out["count"] = np.array([self.frames], dtype=np.int64)
+        return out
 
 
 def _copy(obs: Any) -> Any:
