@@ -143,6 +143,7 @@ def bench_export_camera(ctx: Context) -> dict[str, Any]:
                 export(run, to="lerobot", out=folder / "ds", cameras=("default",),
                        width=cfg.width, height=cfg.height, backends=_backends(ctx), workers=1)
             else:
+                drawn = folder / "0.mp4"  # its frames time the two codecs below
                 results = render([RenderRequest(t, (str(folder / f"{k}.mp4"),),
                                                 width=cfg.width, height=cfg.height)
                                   for k, t in enumerate(tapes)], backends=_backends(ctx),
@@ -150,6 +151,9 @@ def bench_export_camera(ctx: Context) -> dict[str, Any]:
                 assert all(r is not None and r.verified for r in results)
             runs[who].append(time.perf_counter() - started)
     export_s, render_s = _median(runs["export"]), _median(runs["render"])
+    frames = size["cam_episodes"] * size["cam_steps"]
+    codecs = _codec_cpu(drawn, ctx.dir("export-codecs"))
+    extra_s = frames * (codecs["av1_ms"] - codecs["h264_ms"]) / 1000
     return _result(
         title="export with a camera", ratio=render_s / export_s, target=0.9, op=">=",
         ratio_of="rolltape render seconds / rolltape export --to lerobot --camera default "
@@ -157,10 +161,34 @@ def bench_export_camera(ctx: Context) -> dict[str, Any]:
         baseline=f"rolltape render {render_s:.2f} s", measured=f"rolltape export {export_s:.2f} s",
         raw={"episodes": size["cam_episodes"], "steps": size["cam_steps"],
              "size": [cfg.width, cfg.height], "export_s": runs["export"],
-             "render_s": runs["render"]},
+             "render_s": runs["render"], "codec_cpu_ms_per_frame": codecs,
+             "av1_extra_cpu_s": extra_s},
         notes=[f"{size['cam_episodes']} episodes x {size['cam_steps']} steps at "
                f"{cfg.width}x{cfg.height}: render writes H.264 mp4 (libx264 veryfast), export "
-               "AV1 as LeRobot encodes (SVT-AV1 preset 12, crf 30, g 2) plus the parquet files"])
+               "AV1 as LeRobot encodes (SVT-AV1 preset 12, crf 30, g 2) plus the parquet files",
+               f"the codecs alone, on {codecs['frames']} of these frames: AV1 "
+               f"{codecs['av1_ms']:.1f} ms of CPU a frame, H.264 {codecs['h264_ms']:.1f} ms; "
+               f"over the export's {frames} frames AV1 costs {extra_s:.1f} s of CPU more, on "
+               f"{os.cpu_count()} core(s) (export - render: {export_s - render_s:.1f} s)"])
+
+
+def _codec_cpu(video: Path, folder: Path, count: int = 100) -> dict[str, float]:
+    """CPU milliseconds a frame of encoding ``count`` frames of ``video`` as render does
+    (H.264) and as an export does (LeRobot's AV1), each writer on its frames alone."""
+    from itertools import islice
+
+    from rolltape.pass2.encode import open_av1_writer, open_writer, read_frames
+
+    frames = list(islice(read_frames(video), count))
+    out: dict[str, float] = {"frames": len(frames)}
+    for name, writer in (("h264_ms", open_writer(folder / "h264.mp4", 20, overwrite=True)),
+                         ("av1_ms", open_av1_writer(folder / "av1.mp4", 20, overwrite=True))):
+        started = time.process_time()  # the encoders' own threads count too
+        with writer:
+            for frame in frames:
+                writer.write(frame)
+        out[name] = (time.process_time() - started) * 1000 / max(1, len(frames))
+    return out
 
 
 def bench_export_rss(ctx: Context) -> dict[str, Any]:
