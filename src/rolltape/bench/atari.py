@@ -8,6 +8,8 @@ May import: bench.common; rolltape inside functions. Never: bench itself, a sibl
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,22 @@ WRAPPER = "stable_baselines3.common.atari_wrappers.AtariWrapper"
 def atari_sizes(ctx: Context) -> tuple[int, int, int]:
     """(episodes, base steps per episode at most, repetitions) for this run's size."""
     return (2, 300, 1) if ctx.config.quick else (8, 4000, 2)
+
+
+@contextmanager
+def _building_on_one_thread() -> Iterator[None]:
+    """One torch (and MKL) thread while SB3 builds a policy, which ``load`` does too: its
+    orthogonal init runs MKL's threaded QR, which spun for 20 minutes in two bench
+    processes at once on 2 cores (caught under gdb in ``mkl_lapack_sgeqrf``). The loop
+    after it runs on torch's default threads, as enjoy.py's does."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _atari_checkpoint(ctx: Context) -> Path:
@@ -36,7 +54,8 @@ def _atari_checkpoint(ctx: Context) -> Path:
         gym.register_envs(ale_py)
         venv = VecFrameStack(make_atari_env(ATARI_ID, n_envs=1, seed=0), 4)
         path = ctx.dir("atari-checkpoint") / "ppo_cnn.zip"
-        PPO("CnnPolicy", venv, seed=0, device="cpu").save(path)
+        with _building_on_one_thread():
+            PPO("CnnPolicy", venv, seed=0, device="cpu").save(path)
         venv.close()
         shared["checkpoint"] = path
     return Path(shared["checkpoint"])
@@ -103,7 +122,8 @@ def enjoy_loop_child(checkpoint: str, episodes: int, steps: int, seed: int) -> d
 
     gym.register_envs(ale_py)
     started = time.perf_counter()
-    model = PPO.load(checkpoint, device="cpu")
+    with _building_on_one_thread():
+        model = PPO.load(checkpoint, device="cpu")
     hyperparams = {"env_wrapper": [WRAPPER], "frame_stack": 4, "normalize": False}
     try:
         from rl_zoo3 import create_test_env
