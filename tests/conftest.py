@@ -298,3 +298,15 @@ def tape_bytes(path: Path) -> dict[str, bytes]:
     out["header"] = json.dumps(header, sort_keys=True).encode()
     return out
 
+
+def server_stats(address: str) -> dict[str, Any]:
+    """A `rolltape serve` process's stats reply: its open ``sessions`` and how many it has
+    ``opened``."""
+    from rolltape.server.client import Connection
+
+    conn = Connection(address, timeout=10)
+    try:
+        return conn.call("stats")
+    finally:
+        conn.close()
+

@@ -129,9 +129,8 @@ def evaluate(env: str | None = None, policy: str = "random", *,
 
             for target in targets:  # each served before any work
                 described = check_server(target.spec)
-                # Episodes each worker plays at once there, one per session (pass1.inflight).
-                target.spec["served"]["in_flight"] = sessions_per_worker(
-                    int(described.get("max_sessions") or 1), config.workers)
+                # How many sessions its workers may share (pass1.inflight plays several).
+                target.spec["served"]["max_sessions"] = int(described.get("max_sessions") or 1)
             if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
                 config = replace(config, env=spec["id"])
         # torch imports there while the video is checked here (after the env's spec is
@@ -303,6 +302,9 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                 if done else range(target.episodes)  # a range: nothing built for 10**12
             tapes = root / "tapes" if task is None else root / "tapes" / task.suite / task.name
             tapes.mkdir(parents=True, exist_ok=True)
+            # A served env: each worker plays several episodes at once (pass1.inflight).
+            served = target.spec.get("served") or {}
+            in_flight = sessions_per_worker(served.get("max_sessions", 1), cfg.workers)
             if left:
                 jobs.append(PolicyJob(
                     env=target.spec, policy=source,
@@ -314,7 +316,7 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
                     success_key="is_success" if task is None else task.success_key,
                     wrappers=wrapper_entries(cfg.wrappers, cfg.frame_stack) if mine else (),
-                    in_flight=target.spec.get("served", {}).get("in_flight", 1)))
+                    in_flight=in_flight))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("zmq")
 
-from conftest import Server, tape_bytes  # noqa: E402
+from conftest import Server, server_stats, tape_bytes  # noqa: E402
 from rolltape import evaluate  # noqa: E402
 from rolltape.envs import env_spec  # noqa: E402
 from rolltape.pass1.dealer import Dealer  # noqa: E402
@@ -24,20 +24,11 @@ from rolltape.pass1.rollout import (  # noqa: E402
     PolicyJob,
     in_flight_sessions,
 )
-from rolltape.server.client import Connection  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_ID = "HalfCheetah-v5"
 STEPS = 30
 TOY = "tests.assets.toy_envs:FaultToy-v0"
-
-
-def stats(address: str) -> dict:
-    conn = Connection(address, timeout=10)
-    try:
-        return conn.call("stats")
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +54,12 @@ def test_episodes_played_at_once_equal_a_local_run_bit_for_bit(server, ppo_check
         kw.update(policy=f"sb3:{ckpt}", vecnormalize=vecnorm)
     else:
         kw.update(policy="random")
-    before = stats(server.address)["opened"]
+    before = server_stats(server.address)["opened"]
     served = evaluate(f"{server.address}/{ENV_ID}", out=tmp_path / "served", **kw)
     local = evaluate(ENV_ID, out=tmp_path / "local", **kw)
     # 4 sessions (the first and 3 more), kept across the worker's pieces of 4 and 3.
-    assert stats(server.address)["opened"] - before == IN_FLIGHT
-    assert stats(server.address)["sessions"] == 0
+    assert server_stats(server.address)["opened"] - before == IN_FLIGHT
+    assert server_stats(server.address)["sessions"] == 0
     same_tapes(served.path, local.path, 7)
     assert served.results.to_json()["summary"] == local.results.to_json()["summary"]
 
@@ -84,8 +75,8 @@ def test_a_raising_episode_fails_alone_and_its_slot_plays_on(tmp_path, monkeypat
                   report=False, workers=1)
         served = evaluate(f"{s.address}/{TOY}", "random", out=tmp_path / "served", **kw)
         evaluate(TOY, "random", out=tmp_path / "local", **kw)
-        assert stats(s.address)["sessions"] == 0
-        assert stats(s.address)["opened"] == IN_FLIGHT + 1  # the failed one's replacement
+        assert server_stats(s.address)["sessions"] == 0
+        assert server_stats(s.address)["opened"] == IN_FLIGHT + 1  # the failed one's replacement
     finally:
         s.stop()
     (failed,) = served.results.failed
@@ -112,10 +103,10 @@ def test_a_busy_server_gives_fewer_sessions(tmp_path):
     try:
         sessions = in_flight_sessions(job(s.address, tmp_path), jobs.get(
             job(s.address, tmp_path), lambda message: None))
-        assert len(sessions) == 2 and stats(s.address)["sessions"] == 2
+        assert len(sessions) == 2 and server_stats(s.address)["sessions"] == 2
     finally:
         jobs.close()
-        assert stats(s.address)["sessions"] == 0
+        assert server_stats(s.address)["sessions"] == 0
         s.stop()
 
 
@@ -127,7 +118,7 @@ def test_a_policy_that_cannot_fork_plays_one_episode_at_a_time(server, ppo_check
     jobs = OpenJobs()
     try:
         assert len(in_flight_sessions(stochastic, jobs.get(stochastic, lambda m: None))) == 1
-        assert stats(server.address)["sessions"] == 1
+        assert server_stats(server.address)["sessions"] == 1
     finally:
         jobs.close()
 
@@ -140,14 +131,14 @@ def test_a_worker_holds_one_jobs_further_sessions_at_a_time(server, tmp_path):
     jobs = OpenJobs()
     try:
         assert len(in_flight_sessions(policy, jobs.get(policy, lambda m: None))) == IN_FLIGHT
-        assert stats(server.address)["sessions"] == IN_FLIGHT
+        assert server_stats(server.address)["sessions"] == IN_FLIGHT
         assert len(in_flight_sessions(baseline, jobs.get(baseline, lambda m: None))) == IN_FLIGHT
-        assert stats(server.address)["sessions"] == 1 + IN_FLIGHT
+        assert server_stats(server.address)["sessions"] == 1 + IN_FLIGHT
         in_flight_sessions(policy, jobs.get(policy, lambda m: None))
-        assert stats(server.address)["sessions"] == IN_FLIGHT + 1
+        assert server_stats(server.address)["sessions"] == IN_FLIGHT + 1
     finally:
         jobs.close()
-    assert stats(server.address)["sessions"] == 0
+    assert server_stats(server.address)["sessions"] == 0
 
 
 def test_sessions_per_worker_leave_room_for_every_worker():

@@ -452,7 +452,7 @@ def test_crf_changes_size(tmp_path):
                                                                (600, 800, False)])
 def test_mp4_up_to_640x480_is_encoded_on_one_x264_thread(tmp_path, height, width, one_thread):
     # x264 writes its settings into the stream (an SEI message); frame threads on frames this
-    # small cost more than they gain (see _Mp4Writer.ONE_THREAD_PIXELS).
+    # small cost more than they gain (see encode.ONE_THREAD_PIXELS).
     out = tmp_path / "v.mp4"
     write_video(out, "mp4", height, width, n=3)
     settings = out.read_bytes().split(b"options: ")[1].split(b"\x00")[0].decode().split()

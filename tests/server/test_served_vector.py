@@ -15,7 +15,13 @@ import pytest
 
 pytest.importorskip("zmq")
 
-from conftest import Server, kill_mid_run_then_resume, run_cli, tape_bytes  # noqa: E402
+from conftest import (  # noqa: E402
+    Server,
+    kill_mid_run_then_resume,
+    run_cli,
+    server_stats,
+    tape_bytes,
+)
 from rolltape import Tape, evaluate  # noqa: E402
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection, RemoteVectorEnv  # noqa: E402
@@ -43,11 +49,7 @@ def server():
 
 
 def sessions(address: str) -> int:
-    conn = Connection(address, timeout=10)
-    try:
-        return conn.call("stats")["sessions"]
-    finally:
-        conn.close()
+    return server_stats(address)["sessions"]
 
 
 def test_served_batched_tapes_equal_a_local_batched_run_bit_for_bit(server, ppo_checkpoint,

@@ -23,7 +23,13 @@ import pytest
 
 zmq = pytest.importorskip("zmq")
 
-from conftest import Server, interruptible, kill_mid_run_then_resume, run_cli  # noqa: E402
+from conftest import (  # noqa: E402
+    Server,
+    interruptible,
+    kill_mid_run_then_resume,
+    run_cli,
+    server_stats,
+)
 from rolltape.server import protocol as P  # noqa: E402
 from rolltape.server.client import Connection  # noqa: E402
 
@@ -48,7 +54,7 @@ def call(address: str, op: str, **args):
 
 
 def sessions(address: str) -> int:
-    return call(address, "stats")["sessions"]
+    return server_stats(address)["sessions"]
 
 
 def raw(address: str, *frames: bytes) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from pathlib import Path
@@ -295,18 +295,7 @@ def run_policy_job(job: PolicyJob, send: Any, opened: OpenJobs | None = None) ->
         slot = jobs.get(job, send)
         sessions = in_flight_sessions(job, slot)
         if len(sessions) > 1:
-            def reopen(s: int, ep: EpisodeJob, exc: Exception) -> None:
-                failed(ep, exc)
-                sessions[s][0].close()  # it may be half-way through a call: a new session
-                sessions[s][0] = open_env(job.env)
-                if s == 0:
-                    slot.env = sessions[0][0]
-
-            play_in_flight(sessions, job.episodes,
-                           lambda env, policy, ep: play_episode(env, policy, ep.seed, None,
-                                                                job.success_key),
-                           lambda ep, fields: save_episode(job, ep, slot.policy.description,
-                                                           fields, send), reopen)
+            _play_sessions(job, slot, sessions, send, failed)
             return
         for ep in job.episodes:
             try:
@@ -326,6 +315,24 @@ def run_policy_job(job: PolicyJob, send: Any, opened: OpenJobs | None = None) ->
     finally:
         if mine:
             jobs.close()
+
+
+def _play_sessions(job: PolicyJob, opened: Opened, sessions: list[list[Any]], send: Any,
+                   failed: Callable[[EpisodeJob, Exception], None]) -> None:
+    """Every episode of ``job``, several at once on ``sessions`` (:mod:`.inflight`)."""
+
+    def reopen(s: int, ep: EpisodeJob, exc: Exception) -> None:
+        failed(ep, exc)
+        sessions[s][0].close()  # it may be half-way through a call: a new session
+        sessions[s][0] = open_env(job.env)
+        if s == 0:  # the job's own session (the others are opened.more's rows)
+            opened.env = sessions[0][0]
+
+    play_in_flight(sessions, job.episodes,
+                   lambda env, policy, ep: play_episode(env, policy, ep.seed, None,
+                                                        job.success_key),
+                   lambda ep, fields: save_episode(job, ep, opened.policy.description,
+                                                   fields, send), reopen)
 
 
 def in_flight_sessions(job: PolicyJob, opened: Opened) -> list[list[Any]]:

@@ -26,7 +26,7 @@ Example::
 Supported formats (:data:`FORMATS`):
 
 * ``mp4``: H.264 (libx264), yuv420p, crf 23, preset ``veryfast``, on one encoder thread up
-  to 640x480 (:attr:`_Mp4Writer.ONE_THREAD_PIXELS`). yuv420p needs even
+  to 640x480 (:data:`ONE_THREAD_PIXELS`). yuv420p needs even
   sizes, so an odd height or width is padded by repeating the last row or column once:
   a 65x47 frame is stored as 66x48.
 * ``webm``: VP9 (libvpx-vp9), yuv420p, crf 32, realtime deadline with ``cpu-used=8``.
@@ -392,8 +392,17 @@ class FrameWriter(abc.ABC):
                 pass
 
 
+#: Frames up to this many pixels are encoded on one thread (x264, SVT-AV1). x264's default
+#: (frame threads, 1.5 per core) pays more in waiting than it gains on frames this small, and
+#: each thread costs compression: measured on 2 cores, 1,500 Atari screens 0.49 s on one
+#: thread vs 0.96 s (a 32% smaller file), 300 MuJoCo frames at 640x480 0.76 s vs 0.83 s with
+#: a quarter less CPU. SVT-AV1's threads compete with the drawing beside them (640x480:
+#: 13.0 vs 13.5-14.7 ms of CPU a frame). Pass 2 runs a writer per worker anyway.
+ONE_THREAD_PIXELS = 640 * 480
+
+
 class _VideoWriter(FrameWriter):
-    """mp4 (H.264) and webm (VP9) through PyAV, both yuv420p."""
+    """mp4 (H.264, or AV1 for datasets) and webm (VP9) through PyAV, all yuv420p."""
 
     _codec: ClassVar[str] = ""
 
@@ -411,8 +420,15 @@ class _VideoWriter(FrameWriter):
         self._pad = (0, 0)
         super().__init__(path, fps, overwrite=overwrite)
 
+    def _one_thread(self) -> dict[str, str]:
+        """The options with the encoder on one thread (a codec that has no such setting
+        here keeps its own)."""
+        return self._options
+
     def _start(self, frame: np.ndarray) -> None:
         height, width = frame.shape[:2]
+        if height * width <= ONE_THREAD_PIXELS:
+            self._options = self._one_thread()
         # yuv420p stores colour at half resolution, so both sides must be even.
         self._pad = (height % 2, width % 2)
         self._container = av.open(str(self._temp), mode="w", format=self.fmt)
@@ -448,33 +464,21 @@ class _Mp4Writer(_VideoWriter):
     fmt = "mp4"
     _codec = "libx264"
 
-    #: Frames up to this many pixels are encoded on one x264 thread. x264's default (frame
-    #: threads, 1.5 per core) pays more in waiting than it gains on frames this small, and
-    #: each thread costs compression: measured on 2 cores, 1,500 Atari screens 0.49 s on
-    #: one thread vs 0.96 s (a 32% smaller file), 300 MuJoCo frames at 640x480 0.76 s vs
-    #: 0.83 s with a quarter less CPU. Pass 2 runs a writer per worker anyway.
-    ONE_THREAD_PIXELS = 640 * 480
-
-    def _start(self, frame: np.ndarray) -> None:
-        if frame.shape[0] * frame.shape[1] <= self.ONE_THREAD_PIXELS:
-            self._options = {"threads": "1", **self._options}
-        super()._start(frame)
+    def _one_thread(self) -> dict[str, str]:
+        return {"threads": "1", **self._options}
 
 
 class _Av1Mp4Writer(_VideoWriter):
     fmt = "mp4"
     _codec = "libsvtav1"
 
-    def _start(self, frame: np.ndarray) -> None:
-        # One SVT-AV1 thread for frames up to x264's limit, for x264's reason: its default
-        # (a thread per core) competes with the drawing that runs beside it. LeRobot's own
-        # name for this is encoder_threads; the stream is the same bytes either way (tested).
+    def _one_thread(self) -> dict[str, str]:
+        # SVT-AV1's thread count is its "lp" (LeRobot's encoder_threads); the stream is the
+        # same bytes on any number of threads (tested).
         params = self._options.get("svtav1-params", "")
-        if (frame.shape[0] * frame.shape[1] <= _Mp4Writer.ONE_THREAD_PIXELS
-                and "lp=" not in params):
-            self._options = {**self._options,
-                             "svtav1-params": ":".join(p for p in (params, "lp=1") if p)}
-        super()._start(frame)
+        if "lp=" in params:
+            return self._options
+        return {**self._options, "svtav1-params": ":".join(p for p in (params, "lp=1") if p)}
 
 
 #: LeRobot's own RGB video settings (its ``VideoEncoderConfig`` defaults, read in its v3

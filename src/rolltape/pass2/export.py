@@ -277,11 +277,15 @@ class ImageStats:
         out = {"min": levels[seen.argmax(axis=1)], "max": levels[255 - seen[:, ::-1].argmax(axis=1)],
                "mean": mean, "std": std}
         cumulative = self.counts.cumsum(axis=1)
+
+        def value(rank: np.ndarray) -> np.ndarray:
+            """Each channel's value at 0-based ``rank`` of its sorted pixels."""
+            return levels[[np.searchsorted(c, r, side="right") for c, r in zip(cumulative, rank)]]
+
         for q in QUANTILES:  # np.quantile's default (linear) between the two nearest values
             at = q * (n - 1)
             below = np.floor(at).astype(np.int64)
-            low, high = (levels[[np.searchsorted(row, k, side="right") for row, k in
-                                 zip(cumulative, ks)]] for ks in (below, np.minimum(below + 1, n - 1)))
+            low, high = value(below), value(np.minimum(below + 1, n - 1))
             out[f"q{round(q * 100):02d}"] = low + (high - low) * (at - below)
         out = {k: v.reshape(-1, 1, 1) for k, v in out.items()}
         out["count"] = np.array([self.frames], dtype=np.int64)
