@@ -149,6 +149,11 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(quick_bench: QuickB
     assert b["served_eval_pass1"]["raw"]["tapes_identical"] is True
     assert b["served_concurrent_clients"]["value"] == 0.0  # no episode differs
 
+    camera = b["export_camera"]  # judged against render + converting its videos to AV1
+    raw = camera["raw"]  # every frame render drew was converted (render draws steps + 1)
+    assert raw["converted_frames"] == raw["episodes"] * (raw["steps"] + 1)
+    assert camera["value"] > raw["render_alone_ratio"] > 0
+
     small = b["small_job"]["raw"]  # seed 000's workload: rolltape eval vs seed 000's script
     assert small["env"] == "Pusher-v5" and len(small["wall_s"]["rolltape"]) == 1
     assert small["seed000"]["replay_verified"] is True  # its own check: reward and frames

@@ -74,7 +74,8 @@ Benchmarks, in the order they run and are reported (module in brackets):
 - ``export_obs`` [export]: ``rolltape export --to minari`` vs a bare gym.make + reset(seed)
   + step(actions) loop collecting the same arrays in a fresh interpreter (target: >= 0.9).
 - ``export_camera`` [export]: ``rolltape export --to lerobot --camera default`` vs
-  ``rolltape.render`` of the same episodes (target: >= 0.9).
+  ``rolltape.render`` of the same episodes plus converting its videos to LeRobot's AV1
+  (target: >= 0.9).
 - ``export_rss`` [export]: peak RSS of an export of few vs many episodes (target:
   difference <= 50 MB).
 - ``atari_pass1`` [atari]: pass 1 of a PPO CnnPolicy on Breakout (``--wrapper atari
