@@ -36,6 +36,19 @@ class RunFailed(Exception):
         self.detail = detail
 
 
+class EnvRaised(RuntimeError):
+    """An env raised in another process (an env server's): ``kind`` is its exception's type
+    name and the message is its own, so that a failed episode reads as it does locally.
+
+    >>> str(EnvRaised("ValueError", "boom")), EnvRaised("ValueError", "boom").kind
+    ('boom', 'ValueError')
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class Interrupted(BaseException):
     """A signal stopped the work: SIGTERM (exit status 143), or Ctrl-C (130) once the
     message says what was kept and how to continue. A BaseException, as KeyboardInterrupt

@@ -74,7 +74,7 @@ def test_a_raising_episode_fails_alone_and_its_slot_plays_on(tmp_path, monkeypat
         kw = dict(env_kwargs={"fault": "raise_step", "at_seed": 12}, episodes=8, seed=10,
                   report=False, workers=1)
         served = evaluate(f"{s.address}/{TOY}", "random", out=tmp_path / "served", **kw)
-        evaluate(TOY, "random", out=tmp_path / "local", **kw)
+        local = evaluate(TOY, "random", out=tmp_path / "local", **kw)
         assert server_stats(s.address)["sessions"] == 0
         assert server_stats(s.address)["opened"] == IN_FLIGHT + 1  # the failed one's replacement
     finally:
@@ -82,6 +82,7 @@ def test_a_raising_episode_fails_alone_and_its_slot_plays_on(tmp_path, monkeypat
     (failed,) = served.results.failed
     assert (failed["index"], failed["seed"]) == (2, 12)
     assert failed["error"].endswith("for seed 12")  # the last line of what it raised
+    assert failed["error"] == local.results.failed[0]["error"]  # the env's own type, as here
     assert [r["index"] for r in served.results.to_json()["episodes_rows"]] == \
         [0, 1, 3, 4, 5, 6, 7]
     for r in served.results.to_json()["episodes_rows"]:

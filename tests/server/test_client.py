@@ -12,7 +12,8 @@ import pytest
 
 from conftest import Server
 from rolltape.envs import env_spec, make_env
-from rolltape.errors import UsageError
+from rolltape.errors import EnvRaised, UsageError
+from rolltape.pass1.rollout import last_line
 from rolltape.server import protocol as P
 from rolltape.server.client import (
     Connection,
@@ -22,6 +23,7 @@ from rolltape.server.client import (
     describe,
     expect_ok,
     local_spec,
+    row_error,
 )
 
 ENV_ID = "HalfCheetah-v5"
@@ -121,6 +123,19 @@ def test_each_refusal_status_is_its_own_sentence(status, error, kind, words):
     with pytest.raises(kind) as info:
         expect_ok({"status": status, "error": error}, "tcp://h:1", "step")
     assert words in str(info.value) and "tcp://h:1" in str(info.value)
+
+
+def test_what_the_env_raised_comes_back_as_its_own_type_and_message():
+    """The server's sentence for an env's exception becomes that exception's type name and
+    message (EnvRaised), so a failed episode reads as a local one; other errors do not."""
+    with pytest.raises(EnvRaised) as info:
+        expect_ok({"status": P.ERROR, "error": P.env_raised(KeyError("no 'x': here"))},
+                  "tcp://h:1", "step")
+    assert (info.value.kind, str(info.value)) == ("KeyError", '"no \'x\': here"')
+    assert last_line(info.value) == last_line(KeyError("no 'x': here"))
+    for sentence in ("the env raised nothing", "the env raised not a name: x", "boom"):
+        assert P.raised_from(sentence) is None
+        assert type(row_error(sentence)) is RuntimeError
 
 
 def test_an_ok_reply_is_returned_and_a_tape_keeps_the_local_spec():

@@ -104,7 +104,7 @@ def test_one_request_steps_every_sub_env_and_physics_rows_come_per_sub_env(serve
 
 
 @pytest.mark.parametrize("fault, words", [
-    ("raise_step", ("ValueError", "step 3 failed on purpose")),
+    ("raise_step", ("ValueError: for seed 12",)),  # the last line, as a local failure says
     ("raise_reset", ("RuntimeError", "reset failed on purpose for seed 12"))])
 def test_a_raising_sub_env_fails_only_its_episode(tmp_path, fault, words):
     """Episode 2 (seed 12) raises on the server (at its third step, or at its reset): it
@@ -117,7 +117,7 @@ def test_a_raising_sub_env_fails_only_its_episode(tmp_path, fault, words):
                   report=False)
         served = evaluate(f"{s.address}/{TOY}", "random", batched_inference=True, workers=1,
                           out=tmp_path / "served", **kw)
-        evaluate(TOY, "random", out=tmp_path / "local", **kw)
+        local = evaluate(TOY, "random", out=tmp_path / "local", **kw)
         assert sessions(s.address) == 0
     finally:
         s.stop()
@@ -126,6 +126,7 @@ def test_a_raising_sub_env_fails_only_its_episode(tmp_path, fault, words):
     (failed,) = served.results.failed
     assert (failed["index"], failed["seed"]) == (2, 12)
     assert all(w in failed["error"] for w in words), failed
+    assert failed["error"] == local.results.failed[0]["error"]  # as a local env's failure
     for r in rows:
         name = Path(r["tape"]).name
         assert tape_bytes(tmp_path / "served" / "tapes" / name) == \

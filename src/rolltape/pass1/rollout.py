@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog, make_env
-from rolltape.errors import UsageError
+from rolltape.errors import EnvRaised, UsageError
 from rolltape.pass1.fields import compact, kept_obs, success_flag, tape_fields
 from rolltape.pass1.inflight import play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
@@ -357,9 +357,11 @@ def in_flight_sessions(job: PolicyJob, opened: Opened) -> list[list[Any]]:
 
 
 def last_line(exc: BaseException) -> str:
-    """'ValueError: boom': the exception's type and the last line of its message."""
+    """'ValueError: boom': the exception's type (an env server's env's own, for
+    :class:`EnvRaised`) and the last line of its message."""
+    name = exc.kind if isinstance(exc, EnvRaised) else type(exc).__name__
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+    return f"{name}: {lines[-1]}" if lines else name
 
 
 def split_jobs(jobs: list[PolicyJob], workers: int) -> list[list[PolicyJob]]:

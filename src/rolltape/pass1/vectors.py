@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from rolltape.envs import mujoco_data, physics_spec
+from rolltape.pass1.rollout import last_line
 
 INFO_KEY = "rolltape"  # what each local sub-env adds to its info: its Facts
 
@@ -95,7 +96,7 @@ class ServedVector:
     def _facts(self, reply: dict[str, Any]) -> list[Facts]:
         physics = reply.get("physics")
         return [Facts(None if physics is None else physics[k], info.get(self.key),
-                      info.get("metrics"), error)
+                      info.get("metrics"), _said(error))
                 for k, (info, error) in enumerate(zip(reply["info"], reply["errors"]))]
 
     def reset(self, seeds: list[int | None], mask: np.ndarray) -> tuple[Any, list[Any]]:
@@ -214,3 +215,12 @@ def _state_reader(env: Any) -> Callable[[], np.ndarray | None]:
         return out
 
     return state
+
+
+def _said(error: str | None) -> str | None:
+    """A row's error as a failed episode says it, 'ValueError: boom', as a local env's."""
+    if error is None:
+        return None
+    from rolltape.server.client import row_error
+
+    return last_line(row_error(error))

@@ -139,7 +139,16 @@ def expect_ok(reply: dict[str, Any], address: str, what: str) -> dict[str, Any]:
     if status == P.STALE:
         raise ServerGone(f"The env server at {address} answered {what} STALE ({error}); the "
                          "episode cannot go on there.")
+    raised = P.raised_from(error)
+    if raised is not None:  # the env's own exception, as a local env would have raised it
+        raise raised
     raise RuntimeError(f"the env server at {address} answered {what} with an error: {error}")
+
+
+def row_error(sentence: str) -> Exception:
+    """A vector row's error as the exception it stands for: what the env raised
+    (:class:`EnvRaised`), else a RuntimeError saying the server's sentence."""
+    return P.raised_from(sentence) or RuntimeError(sentence)
 
 
 def served_name(spec: dict[str, Any]) -> str | None:

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rolltape.errors import UsageError
+from rolltape.errors import EnvRaised, UsageError
 
 PROTOCOL_VERSION = 3  # 2: arrays as a struct-packed header; 3: vector sessions
 DEFAULT_MAX_PAYLOAD = 64 * 2**20  # bytes a message may have, before decoding
@@ -55,6 +55,32 @@ MUTATIONS = ("reset", "step", "close")  # each request id is used once: repeats 
 # What a descriptor holds; INCOMPATIBLE names the first of these that differs.
 DESCRIPTOR_FIELDS = ("id", "kwargs", "max_episode_steps", "observation_space",
                      "action_space", "gymnasium", "mujoco")
+
+
+_RAISED = "the env raised "
+
+
+def env_raised(exc: BaseException) -> str:
+    """The sentence an ERROR reply (or a vector row's error) gives for what an env raised.
+
+    >>> env_raised(ValueError("boom"))
+    'the env raised ValueError: boom'
+    """
+    return f"{_RAISED}{type(exc).__name__}: {exc}"
+
+
+def raised_from(sentence: str) -> EnvRaised | None:
+    """What an env raised, back from its :func:`env_raised` sentence (a type name has no
+    colon); None for any other sentence.
+
+    >>> e = raised_from(env_raised(ValueError("a: b")))
+    >>> e.kind, str(e)
+    ('ValueError', 'a: b')
+    """
+    if not sentence.startswith(_RAISED):
+        return None
+    kind, colon, message = sentence[len(_RAISED):].partition(": ")
+    return EnvRaised(kind, message) if colon and kind.isidentifier() else None
 
 
 class ProtocolError(ValueError):

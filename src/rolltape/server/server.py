@@ -312,7 +312,7 @@ class EnvServer:
             reply = {"status": P.ERROR, "error": f"the env took more than "
                      f"{self.cfg.request_timeout:g} s to answer; its session is closed"}
         except Exception as exc:  # the env failed this call: say so, keep serving
-            reply = {"status": P.ERROR, "error": f"the env raised {type(exc).__name__}: {exc}"}
+            reply = {"status": P.ERROR, "error": P.env_raised(exc)}
         reply.setdefault("rid", rid)
         return reply
 
@@ -565,7 +565,7 @@ class EnvServer:
             pass
         session.envs[i] = make_env(session.served.spec)
         session.ready[i] = False
-        return f"the env raised {type(exc).__name__}: {exc}"
+        return P.env_raised(exc)
 
     def _rows(self, session: Session, rows: Any, results: list[tuple[Any, Any]],
               errors: list[str | None]) -> dict[str, Any]:
