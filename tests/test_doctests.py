@@ -18,7 +18,8 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.outputs.suite_view", "rolltape.record", "rolltape.pass2.formats",
          "rolltape.limits", "rolltape.executors.base", "rolltape.config", "rolltape.flags",
          "rolltape.cli_options", "rolltape.pass1.ahead", "rolltape.pass1.dealer",
-         "rolltape.pass1.inflight", "rolltape.pass2.export"]
+         "rolltape.pass1.inflight", "rolltape.pass2.export",
+         "rolltape.datasets.lerobot"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

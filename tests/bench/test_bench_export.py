@@ -90,3 +90,13 @@ def test_the_rss_child_exports_and_reports_peaks_in_megabytes(run: Path, tmp_pat
     assert sorted(peaks) == ["children_mb", "self_mb"]
     # This process holds numpy, MuJoCo and pyarrow: tens of MB at least, and not gigabytes.
     assert 30 < peaks["self_mb"] < 4000 and 0 < peaks["children_mb"] < 4000
+
+
+def test_the_rss_child_with_a_camera_writes_a_lerobot_dataset_with_videos(run: Path,
+                                                                           tmp_path: Path):
+    peaks = export_rss_child(str(run), str(tmp_path / "out"), camera=True)
+    ds = tmp_path / "out" / "ds"
+    assert (ds / "meta" / "info.json").is_file()
+    videos = sorted(ds.glob("videos/observation.images.default/chunk-000/*.mp4"))
+    assert len(videos) == EPISODES
+    assert 30 < peaks["self_mb"] < 4000 and 0 < peaks["children_mb"] < 4000

@@ -72,6 +72,7 @@ def test_lerobot_reads_what_the_tapes_hold(cheetah_run, exported):
             "episode_index", "index", "task_index"} <= set(features)
     assert json.loads(str(read["tasks"])) == [ENV_ID]
     np.testing.assert_array_equal(read["index"], np.arange(2 * STEPS))
+    same_stats_as_lerobots_recorder(read)
     # timestamp = frame_index / fps, frame for frame
     np.testing.assert_allclose(read["timestamp"], read["frame_index"] / fps, rtol=0,
                                atol=1e-6)
@@ -94,6 +95,16 @@ def test_lerobot_reads_what_the_tapes_hold(cheetah_run, exported):
         np.testing.assert_array_equal(read["next_done"][rows],
                                       tape.terminated | tape.truncated)
         assert read["next_done"][rows][-1] and not read["next_done"][rows][:-1].any()
+
+
+def same_stats_as_lerobots_recorder(read: dict) -> None:
+    """meta/stats.json holds what lerobot's own recorder pools from the episodes'
+    statistics (its aggregate_stats, one episode after another), number for number."""
+    pooled = [k for k in read if k.startswith("pooled__")]
+    assert {k.split("__")[1] for k in pooled} >= {"observation.state", "action", "next.reward"}
+    for key in pooled:
+        np.testing.assert_array_equal(read[key.replace("pooled__", "stats__", 1)], read[key],
+                                      err_msg=key)
 
 
 def test_decoded_frames_are_rolltapes_render_frames(cheetah_run, exported, tmp_path):
@@ -120,7 +131,7 @@ def test_decoded_frames_are_rolltapes_render_frames(cheetah_run, exported, tmp_p
                 assert errors[step] <= min(errors) + 1.0, (camera, index, errors)
 
 
-def test_a_suite_run_is_one_dataset_with_a_task_per_episode(tmp_path):
+def test_a_suite_run_is_one_dataset_with_a_task_per_episode(tmp_path, monkeypatch):
     manifest = tmp_path / "suite.yaml"
     manifest.write_text(
         "cheetahs:\n"
@@ -133,6 +144,8 @@ def test_a_suite_run_is_one_dataset_with_a_task_per_episode(tmp_path):
         "      kwargs: {forward_reward_weight: -1.0}\n")
     evaluate(suite=str(manifest), seed=5, out=tmp_path / "run")
     run = Run.load(tmp_path / "run")
+    # Episode rows are written as they come, in batches: 3 and 1 here.
+    monkeypatch.setattr("rolltape.datasets.lerobot._RowWriter.BATCH", 3)
     outcome = export(run, to="lerobot", out=tmp_path / "ds", dataset_id="me/cheetahs")
     assert outcome.episodes == 4
     read = read_with_lerobot(tmp_path / "ds", "me/cheetahs", [0, 2 * STEPS + 1],
@@ -146,6 +159,7 @@ def test_a_suite_run_is_one_dataset_with_a_task_per_episode(tmp_path):
         tape = Tape.load(run.tape_path(episode))
         np.testing.assert_array_equal(read["next_reward"][rows], tape.rewards.astype(np.float32))
     assert str(read["task_of_0"]) == run.results.episodes[0].key.task_name
+    same_stats_as_lerobots_recorder(read)  # pooled over 4 episodes of two tasks
     assert str(read[f"task_of_{2 * STEPS + 1}"]) == run.results.episodes[2].key.task_name
 
 

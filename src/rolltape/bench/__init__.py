@@ -76,8 +76,8 @@ Benchmarks, in the order they run and are reported (module in brackets):
 - ``export_camera`` [export]: ``rolltape export --to lerobot --camera default`` vs
   ``rolltape.render`` of the same episodes plus converting its videos to LeRobot's AV1
   (target: >= 0.9).
-- ``export_rss`` [export]: peak RSS of an export of few vs many episodes (target:
-  difference <= 50 MB).
+- ``export_rss`` [export]: peak RSS of an export of few vs many episodes, to Minari and
+  to LeRobot with a camera (target: difference <= 50 MB).
 - ``atari_pass1`` [atari]: pass 1 of a PPO CnnPolicy on Breakout (``--wrapper atari
   --frame-stack 4``, sampled actions) vs rl-zoo3's ``enjoy.py --no-render`` loop on the same
   episodes (target: >= 1.5x; the episodes must be equal).

@@ -162,9 +162,14 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
     schema = _data_schema(state_dim, action_dim)
     data_path = built / DATA_PATH.format(chunk_index=0, file_index=0)
     data_path.parent.mkdir(parents=True)
-    episode_rows: list[dict[str, Any]] = []
+    meta = built / "meta"
+    (meta / "episodes" / "chunk-000").mkdir(parents=True)
+    # Each episode's row and statistics are written and pooled as it comes, as LeRobot's
+    # recorder does (save_episode): memory stays flat however many episodes there are.
+    totals: dict[str, dict[str, np.ndarray]] = {}
     index = 0
-    with pq.ParquetWriter(data_path, schema) as data:
+    with pq.ParquetWriter(data_path, schema) as data, \
+            _RowWriter(built / EPISODES_PATH) as episode_rows:
         for k, r in enumerate(kept):
             with np.load(episode_file(staging, r.chosen)) as npz:
                 arrays = {name: npz[name] for name in npz.files}
@@ -190,6 +195,7 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
                 "episode_index": k, "tasks": [_task(r, run)], "length": steps,
                 "data/chunk_index": 0, "data/file_index": 0,
                 "dataset_from_index": index, "dataset_to_index": index + steps}
+            stats: dict[str, dict[str, np.ndarray]] = {}
             for j, (key, camera) in enumerate(zip(keys, cameras)):
                 chunk, file = divmod(k, CHUNK_SIZE)
                 target = built / VIDEO_PATH.format(video_key=key, chunk_index=chunk,
@@ -200,23 +206,25 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
                 row.update({f"videos/{key}/chunk_index": chunk, f"videos/{key}/file_index": file,
                             f"videos/{key}/from_timestamp": 0.0,
                             f"videos/{key}/to_timestamp": steps / fps})
-                row.update(_stat_columns(key, {name.rpartition("/")[2]: arrays[name] for name
-                                               in arrays if name.startswith(f"image_stats/{j}/")}))
+                stats[key] = {name.rpartition("/")[2]: arrays[name] for name in arrays
+                              if name.startswith(f"image_stats/{j}/")}
             for name, values in columns.items():
-                row.update(_stat_columns(name, feature_stats(values.reshape(steps, -1)
-                                                             .astype(np.float64))))
+                stats[name] = feature_stats(values.reshape(steps, -1).astype(np.float64))
+            for name, values in stats.items():
+                row.update({f"stats/{name}/{stat}": np.asarray(value).tolist()
+                            for stat, value in values.items()})
+                totals[name] = pool([totals[name], values]) if name in totals else values
             row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0,
                         "rolltape/seed": r.chosen.episode.key.seed,
                         "rolltape/role": r.chosen.episode.key.role,
                         "rolltape/run_index": r.chosen.episode.key.index,
                         "rolltape/tape_sha256": r.tape_sha256, "rolltape/verified": True})
-            episode_rows.append(row)
+            episode_rows.write(row)
             index += steps
-    meta = built / "meta"
-    (meta / "episodes" / "chunk-000").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(episode_rows), built / EPISODES_PATH)
     _write_tasks(meta / "tasks.parquet", tasks)
-    write_json(meta / "stats.json", _aggregate(episode_rows, list(features)))
+    write_json(meta / "stats.json", {name: {stat: np.asarray(value).tolist() for stat, value
+                                            in totals[name].items()}
+                                     for name in features if name in totals})
     write_json(meta / "info.json", {
         "codebase_version": CODEBASE_VERSION, "robot_type": _robot_type(run),
         "total_episodes": len(kept), "total_frames": index, "total_tasks": len(tasks),
@@ -316,29 +324,68 @@ def _arrow(values: np.ndarray) -> Any:
     return pa.array(values.reshape(-1))  # a scalar, or a vector of one (see _data_schema)
 
 
-def _stat_columns(name: str, stats: dict[str, np.ndarray]) -> dict[str, Any]:
-    return {f"stats/{name}/{k}": np.asarray(v).tolist() for k, v in stats.items()}
+def pool(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One feature's statistics over several episodes from each one's, by LeRobot's rule
+    (its ``aggregate_feature_stats``): counts weigh means, variances (about the pooled
+    mean) and quantiles; min of minima, max of maxima.
 
-
-def _aggregate(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """The dataset's statistics from its episodes' (LeRobot's rule: counts weigh means,
-    variances and quantiles; min of minima, max of maxima)."""
-    out: dict[str, Any] = {}
-    for name in names:
-        if f"stats/{name}/mean" not in rows[0]:
-            continue
-        get = {k: np.stack([np.asarray(r[f"stats/{name}/{k}"], dtype=np.float64) for r in rows])
-               for k in ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")}
-        counts = get["count"].reshape(len(rows), *([1] * (get["mean"].ndim - 1)))
-        total = counts.sum(axis=0)
-        mean = (get["mean"] * counts).sum(axis=0) / total
-        variance = ((get["std"] ** 2 + (get["mean"] - mean) ** 2) * counts).sum(axis=0) / total
-        stats = {"min": get["min"].min(axis=0), "max": get["max"].max(axis=0), "mean": mean,
-                 "std": np.sqrt(variance), "count": get["count"].sum(axis=0).astype(np.int64)}
-        for q in ("q01", "q10", "q50", "q90", "q99"):
-            stats[q] = (get[q] * counts).sum(axis=0) / total
-        out[name] = {k: v.tolist() for k, v in stats.items()}
+    >>> a = {"min": np.array([0.]), "max": np.array([1.]), "mean": np.array([.5]),
+    ...      "std": np.array([.5]), "count": np.array([2])}
+    >>> b = {**a, "min": np.array([2.]), "max": np.array([2.]), "mean": np.array([2.]),
+    ...      "std": np.array([0.]), "count": np.array([1])}
+    >>> {k: v.tolist() for k, v in pool([a, b]).items()}  # of 0, 1 and 2
+    {'min': [0.0], 'max': [2.0], 'mean': [1.0], 'std': [0.816496580927726], 'count': [3]}
+    """
+    get = {k: np.stack([np.asarray(s[k], dtype=np.float64) for s in stats]) for k in stats[0]}
+    counts = np.stack([np.asarray(s["count"]) for s in stats])
+    total = counts.sum(axis=0)
+    weights = counts.reshape(len(stats), *([1] * (get["mean"].ndim - 1)))
+    mean = (get["mean"] * weights).sum(axis=0) / total
+    variance = ((get["std"] ** 2 + (get["mean"] - mean) ** 2) * weights).sum(axis=0) / total
+    out = {"min": get["min"].min(axis=0), "max": get["max"].max(axis=0), "mean": mean,
+           "std": np.sqrt(variance), "count": total}
+    out.update({q: (get[q] * weights).sum(axis=0) / total for q in get
+                if q.startswith("q") and q[1:].isdigit()})
     return out
+
+
+class _RowWriter:
+    """``meta/episodes``: one parquet row per episode, written in batches as they come (the
+    first batch's types are the file's schema)."""
+
+    BATCH = 100
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict[str, Any]] = []
+        self.writer: Any = None
+
+    def write(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not self.rows:
+            return
+        schema = self.writer.schema if self.writer is not None else None
+        table = pa.Table.from_pylist(self.rows, schema=schema)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema)
+        self.writer.write_table(table)
+        self.rows = []
+
+    def __enter__(self) -> _RowWriter:
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is None:
+            self._flush()
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _write_tasks(path: Path, tasks: dict[str, int]) -> None:
