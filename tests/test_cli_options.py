@@ -9,7 +9,7 @@ import pytest
 import typer
 
 from rolltape.cli import app
-from rolltape.cli_options import config_values, options_of
+from rolltape.cli_options import PanelCommand, config_values, options_of
 from rolltape.config import EvalConfig
 from rolltape.errors import UsageError
 from rolltape.flags import SAME, Flag
@@ -74,3 +74,11 @@ def test_render_options_refuse_bad_choices_on_construction(options, named):
                    lambda **o: EvalConfig(env="CartPole-v1", **o)):
         with pytest.raises(UsageError, match=named):
             record(**options)
+
+
+def test_every_verb_lays_out_its_help_in_panels():
+    """No verb falls back to typer's own help, whose metavars are type names (<bool> on a
+    switch, <str>): each is a PanelCommand."""
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    assert {"eval", "render", "export", "bench", "serve"} <= set(commands)
+    assert [name for name, c in commands.items() if not isinstance(c, PanelCommand)] == []

@@ -468,7 +468,7 @@ def _print_replays(results: list[Any]) -> int:
     return diverged
 
 
-@app.command("suites")
+@app.command("suites", cls=PanelCommand)
 def suites_() -> None:
     """List the built-in suites, their tasks, and what each needs installed."""
     from rich.markup import escape
@@ -494,7 +494,7 @@ def suites_() -> None:
               "rolltape eval --suite my.yaml", highlight=False)
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 def compare(
     runs: List[Path] = typer.Argument(..., help="Run folders evaluated on the same seeds (or "
                                                 "the folder of a multi-policy eval)."),
@@ -554,7 +554,7 @@ def _remove_made(made: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 def doctor(
     backends: str = typer.Option("egl,osmesa,glfw", help=BACKENDS_HELP),
     timeout: float = typer.Option(60.0, help="Seconds before a probe counts as hung."),
@@ -569,7 +569,7 @@ def doctor(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 def demo(
     episodes: int = typer.Option(10, "--episodes", "-n"),
     output: Path = typer.Option(Path("runs/demo"), "--out", "-o"),
@@ -589,7 +589,7 @@ def demo(
     print_run(run.results, run.path)
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 def bench(
     output: Path = typer.Option(Path("bench-out"), "--out", "-o", help="Folder for bench.json and bench.png."),
     quick: bool = typer.Option(False, help="Tiny sizes (seconds), for tests; numbers not meaningful."),
@@ -616,7 +616,7 @@ def bench(
     raise typer.Exit(run_and_print(only, quick=quick, out=output, config=config))
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 def report(
     run: Path = typer.Argument(..., help="Run folder written by `rolltape eval`."),
     output: Optional[Path] = typer.Option(None, "--out", "-o",
@@ -629,7 +629,7 @@ def report(
               soft_wrap=True)
 
 
-@app.command()
+@app.command(cls=PanelCommand)
 def view(
     run: Path = typer.Argument(..., help="Run folder written by `rolltape eval`."),
     port: int = typer.Option(0, help="Port to serve on (0: any free port)."),

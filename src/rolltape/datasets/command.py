@@ -1,6 +1,6 @@
 """The ``export`` verb, registered on the CLI's app by :func:`register`.
 
-May import: typer, errors, and (lazily, inside the verb) the export package. Never at module
+May import: typer, errors, cli_options (its help layout), and (lazily, inside the verb) the export package. Never at module
 level: minari, pyarrow, gymnasium, mujoco, torch.
 """
 
@@ -11,6 +11,7 @@ from typing import Callable, List, Optional
 
 import typer
 
+from rolltape.cli_options import PanelCommand
 from rolltape.pass2.backends import DEFAULT_ORDER
 
 
@@ -18,7 +19,7 @@ def register(app: typer.Typer, say: Callable[[str], None], warn: Callable[[str],
              ) -> None:
     """Add ``export`` to ``app``."""
 
-    @app.command()
+    @app.command(cls=PanelCommand)
     def export(
         run: Path = typer.Argument(..., help="A run folder (what `rolltape eval` wrote)."),
         to: str = typer.Option(..., "--to", help="minari or lerobot."),
