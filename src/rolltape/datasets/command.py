@@ -1,7 +1,7 @@
 """The ``export`` verb, registered on the CLI's app by :func:`register`.
 
-May import: typer, errors, cli_options (its help layout), and (lazily, inside the verb) the export package. Never at module
-level: minari, pyarrow, gymnasium, mujoco, torch.
+May import: typer, errors, cli_options (its help layout), and (lazily, inside the verb) the
+export package. Never at module level: minari, pyarrow, gymnasium, mujoco, torch.
 """
 
 from __future__ import annotations

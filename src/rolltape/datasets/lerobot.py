@@ -211,8 +211,8 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
             for name, values in columns.items():
                 stats[name] = feature_stats(values.reshape(steps, -1).astype(np.float64))
             for name, values in stats.items():
-                row.update({f"stats/{name}/{stat}": np.asarray(value).tolist()
-                            for stat, value in values.items()})
+                row.update({f"stats/{name}/{stat}": value
+                            for stat, value in _listed(values).items()})
                 totals[name] = pool([totals[name], values]) if name in totals else values
             row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0,
                         "rolltape/seed": r.chosen.episode.key.seed,
@@ -222,9 +222,8 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
             episode_rows.write(row)
             index += steps
     _write_tasks(meta / "tasks.parquet", tasks)
-    write_json(meta / "stats.json", {name: {stat: np.asarray(value).tolist() for stat, value
-                                            in totals[name].items()}
-                                     for name in features if name in totals})
+    write_json(meta / "stats.json", {name: _listed(totals[name]) for name in features
+                                     if name in totals})
     write_json(meta / "info.json", {
         "codebase_version": CODEBASE_VERSION, "robot_type": _robot_type(run),
         "total_episodes": len(kept), "total_frames": index, "total_tasks": len(tasks),
@@ -336,8 +335,9 @@ def pool(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     >>> {k: v.tolist() for k, v in pool([a, b]).items()}  # of 0, 1 and 2
     {'min': [0.0], 'max': [2.0], 'mean': [1.0], 'std': [0.816496580927726], 'count': [3]}
     """
-    get = {k: np.stack([np.asarray(s[k], dtype=np.float64) for s in stats]) for k in stats[0]}
-    counts = np.stack([np.asarray(s["count"]) for s in stats])
+    get = {k: np.stack([np.asarray(s[k], dtype=np.float64) for s in stats]) for k in stats[0]
+           if k != "count"}
+    counts = np.stack([np.asarray(s["count"]) for s in stats])  # whole numbers, summed as such
     total = counts.sum(axis=0)
     weights = counts.reshape(len(stats), *([1] * (get["mean"].ndim - 1)))
     mean = (get["mean"] * weights).sum(axis=0) / total
@@ -347,6 +347,11 @@ def pool(stats: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     out.update({q: (get[q] * weights).sum(axis=0) / total for q in get
                 if q.startswith("q") and q[1:].isdigit()})
     return out
+
+
+def _listed(stats: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One feature's statistics as JSON and parquet hold them (nested lists)."""
+    return {stat: np.asarray(value).tolist() for stat, value in stats.items()}
 
 
 class _RowWriter:
