@@ -163,6 +163,25 @@ def test_a_suite_run_is_one_dataset_with_a_task_per_episode(tmp_path, monkeypatc
     assert str(read[f"task_of_{2 * STEPS + 1}"]) == run.results.episodes[2].key.task_name
 
 
+def test_a_classic_control_run_reads_back_with_lerobots_own_statistics(tmp_path):
+    """Not MuJoCo: Pendulum (pygame's frames), its camera and its statistics as lerobot
+    itself reads and pools them."""
+    evaluate("Pendulum-v1", "random", episodes=3, seed=4, max_episode_steps=STEPS,
+             out=tmp_path / "run", report=False)
+    run = Run.load(tmp_path / "run")
+    outcome = export(run, to="lerobot", out=tmp_path / "ds", cameras=("default",))
+    assert outcome.episodes == 3 and not outcome.left_out
+    read = read_with_lerobot(tmp_path / "ds", "rolltape/ds", [STEPS + 2], tmp_path / "r.npz")
+    assert int(read["len"]) == 3 * STEPS and read["observation_state"].shape == (3 * STEPS, 3)
+    for k, episode in enumerate(run.results.episodes):
+        tape = Tape.load(run.tape_path(episode))
+        # A one-number action is a scalar column, as lerobot reads a feature of shape (1,).
+        np.testing.assert_array_equal(read["action"][read["episode_index"] == k],
+                                      tape.actions.reshape(-1).astype(np.float32))
+    assert read[f"image_{STEPS + 2}_observation.images.default"].shape == (500, 500, 3)
+    same_stats_as_lerobots_recorder(read)
+
+
 def test_what_lerobot_cannot_hold_is_refused_in_one_line(cheetah_run, tmp_path):
     discrete = tmp_path / "cartpole"
     evaluate("CartPole-v1", "random", episodes=1, seed=0, out=discrete)
