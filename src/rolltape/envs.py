@@ -328,8 +328,41 @@ def make_env(
     try:
         return gym.make(gym_id, **kwargs)
     except TypeError as exc:
-        raise UsageError(f"Env '{spec['id']}' rejected its kwargs {kwargs} (check "
-                         f"--env-kwargs): {exc}.") from None
+        if render_mode is not None and "render_mode" in str(exc):
+            raise UsageError(no_render_mode(spec["id"])) from None
+        raise UsageError(build_refusal(spec, exc)) from None
+
+
+def no_render_mode(env_id: str) -> str:
+    """The sentence for an env (a user's factory, mostly) that does not take render_mode."""
+    return (f"Env '{env_id}' does not accept a render_mode argument, so its frames cannot be "
+            "drawn for a video; give its factory a `render_mode=None` parameter passed on to "
+            "the env it builds (see the README's 'Your own env'), or drop --video.")
+
+
+def build_refusal(spec: dict[str, Any], exc: BaseException) -> str:
+    """One sentence for an env that its spec cannot build (``exc`` is what building it
+    raised), naming the kwargs it was given, or saying it was given none."""
+    kwargs = decode_kwargs(dict(spec.get("kwargs") or {}))
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if kwargs:
+        return (f"Env '{spec['id']}' cannot be built with kwargs {kwargs} ({why}); fix them "
+                "(--env-kwargs, a suite task's kwargs or a zoo folder's env_kwargs.yml).")
+    return (f"Env '{spec['id']}' cannot be built ({why}); check that the env builds with "
+            "gymnasium.make on its own.")
+
+
+def check_render_mode(spec: dict[str, Any]) -> None:
+    """Refuse, before any episode, a video of a user's own env (``FILE.py:ATTR`` or
+    ``module:factory``) whose class or factory takes no render_mode: pass 2 builds it with
+    ``render_mode='rgb_array'`` and would find out only after pass 1."""
+    if user_env_file(spec["id"]) is None and ":" not in spec["id"]:
+        return  # a registered env: Gymnasium's API has every env take render_mode
+    gym_id = _load_user_env(spec["id"])
+    if gym_id.startswith(("rolltape-file/", "rolltape-module/")) and \
+            not _accepts(gym_id, "render_mode"):
+        raise UsageError(no_render_mode(spec["id"]))
 
 
 def check_sizing(env_id: str, gym_id: str | None = None) -> None:

@@ -415,10 +415,22 @@ def check_action_space(model: Any, algo: str, path: Path, env: Any) -> None:
         raise UsageError(f"--policy {path}: {algo} acts only in continuous (Box) action "
                          f"spaces, but env '{env.spec.id}' has a {ours} one; use a PPO, A2C or "
                          "DQN checkpoint.")
-    if theirs != ours or getattr(model.action_space, "shape", None) != env.action_space.shape:
+    # Discrete(4) and Discrete(6) share a shape, (): their sizes tell a Breakout checkpoint
+    # from Pong's (and a MultiDiscrete's nvec likewise).
+    if theirs != ours or getattr(model.action_space, "shape", None) != env.action_space.shape \
+            or _sizes(model.action_space) != _sizes(env.action_space):
         raise UsageError(f"--policy {path}: the checkpoint acts in {model.action_space} but env "
                          f"'{env.spec.id}' takes {env.action_space}; use the env it was "
                          "trained on.")
+
+
+def _sizes(space: Any) -> list[int] | None:
+    """A discrete space's counts (Discrete's n and start, MultiDiscrete's nvec), else None."""
+    for name in ("nvec", "n"):
+        if hasattr(space, name):
+            return np.asarray(getattr(space, name)).ravel().tolist() + \
+                np.asarray(getattr(space, "start", 0)).ravel().tolist()
+    return None
 
 
 def load_vecnormalize(path: Path, env: Any) -> Any:

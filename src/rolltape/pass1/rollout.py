@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog, make_env
+from rolltape.envs import (
+    DIGEST_BATCH,
+    AleLog,
+    PhysicsLog,
+    build_refusal,
+    check_render_mode,
+    make_env,
+)
 from rolltape.errors import EnvRaised, UsageError
 from rolltape.pass1.fields import compact, kept_obs, success_flag, tape_fields
 from rolltape.pass1.inflight import play_in_flight
@@ -182,10 +189,15 @@ def episode_flags(tape: Tape) -> list[str]:
 
 
 def refuse_if_it_cannot_draw(job: PolicyJob, env: Any) -> None:
-    """A video was asked for: refuse, before any episode, an env that cannot draw frames."""
-    if job.needs_rgb_array and "rgb_array" not in env.metadata.get("render_modes", []):
+    """A video was asked for: refuse, before any episode, an env that cannot draw frames
+    (or a user's factory that cannot be asked to: it takes no render_mode)."""
+    if not job.needs_rgb_array:
+        return
+    if "rgb_array" not in env.metadata.get("render_modes", []):
         raise UsageError(f"Env '{job.env['id']}' cannot render 'rgb_array' frames, so it "
                          "cannot make a video; drop --video or choose an env that can.")
+    if not job.env.get("served"):
+        check_render_mode(job.env)
 
 
 def open_env(spec: dict[str, Any]) -> Any:
@@ -208,9 +220,19 @@ def save_episode(job: PolicyJob, ep: EpisodeJob, policy: dict[str, Any],
     send(("episode", episode_row(tape, ep)))
 
 
-def open_policy_env(job: PolicyJob) -> tuple[Any, WrappedEnv | None]:
-    """(base env, the env through the job's wrappers or None when it has none)."""
-    env = open_env(job.env)
+def open_policy_env(job: PolicyJob, first: bool = False) -> tuple[Any, WrappedEnv | None]:
+    """(base env, the env through the job's wrappers or None when it has none). The
+    ``first`` opening, before any of the job's episodes, is the check of the env's kwargs:
+    an env they cannot build (ALE's ``frameskip=0``, ``mode=999``) is bad input, one
+    sentence and exit 2 with the run discarded, not a pass 1 that failed."""
+    try:
+        env = open_env(job.env)
+    except (UsageError, OSError, MemoryError):
+        raise
+    except Exception as exc:
+        if not first:
+            raise
+        raise UsageError(build_refusal(job.env, exc)) from None
     try:
         return env, WrappedEnv.build(env, job.wrappers) if job.wrappers else None
     except BaseException:
@@ -259,7 +281,7 @@ class OpenJobs:
             return self._open[key]
         while len(self._open) >= self._keep:
             self._open.pop(next(iter(self._open))).close()
-        env, wrapped = open_policy_env(job)
+        env, wrapped = open_policy_env(job, first=True)
         try:
             refuse_if_it_cannot_draw(job, env)
             policy = load_policy(job.policy, wrapped.env if wrapped else env,

@@ -1,0 +1,79 @@
+"""Before pass 1: an env its kwargs cannot build, a checkpoint whose actions do not fit the
+env, and a user's factory that cannot draw are each one sentence with exit 2 and no run
+folder (issue 34, items 13 and 14), never a pass 1 that fails with an empty resumable run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.conftest import run_cli
+
+
+def refused(res, run: Path) -> str:
+    """The one line a refusal prints (and that it left nothing behind)."""
+    assert res.returncode == 2, res.stderr
+    # (ALE's emulator prints its banner from C when a game is built: not rolltape's.)
+    lines = [x for x in res.stderr.strip().splitlines()
+             if not x.startswith(("A.L.E:", "[Powered by Stella]"))]
+    assert "Traceback" not in res.stderr and len(lines) == 1, res.stderr
+    assert not run.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize("kwarg, words", [
+    ("frameskip=0", ["{'frameskip': 0}", "frameskip must be positive", "--env-kwargs"]),
+    ("mode=999", ["{'mode': 999}", "Invalid game mode", "--env-kwargs"]),
+])
+def test_atari_kwargs_are_tried_before_pass_1(kwarg: str, words: list[str], tmp_path) -> None:
+    res = run_cli("eval", "ALE/Pong-v5", "--env-kwargs", kwarg, "-n", "2", "-o",
+                  str(tmp_path / "r"), "-q")
+    text = refused(res, tmp_path / "r")
+    assert all(w in text for w in words), text
+
+
+def test_breakout_checkpoint_is_refused_on_pong(tmp_path) -> None:
+    """Discrete(4) and Discrete(6) have the same shape: their sizes must be compared."""
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    venv = VecFrameStack(make_atari_env("BreakoutNoFrameskip-v4", n_envs=1, seed=0), 4)
+    model = tmp_path / "breakout.zip"
+    PPO("CnnPolicy", venv, n_steps=64, seed=0).save(model)  # untrained: its spaces matter
+    venv.close()
+    res = run_cli("eval", "PongNoFrameskip-v4", "--policy", f"sb3:{model}", "--wrapper",
+                  "atari", "--frame-stack", "4", "-n", "1", "-o", str(tmp_path / "r"), "-q")
+    text = refused(res, tmp_path / "r")
+    assert "Discrete(4)" in text and "Discrete(6)" in text and "PongNoFrameskip-v4" in text
+
+
+FACTORIES = """\
+import gymnasium as gym
+
+
+def plain():
+    return gym.make("CartPole-v1")
+
+
+def drawable(render_mode=None):
+    return gym.make("CartPole-v1", render_mode=render_mode)
+"""
+
+
+def test_factory_without_render_mode_is_refused_before_pass_1(tmp_path) -> None:
+    (tmp_path / "myenvs.py").write_text(FACTORIES)
+    res = run_cli("eval", "myenvs.py:plain", "-n", "3", "--video", "1", "-o", "r", "-q",
+                  cwd=tmp_path)
+    text = refused(res, tmp_path / "r")
+    assert "render_mode" in text and "--env-kwargs" not in text  # none were given
+    # Without a video it needs no render_mode; with one, a factory that takes it draws.
+    assert run_cli("eval", "myenvs.py:plain", "-n", "1", "-o", "a", "-q",
+                   cwd=tmp_path).returncode == 0
+    res = run_cli("eval", "myenvs.py:drawable", "-n", "1", "--video", "1", "-o", "b", "-q",
+                  cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "b" / "videos" / "policy-0000.mp4").is_file()
