@@ -29,7 +29,6 @@ import importlib
 import importlib.util
 import inspect
 import json
-import pickle
 import sys
 import zipfile
 from pathlib import Path
@@ -336,8 +335,9 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
     # One thread: single-observation inference is latency-bound, and W workers share the cores.
     torch.set_num_threads(1)
     cls = getattr(stable_baselines3, algo)
+    custom = _custom_objects(data, path)  # before SB3's loader, which would unpickle them
     try:
-        model = cls.load(path, device=device, custom_objects=_without_optimizer(data))
+        model = cls.load(path, device=device, custom_objects=custom)
     except Exception as exc:  # SB3 raises many types for a bad file
         raise UsageError(
             f"Checkpoint '{path}' could not be loaded as {algo} ({type(exc).__name__}: "
@@ -371,16 +371,52 @@ class _NoOptimizer:
         pass  # the saved optimizer state only matters to training
 
 
-def _without_optimizer(data: dict[str, Any]) -> dict[str, Any]:
-    """SB3 ``custom_objects`` that keep the saved policy arguments (``data``: the
-    checkpoint's saved attributes) but not its optimizer."""
-    from stable_baselines3.common.save_util import json_to_data
+# What a checkpoint's pickled entries become when the evaluation does not need them read:
+# schedules as constants, training state as nothing (SB3 rebuilds what it must).
+_STAND_INS: dict[str, Any] = {"learning_rate": 0.0, "clip_range": 0.2, "clip_range_vf": None,
+                              "train_freq": 1, "target_entropy": 0.0}
 
-    saved = data.get("policy_kwargs")
-    if saved is None:
-        return {}  # an old file without policy arguments: SB3 builds its default optimizer
-    kwargs = json_to_data(json.dumps({"policy_kwargs": saved}))["policy_kwargs"]
-    return {"policy_kwargs": {**kwargs, "optimizer_class": _NoOptimizer}}
+
+def _custom_objects(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """SB3 ``custom_objects`` replacing every pickled entry of a checkpoint's saved ``data``,
+    so that SB3's loader unpickles nothing (cloudpickle would call what the file names):
+    the spaces, ``policy_class`` and ``policy_kwargs`` read as data (:mod:`rolltape.
+    safe_pickle`), the optimizer left out (an evaluation never trains), schedules as
+    constants, and the rest of the saved training state (last observations, episode
+    buffers, buffer classes, action noise) as nothing."""
+    import base64
+
+    from stable_baselines3.common.utils import ConstantSchedule
+
+    from rolltape.safe_pickle import POLICY_CLASS, POLICY_KWARGS, SPACES, loads
+
+    kinds = {"observation_space": SPACES, "action_space": SPACES, "policy_class": POLICY_CLASS,
+             "policy_kwargs": POLICY_KWARGS}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not (isinstance(value, dict) and ":serialized:" in value):
+            continue
+        if key in kinds:
+            try:
+                raw = base64.b64decode(str(value[":serialized:"]).encode(), validate=False)
+            except ValueError:
+                raw = b""
+            out[key] = loads(raw, f"Checkpoint '{path}': its saved {key}", kinds=kinds[key])
+        elif key == "lr_schedule":
+            out[key] = ConstantSchedule(0.0)
+        else:
+            out[key] = _STAND_INS.get(key)
+    if not isinstance(out.get("policy_class", data.get("policy_class")), (type, str, type(None))):
+        raise UsageError(f"Checkpoint '{path}': its saved policy_class is not a class; re-save "
+                         "it with model.save().")
+    kwargs = out.get("policy_kwargs", data.get("policy_kwargs"))
+    if kwargs is not None:
+        if not isinstance(kwargs, dict):
+            raise UsageError(f"Checkpoint '{path}': its saved policy_kwargs are not a mapping; "
+                             "re-save it with model.save().")
+        # SB3 builds the policy's optimizer from these; an evaluation never steps it.
+        out["policy_kwargs"] = {**kwargs, "optimizer_class": _NoOptimizer}
+    return out
 
 
 def check_observation_shape(theirs: Any, env: Any, path: Path) -> None:
@@ -434,21 +470,22 @@ def _sizes(space: Any) -> list[int] | None:
 
 
 def load_vecnormalize(path: Path, env: Any) -> Any:
-    """Unpickle VecNormalize statistics and freeze them as SB3 does for evaluation."""
+    """Read VecNormalize statistics as data (:mod:`rolltape.safe_pickle`: the file may name
+    only what ``VecNormalize.save`` pickles) and freeze them as SB3 does for evaluation."""
+    from rolltape.safe_pickle import VECNORMALIZE, loads
+
     if not path.is_file():
         raise UsageError(f"VecNormalize statistics '{path}' do not exist; give the .pkl saved "
                          "with VecNormalize.save().")
-    try:
-        with open(path, "rb") as f:
-            stats = pickle.load(f)
-    except Exception as exc:
-        raise UsageError(
-            f"VecNormalize statistics '{path}' are corrupt or not a pickle ({type(exc).__name__}); "
-            "re-save them with VecNormalize.save()."
-        ) from None
-    if not hasattr(stats, "normalize_obs") or not hasattr(stats, "obs_rms"):
+    stats = loads(path.read_bytes(), f"VecNormalize statistics '{path}'", VECNORMALIZE)
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    # Its own __dict__, never getattr: a VecNormalize without its env looks a missing
+    # attribute up in that env (None), and norm_obs=False saves no obs_rms (RecursionError).
+    state = vars(stats) if isinstance(stats, VecNormalize) else {}
+    if "norm_obs" not in state or (state["norm_obs"] and "obs_rms" not in state):
         raise UsageError(f"'{path}' holds a {type(stats).__name__}, not VecNormalize statistics.")
-    stats_shape = getattr(stats.observation_space, "shape", None)
+    stats_shape = getattr(state.get("observation_space"), "shape", None)
     if stats_shape != env.observation_space.shape:
         raise UsageError(
             f"VecNormalize statistics '{path}' are for observations of shape {stats_shape} but "
