@@ -147,6 +147,47 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
         raise UsageError(problem)
 
 
+class BuildCheck:
+    """Before a suite's pass 1, each task's env is built once in a fresh interpreter (which
+    imports the simulators, never this process), so that a task whose kwargs its env
+    refuses is one sentence before any episode, not a failure after the tasks before it
+    played. It starts with :meth:`start` and runs beside the pass-1 worker's imports;
+    :meth:`finish` waits for it. A single env is tried by pass 1's first opening of it
+    (:func:`rolltape.pass1.rollout.open_policy_env`), before any episode too."""
+
+    def __init__(self, specs: list[dict[str, Any]]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from rolltape.envs import build_problem
+        from rolltape.interpreter import run_once
+
+        self._answer = None
+        if specs:
+            pool = ThreadPoolExecutor(1, thread_name_prefix="rolltape-build-check")
+            self._answer = pool.submit(run_once, build_problem, specs, env=NO_GL, timeout=600)
+            pool.shutdown(wait=False)
+
+    @classmethod
+    def start(cls, targets: list[Target]) -> BuildCheck:
+        """Try the envs of a suite run's targets (those built here, not served ones)."""
+        local = [t.spec for t in targets if not t.spec.get("served")]
+        return cls(local if targets and targets[0].manifest is not None else [])
+
+    def finish(self) -> None:
+        """Refuse the first env that could not be built (a child that died or hung says
+        nothing: pass 1 builds the same envs and reports why)."""
+        from rolltape.interpreter import ChildFailed
+
+        if self._answer is None:
+            return
+        try:
+            problem = self._answer.result()
+        except ChildFailed:
+            return
+        if problem:
+            raise UsageError(problem)
+
+
 def parse_wrappers(texts: Sequence[Any] | None) -> tuple[Any, ...]:
     """``--wrapper`` values: a preset (atari) or MODULE:CLASS, then ``,KEY=VALUE`` arguments;
     what is not text (the Python API's {target, kwargs}) is kept as given."""

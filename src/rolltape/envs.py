@@ -365,6 +365,20 @@ def check_render_mode(spec: dict[str, Any]) -> None:
         raise UsageError(no_render_mode(spec["id"]))
 
 
+def build_problem(specs: list[dict[str, Any]]) -> str | None:
+    """Build (and close) each env of ``specs`` once; the sentence for the first that cannot
+    be built, else None. Run in a fresh interpreter before a suite's pass 1
+    (:func:`rolltape.config.BuildCheck`), where importing a simulator costs nothing here."""
+    for spec in specs:
+        try:
+            make_env(spec).close()
+        except UsageError as exc:
+            return str(exc)
+        except Exception as exc:
+            return build_refusal(spec, exc)
+    return None
+
+
 def check_sizing(env_id: str, gym_id: str | None = None) -> None:
     """Refuse --width/--height for an env that draws at its own size (they would be ignored)."""
     if not _accepts(gym_id or _load_user_env(env_id), "width"):

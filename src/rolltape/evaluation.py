@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from rolltape import stats
 from rolltape.config import (  # noqa: F401  (select_episodes: rolltape.evaluation's before)
+    BuildCheck,
     EvalConfig,
     Target,
     check_drawing,
@@ -133,12 +134,14 @@ def evaluate(env: str | None = None, policy: str = "random", *,
                 target.spec["served"]["max_sessions"] = int(described.get("max_sessions") or 1)
             if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
                 config = replace(config, env=spec["id"])
+        built = BuildCheck.start(targets)  # a suite's envs, built once beside what follows
         # torch imports there while the video is checked here (after the env's spec is
         # made: making it may set variables that the worker's environment must have)
         spawn_pass1_ahead(config.policy, local=config.runner.runs_workers)
         for target in targets:
             check_drawing(target.spec, config)
         config.runner.check()
+        built.finish()
         run = RunDir(out, overwrite=overwrite, resume=resume)
     except BaseException:
         discard_ahead()

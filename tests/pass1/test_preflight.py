@@ -77,3 +77,32 @@ def test_factory_without_render_mode_is_refused_before_pass_1(tmp_path) -> None:
                   cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "b" / "videos" / "policy-0000.mp4").is_file()
+
+
+MARKED = """\
+import gymnasium as gym
+
+
+class Marked(gym.Wrapper):
+    def reset(self, **kwargs):
+        with open("played.txt", "a") as f:  # an episode began
+            f.write("x")
+        return self.env.reset(**kwargs)
+
+
+def make(render_mode=None):
+    return Marked(gym.make("CartPole-v1", render_mode=render_mode))
+"""
+
+
+def test_a_suite_task_its_env_cannot_build_is_refused_before_any_task_plays(tmp_path) -> None:
+    """The bad task comes last: every task's env is built once before pass 1, so the first
+    task (whose env marks each episode it begins) plays none."""
+    (tmp_path / "marked.py").write_text(MARKED)
+    (tmp_path / "bench.yaml").write_text(
+        "bench:\n  tasks:\n    fine: {env: 'marked.py:make'}\n"
+        "    bad: {env: ALE/Pong-v5, kwargs: {frameskip: 0}}\n")
+    res = run_cli("eval", "--suite", "bench.yaml", "-n", "2", "-o", "r", "-q", cwd=tmp_path)
+    text = refused(res, tmp_path / "r")
+    assert "ALE/Pong-v5" in text and "frameskip" in text, text
+    assert not (tmp_path / "played.txt").exists()
