@@ -454,7 +454,9 @@ def _print_replays(results: list[Any]) -> int:
             out.print(f"[green]ok[/green] {r.tape}: {r.steps} steps, recorded return "
                       f"{Tape.load(r.tape).total_return}, drawn from recorded states")
         else:
-            what = "verified" if r.verified else "drawn from recorded states"
+            what = ("drawn from recorded states" if not r.verified else "verified"
+                    if r.checked != "rewards" else "rewards and flags match (observations "
+                    "not compared: the tape has no digests, or a tolerance was given)")
             out.print(f"[green]ok[/green] {r.tape}: {r.steps} steps, return "
                       f"{r.replay_return}, {what}")
         for path in r.outputs:

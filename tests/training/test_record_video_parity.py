@@ -2,12 +2,16 @@
 in each scenario of Gymnasium's tests/wrappers/test_record_video.py plus a window that
 spans two resets, a step trigger firing inside a running recording and an episode trigger
 cutting a window short, on CartPole (no physics state: tapes begin at the reset and carry
-their window) and InvertedPendulum (MuJoCo: tapes begin at the recorded state).
+their window) and InvertedPendulum (MuJoCo: tapes begin at the recorded state); and (issue
+34) on ALE/Breakout-v5, whose sticky actions draw from the emulator's own RNG, with unseeded
+resets and windows that begin mid-episode, and on LunarLander, whose ``render()`` ages the
+particles it draws, with windows that begin inside a running recording.
 
 Compared: the ``recording`` flag after every reset and step, the set of video names, each
 video's decoded frame count against the frames RecordVideo captured (its moviepy mp4 may
-hold one more), every replay verified, and on CartPole each frame of each recording
-pixel-equal to RecordVideo's (RecordTape's tapes drawn again as lossless PNG frames).
+hold one more), every replay verified on its observations, and on every env but MuJoCo each
+frame of each recording pixel-equal to RecordVideo's (RecordTape's tapes drawn again as
+lossless PNG frames).
 
 Real parts only. RecordVideo draws MuJoCo frames inline, which needs a GL backend chosen
 before MuJoCo is imported, so each env's scenarios run in a fresh interpreter with
@@ -27,7 +31,7 @@ from typing import Any, Callable
 
 import pytest
 
-ENVS = ("CartPole-v1", "InvertedPendulum-v5")
+ENVS = ("CartPole-v1", "InvertedPendulum-v5", "ALE/Breakout-v5", "LunarLander-v3")
 SMALL = {"width": 64, "height": 48}  # MuJoCo frames, on both sides (CartPole's are fixed)
 
 
@@ -54,7 +58,16 @@ SCENARIOS: dict[str, tuple[dict[str, Any], tuple[str, int]]] = {
                               ("loop", 60)),
     "episode-trigger-cuts-a-window": ({"step_trigger": _in(3), "video_length": 500,
                                        "episode_trigger": _in(2)}, ("loop", 80)),
+    # Issue 34: windows of 31 frames from mid-episode steps, and an unseeded episode 1.
+    "atari-windows": ({"step_trigger": _in(17, 260), "video_length": 30,
+                       "episode_trigger": _in(1)}, ("loop", 300)),
 }
+# The scenarios each env plays: all of them on CartPole and MuJoCo; on the slower others,
+# those issue 34 found wrong (kept few: the suite's time is budgeted).
+PLAYS = {"CartPole-v1": [n for n in SCENARIOS if n != "atari-windows"],
+         "InvertedPendulum-v5": [n for n in SCENARIOS if n != "atari-windows"],
+         "ALE/Breakout-v5": ["atari-windows"],
+         "LunarLander-v3": ["step-inside-recording", "step-mid-episode"]}
 
 
 def _sha(frame: Any) -> str:
@@ -81,8 +94,12 @@ def _scenario(env_id: str, name: str, folder: Path) -> dict[str, Any]:
             self.videos[self._video_name] = [_sha(f) for f in self.recorded_frames]
             super().stop_recording()
 
+    if env_id.startswith("ALE/"):  # Gymnasium 1 loads no plugins by itself
+        import ale_py
+
+        gym.register_envs(ale_py)
     triggers, (driver, steps) = SCENARIOS[name]
-    size = SMALL if env_id != "CartPole-v1" else {}
+    size = SMALL if env_id == "InvertedPendulum-v5" else {}
     videos: list[Any] = []  # RecordTape's VideoDone records
     rv = Seen(gym.make(env_id, render_mode="rgb_array", **size), str(folder / "rv"),
               **triggers)
@@ -128,16 +145,17 @@ def _scenario(env_id: str, name: str, folder: Path) -> dict[str, Any]:
         "rv_frames": rv.videos,
         "rt_frames": {p.stem: count_frames(p) for p in (folder / "rt").glob("*.mp4")},
         "rt_done": {d.job.name: {"verified": d.verified, "error": d.error,
-                                 "parts": len(d.job.tapes)} for d in videos},
+                                 "checked": d.checked, "parts": len(d.job.tapes)}
+                    for d in videos},
     }
-    if env_id == "CartPole-v1":  # draw the tapes again, losslessly, and keep each frame's digest
+    if env_id != "InvertedPendulum-v5":  # draw the tapes again, losslessly: each frame's digest
         jobs = [(d.job.name, k, tape) for d in videos for k, tape in enumerate(d.job.tapes)]
         requests = [RenderRequest(tape, (str(folder / "png" / f"{n}-{k}") + "/",))
                     for n, k, tape in jobs]
         results = render(requests)
         pixels: dict[str, list[str]] = {}
         for (n, _, _), result in zip(jobs, results):
-            assert result is not None and result.verified
+            assert result is not None and result.verified and result.checked == "observations"
             pixels.setdefault(n, []).extend(_sha(f) for f in read_frames(result.outputs[0]))
         out["rt_pixels"] = pixels
     return out
@@ -146,7 +164,7 @@ def _scenario(env_id: str, name: str, folder: Path) -> dict[str, Any]:
 def _child(env_id: str, folder: str) -> None:
     """The child's entry point: every scenario of ``env_id``, as JSON on stdout."""
     print(json.dumps({name: _scenario(env_id, name, Path(folder) / name)
-                      for name in SCENARIOS}))
+                      for name in PLAYS[env_id]}))
 
 
 @functools.cache
@@ -167,8 +185,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[st
     return lambda env_id: _results(env_id, str(root / env_id))
 
 
-@pytest.mark.parametrize("env_id", ENVS)
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize(("env_id", "scenario"),
+                         [(e, n) for e in ENVS for n in PLAYS[e]])
 def test_recordtape_records_exactly_what_recordvideo_records(
         results: Callable[[str], dict[str, Any]], env_id: str, scenario: str) -> None:
     got = results(env_id)[scenario]
@@ -181,6 +199,7 @@ def test_recordtape_records_exactly_what_recordvideo_records(
         assert got["rt_frames"][name] == len(frames), name
         done = got["rt_done"][name]
         assert done["error"] is None and done["verified"], (name, done)
+        assert done["checked"] == "observations", (name, done)
     if scenario == "folder-and-filenames":  # Gymnasium's own expectation
         assert got["rv_files"] == sorted(f"video-prefix-{k}.mp4" for k in (
             "step-0", "step-25", "episode-1", "episode-4"))
@@ -191,5 +210,8 @@ def test_recordtape_records_exactly_what_recordvideo_records(
         assert len(got["rv_frames"]["rl-video-step-3"]) < 501
     if scenario == "window-over-two-resets":
         assert got["rt_done"]["rl-video-step-5"]["parts"] >= 3  # it did span two resets
-    if env_id == "CartPole-v1":
+    if scenario == "atari-windows":  # two mid-episode windows and one unseeded episode
+        assert {"rl-video-step-17", "rl-video-step-260", "rl-video-episode-1"} <= \
+            set(got["rt_done"])
+    if env_id != "InvertedPendulum-v5":
         assert got["rt_pixels"] == got["rv_frames"]  # frame for frame, pixel for pixel

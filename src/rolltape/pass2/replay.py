@@ -155,6 +155,10 @@ class RenderResult:
     niceness: int = 0  # the worker's CPU priority (10 when it ran beside pass 1)
     cameras: tuple[str, ...] = ()  # the cameras that drew the frames ("default": env.render())
     camera_hint: str | None = None  # a --camera track:BODY suggestion when the view lost the robot
+    # What a re-simulation compared with pass 1: "observations" (each frame's digest, with
+    # rewards and flags) or "rewards" (rewards and flags only: a tape without digests, or
+    # a tolerance); None when nothing was re-simulated.
+    checked: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         row = asdict(self)
@@ -323,6 +327,10 @@ class _Replayer:
             return self._reset(key, env, tape, draw, req.quality, first)
 
         def emit(index: int) -> None:
+            if draw and index < first:  # drawn in training, before the window: aged, dropped
+                assert rig is not None
+                rig.frames()
+                return
             if draw:
                 assert rig is not None  # made whenever it draws
                 views = rig.frames()
@@ -366,6 +374,7 @@ class _Replayer:
             backend=self.backend if draw and not is_atari(spec["id"]) else None,
             steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
+            checked=None if req.mode == "restore" else checked_by(tape, req),
             divergence=divergence,
             replay_return=None if rewards is None else sum_rewards(rewards),
             seconds=time.perf_counter() - start, warnings=tuple(mujoco_warnings()),
@@ -392,13 +401,14 @@ class _Replayer:
         divergence: Divergence | None = None
         from_reset = first == 0 or not tape.can_continue
         obs = reset(0 if from_reset else first)
+        drawn = drawn_before(tape, first) if from_reset else set()
         if from_reset:
             if (tape.obs_digest is not None and obs is not None and not digests_later
                     and obs_digest(obs) != int(tape.obs_digest[0])):
                 divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
             if observe is not None:
                 observe(0, obs, None)
-            if first == 0:
+            if first == 0 or 0 in drawn:
                 emit(0)
             begin = 0
         else:  # from the state before ``first``; its step draws frame ``first``
@@ -434,7 +444,7 @@ class _Replayer:
                     pending.add(t, obs)
                 if divergence is not None or pending.full:
                     divergence = pending.flush() or divergence  # the earlier step comes first
-            if t + 1 >= first:
+            if t + 1 >= first or t + 1 in drawn:
                 emit(t + 1)
             if (term or trunc) and t + 1 < tape.length and from_reset:
                 break  # ended early: already reported as a divergence at this step
@@ -472,6 +482,30 @@ class _Replayer:
 ALE_STEPS_AGAIN = 4
 
 
+def checked_by(tape: Tape, req: RenderOptions) -> str:
+    """What a re-simulation of ``tape`` compares with pass 1: "observations" when it has
+    digests and no tolerance relaxes them, else "rewards" (rewards and flags alone)."""
+    exact = req.rtol == 0 and req.atol == 0
+    return "observations" if tape.obs_digest is not None and exact else "rewards"
+
+
+def drawn_before(tape: Tape, first: int) -> set[int]:
+    """Frames before ``first`` that were drawn where the tape was recorded (a training
+    window that began inside another recording of its episode: ``meta["drawn_before"]``,
+    inclusive ranges). A replay draws and drops them, because some envs age what they draw
+    in ``render()`` (LunarLander's particles), so the window's first frames match. A damaged
+    entry is ignored (it changes only frames that are checked anyway)."""
+    ranges = tape.meta.get("drawn_before") if isinstance(tape.meta, dict) else None
+    out: set[int] = set()
+    if not isinstance(ranges, list) or first <= 0:
+        return out
+    for r in ranges[:10_000]:
+        if (isinstance(r, list) and len(r) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in r)):
+            out.update(range(max(0, r[0]), min(r[1], first - 1) + 1))
+    return out
+
+
 def _continue_atari(env: Any, tape: Tape, t: int, again: int = ALE_STEPS_AGAIN) -> None:
     """Put an Atari env into the recorded emulator state after ``t`` steps, having first
     taken the ``again`` steps before it from their own states."""
@@ -506,11 +540,16 @@ def _reset_as_recorded(env: Any, tape: Tape) -> Any:
     tape's first frame is then set too (the same state, unless the env keeps state the
     generator does not explain). A tape that begins after ``start_step`` steps of its
     episode continues from that state, with the time limit advanced to match."""
-    from rolltape.envs import continue_from, set_elapsed_steps, set_rng_state
+    from rolltape.envs import continue_from, restore_ale_state, set_elapsed_steps, set_rng_state
 
     if tape.reset_rng is not None:
         set_rng_state(env, tape.reset_rng)
     obs, _ = env.reset(seed=tape.seed, options=tape.options)
+    if tape.reset_rng is not None and tape.has_ale_state:
+        # An unseeded Atari reset: ALE's own RNG (sticky actions) is not np_random's, so the
+        # emulator state recorded at the reset, RNG included, is put in (the reset screen,
+        # which that state does not hold, is the replay's own and is checked by its digest).
+        restore_ale_state(env, tape.ale_state_at(0))
     if (tape.reset_rng is not None or tape.start_step) and tape.physics is not None:
         import mujoco
 

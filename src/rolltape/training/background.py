@@ -62,7 +62,10 @@ class VideoDone:
     job: VideoJob
     outputs: tuple[str, ...] = ()
     frames: int = 0
+    # True only when every frame's observation (and reward) was compared with training's
+    # and agreed; None when nothing was compared, or rewards alone (``checked`` says so).
     verified: bool | None = None
+    checked: str | None = None  # "observations" or "rewards" (no digests to compare)
     divergence: str | None = None
     error: str | None = None
     results: list[RenderResult] = field(default_factory=list)
@@ -147,7 +150,10 @@ class BackgroundRenderer:
         if self._thread is None:
             return []
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._queue.put(None)  # blocks only in "block" mode with a full queue: bounded below
+        try:  # a full queue ("block" mode) takes the end mark once there is room, or never
+            self._queue.put(None, timeout=None if deadline is None else max(0.0, timeout or 0))
+        except queue.Full:
+            pass  # the deadline passed first: the cancel below stops the thread instead
         while self._thread.is_alive():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -155,7 +161,9 @@ class BackgroundRenderer:
             self._thread.join(0.2 if left is None else min(0.2, left))
         left_over = self.pending() if self._thread.is_alive() else []
         self._cancel.set()  # render() stops its workers; the batch's videos stay undone
-        self._thread.join(30)
+        # Bounded: the thread stops its workers within a few seconds, on its own (a daemon;
+        # at exit, _stop_at_exit waits for it), so close returns in about ``timeout``.
+        self._thread.join(_STOP_WAIT)
         if self.failed > 1:
             warn(f"{self.failed} videos could not be rendered in all (the first said why); "
                  "their tapes are kept for `rolltape render`.")
@@ -232,7 +240,7 @@ class BackgroundRenderer:
             results = [r for r in mine if r is not None]
             done.results = results
             done.frames = sum(r.frames for r in results)
-            done.verified = all(r.verified for r in results)
+            done.verified, done.checked = verdict(results)
             diverged = [r for r in results if r.divergence is not None]
             if diverged:
                 first = diverged[0]
@@ -264,6 +272,41 @@ class BackgroundRenderer:
              f"diverged from training at {result.divergence.describe()}; its video is "
              f"{drawn}, and later divergences of {env_id} are noted in each VideoDone, not "
              "said again.")
+
+
+_STOP_WAIT = 1.0  # seconds close() waits, past its timeout, for the render thread to stop
+
+
+def render_command(job: VideoJob) -> str:
+    """The ``rolltape render`` command that makes ``job``'s video from its tapes (with
+    ``--overwrite`` where the video is there already; a recording of several tapes, one
+    video per tape, into its folder)."""
+    import shlex
+
+    tapes = " ".join(shlex.quote(t) for t in job.tapes)
+    out = job.outputs[0]
+    target = out if len(job.tapes) == 1 else str(Path(out).parent) + os.sep
+    again = " --overwrite" if any(Path(o).exists() for o in job.outputs) else ""
+    return f"rolltape render {tapes} --out {shlex.quote(target)}{again}"
+
+
+def verdict(results: Sequence[RenderResult]) -> tuple[bool | None, str | None]:
+    """(verified, checked) of a video from its parts' replays: verified only when every
+    part compared its observations and agreed, False when one diverged, None when a part
+    was checked on rewards alone (``checked`` "rewards") or not re-simulated at all."""
+    if any(r.verified is False for r in results):
+        return False, _least_checked(results)
+    checked = _least_checked(results)
+    if checked is None:
+        return None, None
+    return (True if checked == "observations" else None), checked
+
+
+def _least_checked(results: Sequence[RenderResult]) -> str | None:
+    kinds = [r.checked for r in results]
+    if not kinds or None in kinds:
+        return None
+    return "rewards" if "rewards" in kinds else "observations"
 
 
 def _stop_at_exit(ref: weakref.ref[BackgroundRenderer]) -> None:
@@ -324,7 +367,8 @@ def _join_parts(job: VideoJob, results: list[RenderResult]) -> tuple[str, ...]:
                 Path(f"{part}.metadata.json").unlink(missing_ok=True)
         write_json(f"{out}.metadata.json", {
             "recording": job.name, "tapes": list(job.tapes),
-            "result": {"verified": all(r.verified for r in results), "frames": frames,
+            "result": {"verified": verdict(results)[0], "checked": verdict(results)[1],
+                       "frames": frames,
                        "parts": [r.to_dict() for r in results]}})
     return job.outputs
 

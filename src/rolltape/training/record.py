@@ -5,10 +5,14 @@ their videos drawn by render processes in the background (:mod:`.background`), a
 
 Nothing is drawn in the training loop: the wrapper never calls ``env.render()`` and works
 on an env made with ``render_mode=None``. Training resets are unseeded (autoreset; SB3 seeds
-once), so each tape carries the env's generator state from just before its reset, and for
-MuJoCo the physics state of every frame: pass 2 sets them and replays the episode exactly.
-A tape of another env that a step trigger began mid-episode starts at the reset and carries
-its window (``Tape.window``): pass 2 re-simulates from the reset and draws the window only.
+once), so each tape carries the env's generator state from just before its reset, for
+MuJoCo the physics state of every frame, and for Atari (ale-py) the emulator state of every
+frame, whose RNG (sticky actions) ``np_random`` does not hold: pass 2 sets them and replays
+the episode exactly. A tape of another env that a step trigger began mid-episode starts at
+the reset, with every observation's digest from there, and carries its window
+(``Tape.window``): pass 2 re-simulates from the reset, checks every step, and draws the
+window only, having drawn (and dropped) the frames earlier recordings drew in that episode,
+since some envs age what they draw in ``render()`` (LunarLander's particles).
 
 May import: envs, tape, pass1.rollout (the recording helpers), training.background,
 errors, gymnasium. Never: policies, torch or SB3, the render workers' insides.
@@ -25,9 +29,9 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from rolltape.envs import PhysicsLog, env_spec, mujoco_data, rng_state
+from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog, env_spec, mujoco_data, rng_state
 from rolltape.errors import UsageError
-from rolltape.pass1.fields import kept_obs, tape_fields
+from rolltape.pass1.fields import compact, kept_obs, tape_fields
 from rolltape.pass2.formats import file_suffixes
 from rolltape.tape import Tape
 from rolltape.training.background import (
@@ -36,6 +40,7 @@ from rolltape.training.background import (
     VideoJob,
     output_paths,
     remove_stale_partials,
+    render_command,
     warn,
 )
 
@@ -175,7 +180,7 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         # can set the state there only on MuJoCo, so elsewhere the tape begins at the reset
         # and the episode's steps so far are kept (one append per step, no observations).
         self._keep_steps = step_trigger is not None and not self._mujoco
-        self._steps: list[tuple[Any, ...]] | None = None  # (action, reward, term, trunc[, obs])
+        self._steps: list[tuple[Any, ...]] | None = None  # (action, reward, term, trunc, obs)
         self._steps_from = 0  # the episode step of _steps[0]
         self._reset_args: tuple[Any, ...] = (None, None, None)  # seed, options, rng
         self._reset_obs: Any = None
@@ -183,6 +188,8 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._episode_step = 0
         self._episode_over = False  # terminated or truncated, not reset yet
         self._episode_tape: str | None = None
+        self._ale: AleLog | None = None  # Atari: the emulator state of each frame so far
+        self._drawn: list[list[int]] = []  # frames of this episode a recording drew, as ranges
 
     # -- the Gymnasium API -------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -197,6 +204,7 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._episode_started = time.perf_counter()
         self._episode_step, self._episode_over, self._episode_tape = 0, False, None
         self._steps, self._steps_from = ([] if self._keep_steps else None), 0
+        self._drawn = []
         # RecordVideo's order: a whole-episode recording ends, an episode trigger starts
         # one (ending any other), and a recording under way counts this reset's frame.
         if self.recording and self.video_length == math.inf:
@@ -205,6 +213,11 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._start(f"{self.name_prefix}-episode-{self.episode_id}")
         # Kept when a tape may begin at this reset (a copy: an env may reuse its buffer).
         self._reset_obs = kept_obs(obs) if self.recording or self._keep_steps else None
+        # Atari: ALE's sticky-action RNG lives in the emulator, which no unseeded reset of a
+        # replay reproduces; its state (RNG included) from this reset on is kept instead.
+        self._ale = AleLog.for_env(self.env) if self.recording or self._keep_steps else None
+        if self._ale is not None:
+            self._ale.record()
         if self.recording:
             if self._steps is None:
                 self._steps = []
@@ -220,14 +233,19 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if self.step_trigger is not None and self.step_trigger(self.step_id):
             self._start(f"{self.name_prefix}-step-{self.step_id}")
         steps = self._steps
-        if self.recording:
-            if steps is None:  # MuJoCo: a recording begins here, from this step's state
-                steps = self._steps = []
-                self._steps_from = self._episode_step - 1
+        if self._ale is not None and not self._episode_over:
+            self._ale.record()
+        if self.recording and steps is None:  # MuJoCo: a recording begins here
+            steps = self._steps = []
+            self._steps_from = self._episode_step - 1
+        if steps is not None and not self._episode_over:
+            # Every step keeps its observation (screens become digests a batch at a time),
+            # so a tape checks each frame, a window begun mid-episode included.
             steps.append((_kept(action), reward, terminated, truncated, kept_obs(obs)))
+            if not len(steps) % DIGEST_BATCH:
+                compact(steps)
+        if self.recording:
             self._record_frame(obs, terminated or truncated, info)
-        elif steps is not None:
-            steps.append((_kept(action), reward, terminated, truncated))
         if terminated or truncated:
             self._episode_over = True
             if self._piece is not None:
@@ -240,20 +258,29 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         """Close the env; finish the recording under way; wait up to ``close_timeout`` s
         for pending videos, then leave their tapes (and say which) for ``rolltape render``."""
         super().close()
-        if self.recording:
-            self._stop()
+        self.finish_recording()
         if self.renderer is not None:
             left = self.renderer.close(self.close_timeout)
             if left:
-                tapes = " ".join(t for job in left for t in job.tapes)
                 warn(f"{len(left)} video(s) were not rendered within close_timeout="
-                     f"{self.close_timeout:g} s; their tapes are kept: `rolltape render "
-                     f"{tapes} --out FOLDER/`.")
+                     f"{self.close_timeout:g} s; their tapes are kept: "
+                     + "; ".join(f"`{render_command(job)}`" for job in left) + ".")
+
+    def finish_recording(self) -> None:
+        """End the recording under way now (its tape is written and its video queued), as
+        ``close`` does: at the end of training, the last recorded episode gets its video."""
+        if self.recording:
+            self._stop()
 
     def wait_for_videos(self, timeout: float | None = 60.0) -> int:
         """Wait up to ``timeout`` s for the videos queued so far; returns how many are
         still pending (SB3 reaches it in every sub-env with ``env_method``)."""
         return 0 if self.renderer is None else self.renderer.wait(timeout)
+
+    def pending_commands(self) -> list[str]:
+        """The ``rolltape render`` command of each video still queued or being drawn."""
+        return [] if self.renderer is None else [render_command(j)
+                                                 for j in self.renderer.pending()]
 
     # -- recordings ----------------------------------------------------------------------
     def _start(self, name: str) -> None:
@@ -281,6 +308,10 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _count_frame(self, frame: int) -> None:
         if self._piece is not None:
             self._piece.last = frame
+            if self._drawn and self._drawn[-1][1] == frame - 1:
+                self._drawn[-1][1] = frame
+            else:
+                self._drawn.append([frame, frame])
         self._frames += 1
         if self._frames > self.video_length:
             self._stop()
@@ -295,20 +326,28 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         seed, options, rng = self._reset_args
         steps = self._steps[piece.begin - self._steps_from:piece.last - self._steps_from]
         physics = piece.physics.arrays() if piece.physics is not None else (None, None, None)
-        seen = piece.first == piece.begin  # every step of the tape has its observation
         if not steps:  # a recording of one frame: a reset, or a trigger on the last step
             fields = _no_steps(seed, options, piece.first_obs, self.env.action_space, physics)
         else:
-            fields = tape_fields(seed, options, piece.first_obs if seen else 0,
-                                 steps if seen else [(*s[:4], 0) for s in steps], physics,
+            fields = tape_fields(seed, options, piece.first_obs, steps, physics,
                                  piece.success, piece.metrics, piece.started)
-            if not seen:  # digests of the steps before the window were never taken
-                fields["obs_digest"] = None
-        window = None if seen else (piece.first, piece.last)
+        if self._ale is not None:  # non-MuJoCo tapes begin at the reset: states 0..last
+            blob, offsets = self._ale.arrays()
+            if blob is not None and offsets is not None and len(offsets) > piece.last + 1:
+                fields["ale_state"] = blob[:offsets[piece.last + 1]].copy()
+                fields["ale_state_offsets"] = offsets[:piece.last + 2].copy()
+        meta: dict[str, Any] = {"recording": self._name, "part": k, "episode": piece.episode,
+                                "step": self.step_id}
+        window = None
+        if piece.first != piece.begin:
+            window = (piece.first, piece.last)
+            # Frames before the window that earlier recordings of this episode drew: a
+            # replay draws them too (and drops them), as RecordVideo's render() calls did.
+            before = [[a, min(b, piece.first - 1)] for a, b in self._drawn if a < piece.first]
+            if before:
+                meta["drawn_before"] = before
         tape = Tape(env=self._spec, policy={"kind": "training"}, reset_rng=rng,
-                    start_step=piece.begin, window=window,
-                    meta={"recording": self._name, "part": k, "episode": piece.episode,
-                          "step": self.step_id}, **fields)
+                    start_step=piece.begin, window=window, meta=meta, **fields)
         try:
             tape.save(path)
         except OSError as exc:  # a full disk: nothing half-written (atomic), training goes on

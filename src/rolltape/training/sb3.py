@@ -224,13 +224,21 @@ class TapeCallback(BaseCallback):
 
     def _on_training_end(self) -> None:
         if self.record_every is not None:
+            # The recording under way ends with training (its video is queued), then the
+            # videos get ``video_timeout`` s; a script that ends without closing its env
+            # (the usual one) stops its render processes at exit, so what is left is named.
+            envs = self._recording_envs()
+            self.training_env.env_method("finish_recording", indices=envs)
             left = self.training_env.env_method("wait_for_videos", self.video_timeout,
-                                                indices=self._recording_envs())
+                                                indices=envs)
             if any(left):
                 from rolltape.training.background import warn
 
-                warn(f"{sum(left)} training video(s) were still rendering at the end of "
-                     "training; they finish in the background (or when the env is closed).")
+                commands = [c for cs in self.training_env.env_method(
+                    "pending_commands", indices=envs) for c in cs]
+                warn(f"{sum(left)} training video(s) were not rendered within "
+                     f"video_timeout={self.video_timeout:g} s; their tapes are kept, and "
+                     "each is made by: " + "; ".join(f"`{c}`" for c in commands) + ".")
         if self._log_new_videos():
             # SB3 dumps its logger after each rollout; a video that finished after the last
             # one would otherwise never reach TensorBoard.
@@ -522,13 +530,25 @@ class TapeCallback(BaseCallback):
         except Exception as exc:  # the timeline picture of numbers matplotlib refuses
             self._failed("summary", "draw the training summary", exc)
 
+    def _relative(self, row: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+        """``row`` with its paths under ``keys`` relative to ``out`` (``training.json``'s
+        folder), whether they were given absolute or relative to the working folder."""
+        import os
+
+        base = self.out.absolute()
+        return {k: (os.path.relpath(Path(v).absolute(), base)
+                    if k in keys and isinstance(v, str) and v else v) for k, v in row.items()}
+
     def write_summary(self) -> None:
         """``training.json``, ``timeline.png`` and ``report.html`` under ``out``."""
         from rolltape.training.timeline import draw_timeline, timeline_report
 
         episodes = [{"step": s, "return": r, "length": n} for s, r, n in self.episodes]
+        # Every path relative to training.json, so that the folder can move.
+        recorded = [self._relative(row, ("tape", "video")) for row in self.recorded]
+        evaluations = [self._relative(e, ("run", "checkpoint")) for e in self.evaluations]
         write_json(self.out / "training.json", json.loads(json.dumps(
-            {"recorded": self.recorded, "evaluations": self.evaluations, "episodes": episodes},
+            {"recorded": recorded, "evaluations": evaluations, "episodes": episodes},
             default=str)))
         picture = draw_timeline(self.evaluations, self.recorded, self.out / "timeline.png")
         try:  # the title: what was trained on what (a VecEnv without specs has no id)
