@@ -99,6 +99,11 @@ def eval_(
         None, rich_help_panel=POLICY,
         help="With --policy zoo:FOLDER: last (the final model, default), best "
              "(best_model.zip) or N (rl_model_N_steps.zip)."),
+    trust_module: Optional[List[str]] = typer.Option(
+        None, "--trust-module", rich_help_panel=POLICY,
+        help="With --policy zoo:FOLDER: a module (top-level name) its env_wrapper or "
+             "gym_packages may import though it is not an installed package of Gymnasium "
+             "envs; repeat per module. Its code then runs: name only code you trust."),
     ray_address: Optional[str] = typer.Option(
         None, rich_help_panel=SCALE,
         help="Ray cluster (host:port, auto, ray://host:10001); default RAY_ADDRESS, else a "
@@ -158,6 +163,9 @@ def eval_(
     if checkpoint is not None and not policies[0].startswith("zoo:"):
         raise UsageError("--checkpoint picks a model of --policy zoo:FOLDER; give the "
                          "checkpoint's own path with --policy sb3:PATH.zip instead.")
+    if trust_module and not policies[0].startswith("zoo:"):
+        raise UsageError("--trust-module names a module a --policy zoo:FOLDER may import; for "
+                         "an env module of your own, name the env (MODULE:EnvId) instead.")
     zoo = policies[0][4:].rstrip("/") if policies[0].startswith("zoo:") else None
     suite = values.get("suite")
     name = Path(env or zoo or Path(suite or "suite").stem).name.replace(":", "-")
@@ -173,6 +181,7 @@ def eval_(
         out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         **({"deterministic": not stochastic} if stochastic or deterministic else {}),
         **({"checkpoint": checkpoint} if checkpoint is not None else {}),
+        **({"trust_module": tuple(trust_module)} if trust_module else {}),
         executor_options={k: v for k, v in (("address", ray_address),
                                             ("render_gpus", ray_render_gpus)) if v},
         overwrite=overwrite, resume=resume, show_progress=not quiet, command=sys.argv,

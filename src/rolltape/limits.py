@@ -26,6 +26,10 @@ MAX_SEED = 2**64 - 1  # Gymnasium's seeds: numpy takes more, the served protocol
 MAX_EPISODE_STEPS = 10**7  # a tape holds every step in memory (~1 GB for MuJoCo at this)
 MAX_FPS = 1000.0  # beyond this no player shows the frames (GIF stops at 100)
 MAX_NAME_BYTES = 200  # file systems allow 255; staging adds '.NAME.partial' and suffixes
+MAX_FRAME_STACK = 1024  # Atari stacks 4; a stack of 10**6 frames allocated gigabytes per step
+# Until's looks: one per --batch up to --max-episodes, each kept in memory and in until.json
+MAX_LOOKS = 100_000
+MAX_RETURN_BOUND = 1e150  # (HI-LO)**2 stays finite in float64: -1e308,1e308 overflowed to NaN
 
 
 def check_run_counts(*, episodes: int, seed: int, max_episode_steps: int | None = None

@@ -19,7 +19,16 @@ applied with training and reward normalization off). The env is then what rl-zoo
 a frame stack, the statistics are applied in the policy-side chain, before the stack).
 Atari folders sample actions, as enjoy.py does unless told ``--deterministic``.
 
-May import: errors, files, pass1.wrappers (names only), yaml. Never: SB3, torch, rl-zoo3
+A zoo folder is data: reading it imports nothing it names. Its YAML is read with the suite
+manifests' caps (size, aliases); every value is type-checked and sizes are bounded. The
+modules it names (``env_wrapper`` entries, ``gym_packages``, an ``env`` of ``module:Id``)
+must be installed packages of Gymnasium envs or wrappers (:func:`rolltape.envs.env_package`,
+judged from installed metadata, never by importing) or be named by the user
+(``--trust-module``); a wrapper must then be a ``gymnasium.Wrapper`` class, checked in the
+pass-1 worker after its package is imported and before it is called.
+
+May import: errors, files, limits, envs (metadata only), suites.manifest (its YAML caps),
+pass1.wrappers (names only), yaml. Never: SB3, torch, rl-zoo3
 (the orchestrator reads folders; the pass-1 worker loads the model), the render side.
 """
 
@@ -32,6 +41,7 @@ from typing import Any
 
 from rolltape.errors import UsageError
 from rolltape.files import sha256_of
+from rolltape.limits import MAX_FRAME_STACK
 from rolltape.pass1.wrappers import NORMALIZE
 
 _NOT_MODELS = ("best_model.zip", "train_eval_metrics.zip")
@@ -61,15 +71,19 @@ class ZooFolder:
 
 
 def _loader() -> Any:
-    """A safe YAML loader that also reads rl-zoo3's ``!!python/object/apply:OrderedDict``."""
-    import yaml
+    """The suite manifests' capped safe loader that also reads rl-zoo3's
+    ``!!python/object/apply:OrderedDict`` (as a plain mapping: nothing is applied)."""
+    from rolltape.suites.manifest import capped_loader
 
-    class ZooLoader(yaml.SafeLoader):
+    class ZooLoader(capped_loader()):  # type: ignore[misc]
         pass
 
     def ordered(loader: Any, node: Any) -> dict[str, Any]:
-        [pairs] = loader.construct_sequence(node, deep=True) or [[]]
-        return {str(k): v for k, v in pairs}
+        value = loader.construct_sequence(node, deep=True) or [[]]
+        if len(value) != 1 or not isinstance(value[0], list) or not all(
+                isinstance(p, list) and len(p) == 2 for p in value[0]):
+            raise ValueError("an OrderedDict that is not a list of key, value pairs")
+        return {str(k): v for k, v in value[0]}
 
     ZooLoader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict",
                               ordered)
@@ -79,10 +93,19 @@ def _loader() -> Any:
 def _read_yaml(path: Path, files: dict[str, str]) -> dict[str, Any]:
     import yaml
 
+    from rolltape.suites.manifest import MAX_BYTES, YAMLTooLarge
+
     try:
-        data = yaml.load(path.read_text(), Loader=_loader())  # noqa: S506 (a safe loader)
-    except (yaml.YAMLError, ValueError, TypeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise YAMLTooLarge(f"is {size:,} bytes, more than such a file needs "
+                               f"({MAX_BYTES:,} at most).")
+        data = yaml.load(path.read_text(encoding="utf-8"),  # noqa: S506 (a safe loader)
+                         Loader=_loader())
+    except YAMLTooLarge as exc:
+        raise UsageError(f"zoo: '{path}' {exc}") from None
+    except (yaml.YAMLError, ValueError, TypeError, OSError, RecursionError) as exc:
+        first = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise UsageError(f"zoo: '{path}' is not a YAML file rolltape can read as data "
                          f"({first}); only plain values and rl-zoo3's OrderedDict are "
                          "understood.") from None
@@ -92,6 +115,67 @@ def _read_yaml(path: Path, files: dict[str, str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"zoo: '{path}' holds a {type(data).__name__}, not a mapping.")
     return data
+
+
+def _shown(value: Any) -> str:
+    """A value from a zoo file for a message, bounded however long or deep it is."""
+    import reprlib
+
+    return " ".join(reprlib.repr(value).split())[:100]
+
+
+def _mapping(value: Any, where: Path, key: str) -> dict[str, Any]:
+    """``env_kwargs`` and the like: a mapping of names (or nothing)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise UsageError(f"zoo: '{where}' {key} must be a mapping of argument names to "
+                         f"values, not {_shown(value)}.")
+    return dict(value)
+
+
+def _text(value: Any, where: Path, key: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 200:
+        raise UsageError(f"zoo: '{where}' {key} must be a name (text), not {_shown(value)}.")
+    return value
+
+
+def _frame_stack(value: Any, where: Path) -> int:
+    """rl-zoo3's ``frame_stack``: a whole number of frames (false or absent: none)."""
+    if value is None or value is False:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"zoo: '{where}' frame_stack must be a whole number of frames, not "
+                         f"{_shown(value)}.")
+    if not 0 <= value <= MAX_FRAME_STACK:
+        raise UsageError(f"zoo: '{where}' frame_stack {_shown(value)} must be between 0 and "
+                         f"{MAX_FRAME_STACK:,} frames.")
+    return value
+
+
+def _check_module(module: str, what: str, where: Path, trusted: tuple[str, ...]) -> None:
+    """Refuse, from installed metadata and before anything is imported, a module a zoo folder
+    names that is neither an installed package of Gymnasium envs (or wrappers) nor one the
+    user trusts: ``pydoc``, ``antigravity`` or a file put beside the folder would run."""
+    from rolltape.envs import env_package
+
+    parts = module.split(".")
+    top = parts[0]
+    if not all(p.isidentifier() for p in parts):
+        raise UsageError(f"zoo: '{where}' names {what} '{module[:100]}', which is not a dotted "
+                         "module name.")
+    if top in trusted:
+        return
+    if top != "rolltape" and env_package(top):
+        return
+    import importlib.util
+
+    if importlib.util.find_spec(top) is None:
+        raise UsageError(f"zoo: '{where}' names {what} '{module[:100]}', which is not "
+                         "installed; install it to evaluate this folder.")
+    raise UsageError(f"zoo: '{where}' names {what} from '{top}', which is not an installed "
+                     "package of Gymnasium envs or wrappers, and a zoo folder may not run "
+                     f"code; if you trust it, add --trust-module {top}.")
 
 
 def _config_dir(folder: Path) -> tuple[Path, bool]:
@@ -130,11 +214,11 @@ def _model(folder: Path, env_name: str, repo: bool, checkpoint: str) -> Path:
     return path
 
 
-def _wrapper_entries(config: dict[str, Any], where: Path) -> tuple[dict[str, Any], ...]:
+def _wrapper_entries(config: dict[str, Any], where: Path, trusted: tuple[str, ...]
+                     ) -> tuple[dict[str, Any], ...]:
     """``env_wrapper`` as policy-side wrapper entries (rl-zoo3's get_wrapper_class forms:
-    one dotted name, or a list of names and ``{name: kwargs}``)."""
-    import importlib.util
-
+    one dotted name, or a list of names and ``{name: kwargs}``), each module checked
+    (:func:`_check_module`) before anything is imported."""
     raw = config.get("env_wrapper")
     if raw is None:
         return ()
@@ -143,23 +227,25 @@ def _wrapper_entries(config: dict[str, Any], where: Path) -> tuple[dict[str, Any
         kwargs: Any = {}
         if isinstance(item, dict):
             if len(item) != 1:
-                raise UsageError(f"zoo: '{where}' env_wrapper entry {item!r:.80} must name one "
-                                 "wrapper.")
+                raise UsageError(f"zoo: '{where}' env_wrapper entry {_shown(item)} must name "
+                                 "one wrapper.")
             item, kwargs = next(iter(item.items()))
-        module, _, name = str(item).rpartition(".")
-        if not module or not isinstance(kwargs or {}, dict):
-            raise UsageError(f"zoo: '{where}' env_wrapper entry {item!r:.80} is not a dotted "
+        module, _, name = item.rpartition(".") if isinstance(item, str) else ("", "", "")
+        if not module or not name.isidentifier() or not isinstance(kwargs or {}, dict) \
+                or not all(isinstance(k, str) for k in kwargs or {}):
+            raise UsageError(f"zoo: '{where}' env_wrapper entry {_shown(item)} is not a dotted "
                              "module.Class name with keyword arguments.")
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            raise UsageError(f"zoo: '{where}' names the wrapper '{item}', whose module "
-                             f"'{module}' is not installed; install it to evaluate this folder.")
+        _check_module(module, f"the wrapper '{item[:100]}'", where, trusted)
         out.append({"target": f"{module}:{name}", "kwargs": dict(kwargs or {}),
                     "flag": f"zoo env_wrapper '{item}'"})
     return tuple(out)
 
 
-def read_zoo(folder: str | Path, checkpoint: str = "last") -> ZooFolder:
-    """Read a zoo folder; one sentence naming the entry when it cannot be reproduced."""
+def read_zoo(folder: str | Path, checkpoint: str = "last", trusted: tuple[str, ...] = (),
+             env: str | None = None) -> ZooFolder:
+    """Read a zoo folder; one sentence naming the entry when it cannot be reproduced.
+    ``trusted``: top-level modules the user names (``--trust-module``); ``env``: the env the
+    user named, whose module is theirs to trust."""
     folder = Path(folder)
     if not folder.is_dir():
         raise UsageError(f"zoo:{folder} is not a folder; give an rl-zoo3 experiment folder "
@@ -168,28 +254,36 @@ def read_zoo(folder: str | Path, checkpoint: str = "last") -> ZooFolder:
     cfg_dir, repo = _config_dir(folder)
     config = _read_yaml(cfg_dir / "config.yml", files)
     args = _read_yaml(cfg_dir / "args.yml", files) if (cfg_dir / "args.yml").is_file() else {}
-    env_name = str(args.get("env") or ("" if repo else cfg_dir.name))
+    args_file = cfg_dir / "args.yml"
+    env_name = _text(args["env"], args_file, "env") if args.get("env") is not None else \
+        ("" if repo else cfg_dir.name)
     if not env_name:
         raise UsageError(f"zoo:{folder} does not say its env: its args.yml (with env: ID) is "
                          "missing.")
-    algo_name = str(args.get("algo") or "").lower()
+    algo_name = _text(args["algo"], args_file, "algo").lower() if args.get("algo") else ""
     if not algo_name and not repo:
         algo_name = folder.parent.name.lower()  # logs/ALGO/ENV_N
     if algo_name and algo_name not in _ALGOS:
-        raise UsageError(f"zoo:{folder} was trained with '{algo_name}', which rolltape does not "
-                         f"load; it loads {', '.join(_ALGOS)}.")
+        raise UsageError(f"zoo:{folder} was trained with '{algo_name[:100]}', which rolltape "
+                         f"does not load; it loads {', '.join(_ALGOS)}.")
     if config.get("vec_env_wrapper") is not None:
         raise UsageError(f"zoo: '{cfg_dir / 'config.yml'}' has a vec_env_wrapper, which rolltape "
                          "cannot apply on the policy side; evaluate it with rl-zoo3.")
-    packages = [str(p) for p in args.get("gym_packages") or []]
+    packages = args.get("gym_packages") or []
+    if not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
+        raise UsageError(f"zoo: '{args_file}' gym_packages must be a list of module names, not "
+                         f"{_shown(packages)}.")
     if len(packages) > 1:
-        raise UsageError(f"zoo:{folder} imports several gym_packages {packages}; rolltape "
-                         "takes one module (MODULE:EnvId).")
+        raise UsageError(f"zoo:{folder} imports several gym_packages {_shown(packages)}; "
+                         "rolltape takes one module (MODULE:EnvId).")
     env_id = f"{packages[0]}:{env_name}" if packages else env_name
-    env_kwargs = dict(config.get("env_kwargs") or {})
+    if ":" in env_id and env_id != env:  # gym.make would import the module it names
+        _check_module(env_id.partition(":")[0], "the env module", args_file if packages
+                      or args.get("env") else cfg_dir / "config.yml", trusted)
+    env_kwargs = _mapping(config.get("env_kwargs"), cfg_dir / "config.yml", "env_kwargs")
     if args.get("env_kwargs") is not None:  # enjoy.py: the training command line's win
-        env_kwargs = dict(args["env_kwargs"])
-    frame_stack = int(config.get("frame_stack") or 0)
+        env_kwargs = _mapping(args["env_kwargs"], args_file, "env_kwargs")
+    frame_stack = _frame_stack(config.get("frame_stack"), cfg_dir / "config.yml")
     stats = None
     if config.get("normalize"):
         stats = next((p for p in (cfg_dir / "vecnormalize.pkl", cfg_dir / "vec_normalize.pkl")
@@ -200,7 +294,7 @@ def read_zoo(folder: str | Path, checkpoint: str = "last") -> ZooFolder:
         files[str(stats)] = sha256_of(stats)
     model = _model(folder, env_name, repo, checkpoint)
     files[str(model)] = sha256_of(model)
-    wrappers = _wrapper_entries(config, cfg_dir / "config.yml")
+    wrappers = _wrapper_entries(config, cfg_dir / "config.yml", trusted)
     atari = any("atari" in w["target"].lower() for w in wrappers) or \
         env_name.startswith("ALE/") or "NoFrameskip" in env_name
     return ZooFolder(folder, env_id, _ALGOS.get(algo_name, ""), model, env_kwargs, wrappers,
@@ -213,7 +307,8 @@ def zoo_options(policy: str, env: str | None, options: dict[str, Any]
     model, algorithm, kwargs, wrappers, frame stack and statistics, the user's flags checked
     against them."""
     checkpoint = str(options.pop("checkpoint", None) or "last")
-    zoo = read_zoo(policy[len("zoo:"):], checkpoint)
+    trusted = tuple(options.pop("trust_module", None) or ())
+    zoo = read_zoo(policy[len("zoo:"):], checkpoint, trusted, env)
     if env is not None and env != zoo.env_id:
         raise UsageError(f"--policy {policy} was trained on '{zoo.env_id}', not '{env}'; leave "
                          "the env out (the folder names it).")

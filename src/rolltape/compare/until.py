@@ -36,6 +36,7 @@ import numpy as np
 
 from rolltape.errors import RunFailed, UsageError
 from rolltape.files import write_json, write_text
+from rolltape.limits import MAX_EPISODES, MAX_LOOKS, MAX_RETURN_BOUND
 from rolltape.record import Episode, Results, Run
 from rolltape.stats import bootstrap_ci, wilson_interval
 from rolltape.stats.sequential import bernoulli_cs, betting_cs
@@ -94,6 +95,13 @@ def parse_until(text: str, *, margin: float = 0.0, max_episodes: int | None = No
     if max_episodes < batch:
         raise UsageError(f"--max-episodes {max_episodes} is below one --batch ({batch}); "
                          "raise it or lower --batch.")
+    if max_episodes > MAX_EPISODES:
+        raise UsageError(f"--max-episodes {max_episodes} is more than a run can play; give at "
+                         f"most {MAX_EPISODES:.0e}.")
+    if -(-max_episodes // batch) > MAX_LOOKS:  # every look is kept (until.json, the chart)
+        raise UsageError(f"--max-episodes {max_episodes} in batches of {batch} is "
+                         f"{-(-max_episodes // batch):,} looks, more than {MAX_LOOKS:,}; raise "
+                         "--batch or lower --max-episodes.")
     if not (math.isfinite(margin) and margin >= 0):
         raise UsageError(f"--margin must be 0 or more, got {margin}.")
     if margin and rule != "decided":
@@ -112,6 +120,9 @@ def parse_bounds(text: str | None) -> tuple[float, float] | None:
                          "episode can return, e.g. 0,500 for CartPole-v1.") from None
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise UsageError(f"--return-bounds '{text}': need finite LO < HI.")
+    if max(abs(lo), abs(hi)) > MAX_RETURN_BOUND:  # the interval's arithmetic would overflow
+        raise UsageError(f"--return-bounds '{text}' reaches beyond +-{MAX_RETURN_BOUND:g}; give "
+                         "the least and most one episode can really return.")
     return lo, hi
 
 
@@ -148,6 +159,10 @@ def _measure(results: Results, task: str, episodes: list[Episode],
     if not np.all(np.isfinite(rets)):
         raise UsageError(f"task '{task}' has episodes without a finite return; --until cannot "
                          "bound their mean.")
+    if rets.min() < bounds[0] or rets.max() > bounds[1]:  # found at the first look it shows
+        raise UsageError(f"task '{task}' returned {rets.min():g} to {rets.max():g}, outside "
+                         f"--return-bounds {bounds[0]:g},{bounds[1]:g}; give bounds that hold "
+                         "every episode's return.")
     return "return", rets, bounds
 
 

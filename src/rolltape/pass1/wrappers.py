@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from rolltape.errors import UsageError
+from rolltape.limits import MAX_FRAME_STACK
 
 # Named presets: what a user trained with, by the name they know it by.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -87,6 +88,9 @@ def wrapper_entries(wrappers: Any, frame_stack: int = 0) -> tuple[dict[str, Any]
         out.append(check_entry({"target": w} if isinstance(w, str) else dict(w)))
     if frame_stack < 0:
         raise UsageError(f"--frame-stack must be 0 (none) or more, got {frame_stack}.")
+    if frame_stack > MAX_FRAME_STACK:  # each frame is kept: refused before it allocates
+        raise UsageError(f"--frame-stack {frame_stack} is more frames than a policy stacks; "
+                         f"give at most {MAX_FRAME_STACK:,}.")
     if frame_stack > 1:
         out.append({"target": FRAME_STACK, "kwargs": {"n_stack": int(frame_stack)}})
     return tuple(out)
@@ -119,7 +123,19 @@ def import_wrapper(target: str, flag: str | None = None) -> Any:
     cls = getattr(imported, name, None)
     if not callable(cls):
         raise UsageError(f"{what}: module '{module}' has no class '{name}'.")
+    if flag is not None and not _is_wrapper(cls):
+        # A zoo folder's entry (data, not the user's command line) names only a Wrapper
+        # class: a function such as pydoc.pipepager would run what its arguments say.
+        raise UsageError(f"{what} is not a gymnasium.Wrapper class, and a zoo folder may name "
+                         "only wrappers; remove the entry (or wrap the env yourself with "
+                         "--wrapper).")
     return cls
+
+
+def _is_wrapper(obj: Any) -> bool:
+    import gymnasium as gym
+
+    return isinstance(obj, type) and issubclass(obj, gym.Wrapper)
 
 
 def recording_tap(base: Any) -> Any:

@@ -96,11 +96,12 @@ MAX_BYTES = 1 << 20  # a manifest of a thousand tasks is ~100 KB
 MAX_NODES = 100_000  # values in the document with every alias expanded (a bomb: 9**9)
 
 
-class _TooLarge(Exception):
-    """The document is over a cap; the message ends the sentence 'Suite manifest X ...'."""
+class YAMLTooLarge(Exception):
+    """The document is over a cap; the message ends the sentence 'Suite manifest X ...'
+    (or a zoo folder's 'FILE ...': rolltape.zoo reads its YAML with the same caps)."""
 
 
-def _loader() -> type:
+def capped_loader() -> type:
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -118,7 +119,7 @@ def _loader() -> type:
                 anchor = self.peek_event().anchor
                 node = super().compose_node(parent, index)
                 if id(node) not in self.sizes:
-                    raise _TooLarge(f"uses the alias *{_cut(str(anchor))} inside the value it "
+                    raise YAMLTooLarge(f"uses the alias *{_cut(str(anchor))} inside the value it "
                                     "names (a structure without end); write the value out.")
                 self.expanded += self.sizes[id(node)]
             else:
@@ -127,7 +128,7 @@ def _loader() -> type:
                 self.expanded += 1
                 self.sizes[id(node)] = self.expanded - start
             if self.expanded > MAX_NODES:
-                raise _TooLarge(f"expands its aliases to more than {MAX_NODES:,} values; "
+                raise YAMLTooLarge(f"expands its aliases to more than {MAX_NODES:,} values; "
                                 "write the values out, or use fewer aliases of aliases.")
             return node
 
@@ -170,11 +171,11 @@ def load_manifest(path: str | Path) -> Manifest:
     try:
         size = file.stat().st_size
         if size > MAX_BYTES:
-            raise _TooLarge(f"is {size:,} bytes, more than a manifest needs "
+            raise YAMLTooLarge(f"is {size:,} bytes, more than a manifest needs "
                             f"({MAX_BYTES:,} at most); split it into several.")
         text = file.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader subclass)
-    except _TooLarge as exc:
+        data = yaml.load(text, Loader=capped_loader())  # noqa: S506 (a SafeLoader subclass)
+    except YAMLTooLarge as exc:
         raise UsageError(f"Suite manifest '{path}' {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"Cannot read suite manifest '{path}' ({_cut(str(exc))}).") from None
