@@ -730,8 +730,14 @@ def interrupted_line(stopped: Interrupted, argv: list[str]) -> str:
     if stopped.explained:
         return str(stopped)
     verb = next((a for a in argv if not a.startswith("-")), "")
+    if verb in _SERVING:  # runs until stopped: a stop is its ordinary end, nothing unfinished
+        return (f"{Interrupted.heading(stopped)}: `rolltape {verb}` stopped serving, and so "
+                "did every process it started.")
     return (f"{Interrupted.heading(stopped)}: `rolltape {verb}` stopped before it finished, "
             "and so did every process it started; rerun it to finish.")
+
+
+_SERVING = ("view", "serve", "serve-policy")  # verbs that serve until they are stopped
 
 
 # The base of every error typer's parser raises. typer exposes BadParameter in every
@@ -752,6 +758,8 @@ def usage_line(exc: Exception) -> str:
     # A ClickException (ClickError: typer may vendor click, so not importable by name);
     # a choice list spans lines.
     message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+    if message.endswith("?"):  # click's "Did you mean 'eval'?": a question ends the sentence
+        return f"{message} Try `{where} --help`."
     return f"{message.rstrip('.')}; try `{where} --help`."
 
 

@@ -39,7 +39,8 @@ SCHEMA_VERSION = 1
 _RECENT: OrderedDict[tuple[Any, ...], Tape] = OrderedDict()  # see Tape.load
 _RECENT_TAPES = 16
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
-_OPTIONAL_ARRAYS = ("obs_digest", "qpos", "qvel", "physics", "ale_state", "ale_state_offsets")
+_OPTIONAL_ARRAYS = ("obs_digest", "obs_key_digest", "qpos", "qvel", "physics", "ale_state",
+                    "ale_state_offsets")
 
 # A tape is untrusted data. Real tapes barely compress (float64 physics states are most of
 # the bytes: a 1000-step HalfCheetah tape is 0.4 MB on disk and 1.05x that expanded), but
@@ -70,6 +71,13 @@ class Tape:
         rewards: (T,) float64, exactly as the env returned them.
         terminated, truncated: (T,) bool flags as the env returned them.
         obs_digest: (T+1,) uint64 digests of the reset observation and each step's, or None.
+        obs_keys, obs_key_digest: a dict observation's key names and (T+1, keys) uint64
+            digests of each key per frame, so a diff can name the key that differs; None
+            for other observations (obs_digest names the whole one).
+        obs_reset: per key ("obs" for an array), hex digests of the reset observation
+            as it is ("value"), in flipped, transposed, reordered forms, and as the policy
+            saw it through its wrappers ("seen"), or None: what ``rolltape diff`` reads to
+            name a flip or a channel order.
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
         physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.physics_spec`), from
             which stepping continues bit for bit; lets one episode render in segments.
@@ -104,6 +112,9 @@ class Tape:
     truncated: np.ndarray
     options: dict[str, Any] | None = None
     obs_digest: np.ndarray | None = None
+    obs_key_digest: np.ndarray | None = None
+    obs_keys: tuple[str, ...] | None = None
+    obs_reset: dict[str, dict[str, str]] | None = None
     qpos: np.ndarray | None = None
     qvel: np.ndarray | None = None
     physics: np.ndarray | None = None
@@ -182,6 +193,10 @@ class Tape:
             extra["start_step"] = self.start_step
         if self.window is not None:
             extra["window"] = list(self.window)
+        if self.obs_keys is not None:
+            extra["obs_keys"] = list(self.obs_keys)
+        if self.obs_reset is not None:
+            extra["obs_reset"] = self.obs_reset
         return {
             "schema_version": SCHEMA_VERSION,
             "env": self.env,
@@ -272,6 +287,8 @@ class Tape:
                 reset_rng=header.get("reset_rng"),
                 start_step=header.get("start_step", 0),
                 window=tuple(header["window"]) if "window" in header else None,
+                obs_keys=tuple(header["obs_keys"]) if "obs_keys" in header else None,
+                obs_reset=header.get("obs_reset"),
                 **{name: contents[name] for name in _REQUIRED_ARRAYS},
                 **{name: contents[name] for name in _OPTIONAL_ARRAYS if name in contents},
             )
@@ -401,6 +418,10 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "start_step": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
     "window": (lambda v: isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v),
                "a list of two frame indices"),  # their range is checked with the arrays
+    "obs_keys": (lambda v: isinstance(v, list) and len(v) <= 256
+                 and all(isinstance(x, str) for x in v), "a list of key names"),
+    "obs_reset": (lambda v: is_obs_reset(v),
+                  "an object of keys, each an object of form names and hex digests"),
 }
 _ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "id": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
@@ -409,6 +430,15 @@ _ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
                           "null or a positive integer"),
     "versions": (_optional(_is_dict), "null or an object"),
 }
+
+
+def is_obs_reset(value: Any) -> bool:
+    """True for :attr:`Tape.obs_reset`'s form: at most 256 keys, each at most 32 named hex
+    digests (strings of at most 32 characters)."""
+    return isinstance(value, dict) and len(value) <= 256 and all(
+        isinstance(k, str) and isinstance(forms, dict) and len(forms) <= 32 and all(
+            isinstance(f, str) and isinstance(d, str) and len(d) <= 32 for f, d in forms.items())
+        for k, forms in value.items())
 
 
 def is_rng_state(value: Any) -> bool:
@@ -472,6 +502,16 @@ def _check_shapes(tape: Tape, where: str) -> None:
     if digest is not None and (digest.dtype != np.uint64 or digest.shape != (n + 1,)):
         raise UsageError(f"{where} obs_digest must be {n + 1} uint64 digests, got "
                          f"{digest.dtype}{digest.shape}.")
+    keyed, keys = tape.obs_key_digest, tape.obs_keys
+    if (keyed is None) != (keys is None):
+        raise UsageError(f"{where} must have both obs_keys and obs_key_digest, or neither.")
+    if keyed is not None and keys is not None and (
+            keyed.dtype != np.uint64 or keyed.shape != (n + 1, len(keys))):
+        raise UsageError(f"{where} obs_key_digest must be {n + 1} rows of {len(keys)} uint64 "
+                         f"digests (one per key), got {keyed.dtype}{keyed.shape}.")
+    if tape.obs_reset is not None and not is_obs_reset(tape.obs_reset):
+        raise UsageError(f"{where} obs_reset must be an object of keys, each an object of "
+                         "form names and hex digests.")
     for name in ("qpos", "qvel", "physics"):
         arr = getattr(tape, name)
         if arr is not None and (arr.dtype != np.float64 or arr.ndim != 2
