@@ -245,6 +245,7 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command,
                          run.resumed, targets)
     record = Run(root, results, metadata).write()
+    _write_card(root, targets, cfg, descriptions, metadata)
     if cfg.report:
         _write_reports(record, cfg.viewer, warnings)
     outcome = replace(record, path=run.commit())
@@ -255,6 +256,27 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
         raise DivergenceError(f"{len(outcome.diverged)} replay(s) diverged from pass 1: "
                               + " ".join(w for w in warnings if "diverged" in w))
     return outcome
+
+
+def _write_card(root: Path, targets: list[Target], cfg: EvalConfig,
+                descriptions: dict[str, Any], metadata: Metadata) -> None:
+    """protocol.json: how the run was made, per task, for `rolltape diff`."""
+    from rolltape.outputs.protocol import build_card, write_card
+
+    specs, rules = {}, {}
+    for t in targets:
+        label = "env" if t.task is None else f"{t.task.suite}/{t.task.name}"
+        specs[label] = {k: v for k, v in t.spec.items() if k != "served"}
+        rules[label] = {"success_key": "is_success" if t.task is None else t.task.success_key,
+                        "success_rule": cfg.success if t.task is None
+                        else t.task.success or "at_end"}
+    policy = descriptions.get("policy") or {}
+    render = metadata.get("render") or {}
+    write_card(root, build_card(
+        specs=specs, rules=rules, config=cfg, policy=policy,
+        env_facts=descriptions.get("env_facts") or {},
+        wrappers=describe_wrappers(wrapper_entries(cfg.wrappers, cfg.frame_stack)),
+        gl_backend=render.get("backend_used")))
 
 
 def _without_counts(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -357,6 +379,12 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                 elif kind == "policy":
                     descriptions[payload.pop("role")] = payload
                     write_json(described, descriptions)
+                elif kind == "env_facts":  # for protocol.json, kept for --resume too
+                    label = "/".join(str(payload.pop(k)) for k in ("suite", "task")
+                                     if k in payload)
+                    if payload.pop("role") == "policy":
+                        descriptions.setdefault("env_facts", {})[label] = payload
+                        write_json(described, descriptions)
                 elif kind == "done":
                     warnings.extend(f"MuJoCo: {w}" for w in payload if f"MuJoCo: {w}" not in warnings)
     keys = {role: [EpisodeKey(role, *t.where, i, cfg.seed + i) for t in targets

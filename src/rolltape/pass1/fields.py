@@ -6,6 +6,7 @@ May import: envs, tape. Never: policies, the render side, executors, outputs.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from typing import Any
@@ -24,6 +25,7 @@ def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any
     ``metrics`` come from the last step's info, ``started`` is when the episode began."""
     actions, rewards, terminated, truncated, observations = zip(*steps)
     digests = digest_all([first_obs, *observations])
+    keys, by_key = key_digests([first_obs, *observations])
     wall = time.perf_counter() - started
     state, qpos, qvel = physics
     return {
@@ -40,6 +42,8 @@ def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any
         "success_at_end": success_flag(success),
         "metrics": json_safe(metrics) if isinstance(metrics, dict) else None,
         "wall_s": wall,
+        "obs_keys": tuple(keys) if keys is not None else None,
+        "obs_key_digest": by_key,
     }
 
 
@@ -57,8 +61,85 @@ def success_flag(value: Any) -> bool | None:
 
 
 def kept_obs(obs: Any) -> Any:
-    """A copy of an array observation (an env may reuse its buffer), else its digest now."""
-    return obs.copy() if isinstance(obs, np.ndarray) else obs_digest(obs)
+    """A copy of an array observation (an env may reuse its buffer), else its digest now
+    (a dict observation's carries each key's digest too: :class:`KeyedDigest`)."""
+    if isinstance(obs, np.ndarray):
+        return obs.copy()
+    if isinstance(obs, dict):
+        return KeyedDigest(obs_digest(obs), {str(k): array_digest(v) for k, v in obs.items()})
+    return obs_digest(obs)
+
+
+class KeyedDigest(int):
+    """The whole digest of a dict observation (the int every loop already keeps), with
+    each key's own digest beside it, so that ``rolltape diff`` can name the key where two
+    episodes part. One blake2b per key: a dict observation is digested twice, both cheap."""
+
+    per_key: dict[str, int]
+
+    def __new__(cls, whole: int, per_key: dict[str, int]) -> KeyedDigest:
+        made = super().__new__(cls, whole)
+        made.per_key = per_key
+        return made
+
+
+def array_digest(value: Any) -> int:
+    """64-bit blake2b of an array's dtype, shape and bytes: a key's digest, and the digest
+    of the flipped, transposed or reordered forms of a reset observation."""
+    arr = np.ascontiguousarray(value)
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{arr.dtype.str}{arr.shape}".encode())
+    h.update(arr.tobytes())
+    return int.from_bytes(h.digest(), "little")
+
+
+def key_digests(observations: list[Any]) -> tuple[list[str] | None, np.ndarray | None]:
+    """(key names, (T+1, keys) uint64 digests) of dict observations kept by
+    :func:`kept_obs`; (None, None) for other observations or keys that change mid-episode."""
+    first = observations[0]
+    if not isinstance(first, KeyedDigest):
+        return None, None
+    names = sorted(first.per_key)
+    rows = []
+    for o in observations:
+        if not isinstance(o, KeyedDigest) or sorted(o.per_key) != names:
+            return None, None
+        rows.append([o.per_key[n] for n in names])
+    return names, np.array(rows, dtype=np.uint64).reshape(len(observations), len(names))
+
+
+def reset_forms(obs: Any) -> dict[str, dict[str, str]]:
+    """Digests (hex) of each key of a reset observation ("obs" for a plain array) as it is
+    and as it would be flipped, transposed, with its channels reordered, reversed or
+    negated: two runs reset with the same seed see the same observation, so when one run's
+    digest equals a form of the other's, ``rolltape diff`` can say which transform
+    separates them. Computed once per episode: cheap."""
+    items = obs.items() if isinstance(obs, dict) else [("obs", obs)]
+    out: dict[str, dict[str, str]] = {}
+    for name, value in items:
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf" or arr.ndim == 0:
+            continue
+        forms = {"value": arr}
+        if arr.ndim == 1:
+            forms["reversed"] = arr[::-1]
+        else:
+            # Images are H x W (x C) unless the first axis is a channel axis (C x H x W).
+            chw = arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4)
+            h, w = (1, 2) if chw else (0, 1)
+            forms["flip_vertical"] = np.flip(arr, h)
+            forms["flip_horizontal"] = np.flip(arr, w)
+            forms["flip_both"] = np.flip(arr, (h, w))
+            forms["transpose"] = np.swapaxes(arr, h, w)
+            if arr.ndim == 3:
+                c = 0 if chw else 2
+                forms["channels_reversed"] = np.flip(arr, c)
+                forms["channels_first" if not chw else "channels_last"] = \
+                    np.moveaxis(arr, 2, 0) if not chw else np.moveaxis(arr, 0, 2)
+        if arr.dtype.kind in "if":
+            forms["negated"] = -arr
+        out[str(name)] = {form: f"{array_digest(a):016x}" for form, a in forms.items()}
+    return out
 
 
 def digest_all(observations: list[Any]) -> np.ndarray:

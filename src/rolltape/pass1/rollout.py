@@ -30,7 +30,8 @@ from rolltape.envs import (
     make_env,
 )
 from rolltape.errors import EnvRaised, UsageError
-from rolltape.pass1.fields import compact, kept_obs, success_flag, tape_fields
+from rolltape.pass1.facts import env_facts
+from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
 from rolltape.pass1.inflight import play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, load_policy
@@ -130,6 +131,7 @@ def play_episode(env: Any, policy: Policy, seed: int | None,
     if ale is not None:
         ale.record()
     first = kept_obs(obs)
+    forms = reset_forms(obs) or None  # what `rolltape diff` names a flip or a reorder by
     steps = []  # one tuple per step: fewer appends keep the loop as lean as a bare one
     done = False
     key = success_key or "\0"  # no key: a lookup that never finds anything
@@ -154,6 +156,7 @@ def play_episode(env: Any, policy: Policy, seed: int | None,
                          physics.arrays() if physics is not None else (None, None, None),
                          info.get(key), info.get("metrics"), start)
     fields["success_once"] = hit if reported else None
+    fields["obs_reset"] = forms
     if ale is not None:
         fields["ale_state"], fields["ale_state_offsets"] = ale.arrays()
     return fields
@@ -293,6 +296,9 @@ class OpenJobs:
         if wrapped is not None:  # stored in every tape and the run's metadata
             policy.description["wrappers"] = wrapped.names
         send(("policy", {"role": role, **policy.description}))
+        # What the env is (spaces, control rate, wrappers): the run's protocol card.
+        send(("env_facts", {"role": role, **job.extra_meta,
+                            **env_facts(env, wrapped.env if wrapped else None)}))
         self._open[key] = Opened(env, wrapped, policy)
         return self._open[key]
 

@@ -143,7 +143,7 @@ def recording_tap(base: Any) -> Any:
     import gymnasium as gym
 
     from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog
-    from rolltape.pass1.fields import compact, kept_obs, success_flag, tape_fields
+    from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
 
     class Tap(gym.Wrapper):
         """Right over the base env: keeps one tape episode of it (begin, then fields)."""
@@ -156,6 +156,7 @@ def recording_tap(base: Any) -> Any:
             """Start a tape: the next reset is its first frame."""
             self.key = success_key or "\0"
             self.first: Any = None
+            self.forms: dict[str, dict[str, str]] = {}
             self.steps: list[tuple[Any, ...]] = []
             self.physics: Any = None
             self.ale: Any = None
@@ -174,6 +175,7 @@ def recording_tap(base: Any) -> Any:
                                  "Atari's life loss does); a tape records whole base "
                                  "episodes, so drop that wrapper.")
             self.first = kept_obs(obs)
+            self.forms = reset_forms(obs)
             self.physics = PhysicsLog.for_env(self.env)
             if self.physics is not None:
                 self.physics.record()
@@ -207,6 +209,7 @@ def recording_tap(base: Any) -> Any:
             out = tape_fields(seed, options, self.first, self.steps, physics,
                               self.info.get(self.key), self.info.get("metrics"), self.started)
             out["success_once"] = self.hit if self.reported else None
+            out["obs_reset"] = self.forms or None
             if self.ale is not None:
                 out["ale_state"], out["ale_state_offsets"] = self.ale.arrays()
             return out
@@ -319,6 +322,7 @@ def record_wrapped_episode(wrapped: WrappedEnv, policy: Any, seed: int | None,
     env, tap = wrapped.fresh(), wrapped.tap
     tap.begin(success_key)
     obs, _ = env.reset(seed=seed, options=options)
+    seen = _seen(obs, tap.forms)
     policy.reset(seed)
     while not tap.done:
         obs, _, term, trunc, _ = env.step(policy.act(obs))
@@ -326,4 +330,20 @@ def record_wrapped_episode(wrapped: WrappedEnv, policy: Any, seed: int | None,
             # The wrappers' episode ended, the game did not (a lost life): a VecEnv resets
             # the sub-env (no seed) and evaluate_policy plays on until Monitor's episode ends.
             obs, _ = env.reset()
-    return tap.fields(seed, options)
+    fields = tap.fields(seed, options)
+    if seen:
+        fields["obs_reset"] = seen
+    return fields
+
+
+def _seen(obs: Any, forms: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The base env's reset forms (:func:`rolltape.pass1.fields.reset_forms`) with, per
+    key, the digest of what the policy saw through the wrappers ("seen"): a flip wrapper's
+    digest equals one of the forms, so ``rolltape diff`` can name it. A key the policy saw
+    but the env did not give (a wrapper's own) is added with "seen" only."""
+    from rolltape.pass1.fields import reset_forms
+
+    out = {k: dict(v) for k, v in forms.items()}
+    for key, its in reset_forms(obs).items():
+        out.setdefault(key, {})["seen"] = its["value"]
+    return out
