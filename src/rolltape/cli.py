@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rolltape import branch_command as _branch_command
 from rolltape import server_commands as _server_commands
 from rolltape.cli_options import PanelCommand, config_values, options_of, takes
 from rolltape.config import EvalConfig
@@ -671,6 +672,8 @@ def view(
 
 # `serve` and `parity` live with the env server (rolltape.server_commands).
 _server_commands.register(app, lambda line: out.print(line, highlight=False, markup=False))
+# `branch` lives with its orchestrator (rolltape.branch_command).
+_branch_command.register(app, lambda line: out.print(line, highlight=False, markup=False))
 # `export` lives with the dataset writers (rolltape.datasets.command).
 _dataset_commands.register(app, lambda line: out.print(line, highlight=False, markup=False),
                            lambda line: err.print(f"rolltape: {line}", highlight=False,

@@ -94,6 +94,18 @@ class PolicyJob:
     wrappers: tuple[dict[str, Any], ...] = ()  # policy-side wrappers (pass1.wrappers entries)
     in_flight: int = 1  # a served env: episodes played at once, one per session (pass1.inflight)
 
+    def play(self, opened: Opened, ep: EpisodeJob) -> dict[str, Any]:
+        """Play episode ``ep`` on ``opened``'s env and policy; return its tape's fields (a
+        branch job continues a recorded episode instead: :mod:`rolltape.pass1.branches`)."""
+        if opened.wrapped is not None:
+            return record_wrapped_episode(opened.wrapped, opened.policy, ep.seed, None,
+                                          self.success_key)
+        return record_episode(opened.env, opened.policy, ep.seed, None, self.success_key)
+
+    def episode_meta(self, ep: EpisodeJob) -> dict[str, Any]:
+        """The ``meta`` of ``ep``'s tape: its role and index, and the job's extras."""
+        return {"role": ep.role, "index": ep.index, **self.extra_meta}
+
 
 def record_episode(env: Any, policy: Policy, seed: int | None,
                    options: dict[str, Any] | None = None,
@@ -218,7 +230,7 @@ def save_episode(job: PolicyJob, ep: EpisodeJob, policy: dict[str, Any],
     spec, so it renders and verifies here like any other."""
     env = {k: v for k, v in job.env.items() if k != "served"}
     tape = Tape(env=env, policy=policy,
-                meta={"role": ep.role, "index": ep.index, **job.extra_meta}, **fields)
+                meta=job.episode_meta(ep), **fields)
     tape.save(ep.tape_path)
     send(("episode", episode_row(tape, ep)))
 
@@ -327,10 +339,7 @@ def run_policy_job(job: PolicyJob, send: Any, opened: OpenJobs | None = None) ->
             return
         for ep in job.episodes:
             try:
-                fields = (record_wrapped_episode(slot.wrapped, slot.policy, ep.seed, None,
-                                                 job.success_key) if slot.wrapped is not None
-                          else record_episode(slot.env, slot.policy, ep.seed, None,
-                                              job.success_key))
+                fields = job.play(slot, ep)
             except (UsageError, OSError, MemoryError):
                 raise  # bad input or a broken machine: not this episode's fault
             except Exception as exc:  # the env (or policy) failed this episode alone

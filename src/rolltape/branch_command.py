@@ -1,0 +1,91 @@
+"""The ``rolltape branch`` verb: parse its flags, call :func:`rolltape.branching.branch`,
+print one line per episode.
+
+May import: cli_options, errors; the orchestrator lazily (``--help`` stays fast). Never:
+torch, GL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from rolltape.cli_options import PanelCommand
+
+
+def register(app: typer.Typer, say: Callable[[str], None]) -> None:
+    """Add ``branch`` to ``app``."""
+
+    @app.command("branch", cls=PanelCommand)
+    def branch_(
+        run: Path = typer.Argument(..., help="A run folder (what `rolltape eval` wrote)."),
+        episodes: str = typer.Option(
+            "worst:3", "--episodes", "-n",
+            help="Which episodes: worst:N, best:N, median, all, or indices like 0,3."),
+        branches: int = typer.Option(16, help="Branches K played from each grid step."),
+        every: int = typer.Option(10, help="Grid: a branch point every N steps from step 0."),
+        noise: Optional[float] = typer.Option(
+            None, help="Gaussian action noise, in half-widths of the action range, added to "
+                       "a deterministic policy's actions (default 0.1; a stochastic policy "
+                       "samples, default 0). 0 with a deterministic policy replays the tape."),
+        budget: Optional[int] = typer.Option(
+            None, help="At most this many env steps in all: the grid is thinned to fit."),
+        threshold: float = typer.Option(
+            0.5, help="The point of no return (safety) is where the band's upper (lower) "
+                      "end stays below (above) this."),
+        seed: int = typer.Option(0, help="Seeds every branch's sampling and noise."),
+        workers: int = typer.Option(0, help="Worker processes (0: one per CPU core)."),
+        policy: Optional[str] = typer.Option(
+            None, "--policy", "-p",
+            help="The policy, when not the run's own (needed for a module or .py policy)."),
+        vecnormalize: Optional[str] = typer.Option(None, help="VecNormalize statistics, with "
+                                                   "--policy."),
+        env: Optional[str] = typer.Option(
+            None, help="Branch on this env (MODULE:EnvId or FILE.py:CLASS) instead of the "
+                       "tapes' own; a tape of your own env needs it: tapes never import code."),
+        output: Optional[Path] = typer.Option(None, "--out", "-o",
+                                              help="Folder for the results (default RUN/branch)."),
+        overwrite: bool = typer.Option(False, help="Replace an existing --out."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    ) -> None:
+        """Where was an episode decided? P(success | state at t) from branch rollouts."""
+        from rolltape.branching import branch
+
+        result = branch(str(run), episodes=episodes, branches=branches, every=every,
+                        noise=noise, budget=budget, threshold=threshold, seed=seed,
+                        workers=workers, policy=policy, vecnormalize=vecnormalize, env=env,
+                        out=None if output is None else str(output), overwrite=overwrite,
+                        quiet=quiet)
+        if result.thinned:
+            say(result.thinned)
+        for record in result.episodes:
+            say(summary_line(record))
+        say(f"branch.json and branch.png per episode in {result.out}")
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One episode's result in a line.
+
+    >>> summary_line({"episode": {"tape": "tapes/policy-0003.npz", "success": False},
+    ...               "success_rule": "at_end", "point_of_no_return": 40, "crossing": 41,
+    ...               "grid": [0, 5], "branches": 8})
+    'tapes/policy-0003.npz (failed): point of no return at step 40 (estimate below the threshold from step 41); 2 grid steps x 8 branches'
+    """
+    ep = record["episode"]
+    size = f"{len(record['grid'])} grid steps x {record['branches']} branches"
+    if record.get("success_rule") is None:
+        return f"{ep['tape']}: expected return from each grid step; {size}"
+    failed = ep["success"] is False
+    name = "point of no return" if failed else "point of safety"
+    point = record.get("point_of_no_return" if failed else "point_of_safety")
+    where = f"at step {point}" if point is not None else "not reached"
+    crossing = record.get("crossing")
+    side = "below" if failed else "above"
+    cross = (f" (estimate {side} the threshold from step {crossing})"
+             if crossing is not None else "")
+    extra = "" if "replays_source" not in record else \
+        f"; replays the tape bit for bit: {'yes' if record['replays_source'] else 'NO'}"
+    return (f"{ep['tape']} ({'failed' if failed else 'succeeded'}): {name} {where}{cross}; "
+            f"{size}{extra}")

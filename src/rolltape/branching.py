@@ -1,0 +1,422 @@
+"""``rolltape branch``: where was an episode decided? Branch rollouts from a tape's states.
+
+For each chosen episode of a run and each step t of a grid (every N steps), the episode is
+restored at t (:mod:`rolltape.pass1.branches`: the physics state and the env's bookkeeping,
+checked bit for bit) and the run's own policy plays on K times, each branch seeded, under
+a declared perturbation: the policy's own sampling for a stochastic policy, seeded
+Gaussian action noise (``--noise``) for a deterministic one. What the branches give is an
+estimate, per t, of P(success | state at t) with a Wilson 95% band, or for an env that does
+not report success the expected return from t on with a bootstrap 95% band.
+
+The points: for a failed episode the *point of no return* is the first grid step from
+which the band's upper end stays below ``--threshold``; for a successful one the *point
+of safety* is the first from which its lower end stays above it. ``crossing`` is the
+first step from which the estimate itself stays on the episode's side of the threshold.
+
+Branches are pass-1 work (:class:`~rolltape.pass1.branches.BranchJob`), dealt to workers
+piece by piece as episodes are (:mod:`rolltape.pass1.dealer`) or run on Ray; each is a
+tape under ``OUT/EPISODE/tapes`` that ``rolltape verify`` re-simulates. ``--budget``
+caps the total steps: the grid is thinned (its step doubled) until the estimate of the
+steps fits, and ``branch.json`` says so.
+
+May import: pass 1's job types, executors, stats, record, tape, outputs, config, files.
+Never: torch, GL (the policy and MuJoCo live in workers).
+
+Example (not run: it plays policies):
+    >>> result = branch("runs/pusher", episodes="worst:3", branches=16, every=5)
+    >>> result.episodes[0]["point_of_no_return"]
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from rolltape import executors
+from rolltape.config import select_episodes
+from rolltape.envs import check_tape_env_module, json_safe
+from rolltape.errors import UsageError
+from rolltape.executors.base import ShareWork
+from rolltape.executors.launch import per_core
+from rolltape.files import atomic_folder, write_json
+from rolltape.interpreter import NO_GL
+from rolltape.pass1.branches import BranchJob, BranchUnit, branch_refusal
+from rolltape.pass1.dealer import Dealer
+from rolltape.pass1.remote import cut_into_tasks, play_shipped
+from rolltape.pass1.rollout import UNITS, PolicyJob, playing, split_jobs
+from rolltape.pass1.worker import policy_worker
+from rolltape.progress import Progress
+from rolltape.record import Episode, Run
+from rolltape.stats import bootstrap_ci, wilson_interval
+from rolltape.tape import Tape, sum_rewards
+
+DEFAULT_NOISE = 0.1  # of the action range's half-width, for a deterministic policy
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class BranchConfig:
+    """What ``rolltape branch`` was asked for (checked by :meth:`check`)."""
+
+    run: str
+    episodes: str = "worst:3"
+    branches: int = 16
+    every: int = 10
+    noise: float | None = None  # None: DEFAULT_NOISE for a deterministic policy, else 0
+    budget: int | None = None
+    threshold: float = 0.5
+    workers: int = 0  # 0: one per core
+    seed: int = 0
+    policy: str | None = None
+    vecnormalize: str | None = None
+    env: str | None = None
+    out: str | None = None
+    overwrite: bool = False
+    executor: str = "local"
+    quiet: bool = True
+
+    def check(self) -> None:
+        """Refuse, before any work, numbers no branch run can use."""
+        if self.branches < 1:
+            raise UsageError(f"--branches must be at least 1, got {self.branches}.")
+        if self.every < 1:
+            raise UsageError(f"--every must be at least 1 step, got {self.every}.")
+        if self.noise is not None and not (self.noise >= 0 and math.isfinite(self.noise)):
+            raise UsageError(f"--noise must be a finite number of 0 or more, got {self.noise}.")
+        if self.budget is not None and self.budget < 1:
+            raise UsageError(f"--budget must be at least 1 step, got {self.budget}.")
+        if not 0 < self.threshold < 1:
+            raise UsageError(f"--threshold must lie strictly between 0 and 1, got "
+                             f"{self.threshold}.")
+        if self.workers < 0:
+            raise UsageError(f"--workers must be 0 (one per core) or more, got {self.workers}.")
+
+
+@dataclass
+class BranchResult:
+    """What a branch run made: its folder and one ``branch.json`` record per episode."""
+
+    out: Path
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    thinned: str | None = None
+
+
+@dataclass
+class _Source:
+    """One chosen episode: its row, tape and grid."""
+
+    episode: Episode
+    path: str
+    tape: Tape
+    grid: list[int]
+    label: str
+
+
+def branch(run: str, **options: Any) -> BranchResult:
+    """Branch the chosen episodes of ``run`` (see the module's docstring); options are
+    :class:`BranchConfig`'s fields."""
+    cfg = BranchConfig(run=run, **options)
+    cfg.check()
+    loaded = Run.load(cfg.run)
+    policy, made = _policy_of(loaded, cfg)
+    rule = loaded.results.success_rule if loaded.results.success_rule != "per task" else "at_end"
+    sources = _sources(loaded, cfg)
+    deterministic = bool(made.get("deterministic", True))
+    noise = cfg.noise if cfg.noise is not None else (DEFAULT_NOISE if deterministic else 0.0)
+    every, thinned = _thin(sources, cfg.every, cfg.branches, cfg.budget)
+    for s in sources:
+        s.grid = list(range(0, s.tape.length, every))
+    out = Path(cfg.out) if cfg.out else loaded.path / "branch"
+    if out.exists() and not cfg.overwrite:
+        raise UsageError(f"'{out}' already exists; pass --overwrite to replace it or choose "
+                         "another --out.")
+    result = BranchResult(out=out, thinned=thinned)
+    with atomic_folder(out) as tmp:
+        units = _units(sources, tmp, cfg, noise)
+        rows = _play(units, sources, policy, made, cfg)
+        for s in sources:
+            record = _record(s, units, rows, tmp, out, cfg, rule, noise, deterministic,
+                             every, thinned)
+            write_json(tmp / s.label / "branch.json", record)
+            _chart(record, tmp / s.label / "branch.png")
+            result.episodes.append(record)
+    return result
+
+
+def _policy_of(run: Run, cfg: BranchConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run's policy as a job needs it ({policy, vecnormalize, algo, deterministic}),
+    and its description. A policy that is code named only in the run's files (a module or
+    a .py file) is run only when the user names it again with --policy."""
+    meta: dict[str, Any] = dict(run.metadata) if run.metadata is not None else {}
+    config: dict[str, Any] = dict(meta.get("config") or {})
+    made: dict[str, Any] = dict(meta.get("policy") or {})
+    source = cfg.policy or config.get("policy")
+    if isinstance(source, list):
+        source = source[0] if len(source) == 1 else None
+    if not source:
+        raise UsageError(f"'{run.path}' does not say which policy played it (no metadata.json); "
+                         "name it with --policy.")
+    if cfg.policy is None and not (source == "random" or source.startswith(("sb3:", "zoo:"))
+                                   or source.endswith(".zip")):
+        raise UsageError(f"The run's policy '{source[:200]}' is code named in its files, which "
+                         "rolltape does not run unasked; if you trust it, name it with "
+                         f"--policy {source[:200]}.")
+    if config.get("wrappers") or config.get("frame_stack"):
+        raise UsageError("rolltape branch cannot yet rebuild policy-side wrappers' state (a "
+                         "frame stack, AtariWrapper's counters); branch a run made without "
+                         "--wrapper/--frame-stack.")
+    if cfg.policy is not None:
+        made = {"deterministic": config.get("deterministic", True)}
+    job = {"policy": source, "vecnormalize": cfg.vecnormalize or config.get("vecnormalize"),
+           "algo": config.get("algo"), "deterministic": bool(config.get("deterministic", True))}
+    made.setdefault("deterministic", job["deterministic"])
+    if source == "random":
+        made["deterministic"] = False
+    return job, made
+
+
+def _sources(run: Run, cfg: BranchConfig) -> list[_Source]:
+    """The chosen policy episodes, their tapes loaded and checked for branching."""
+    episodes = list(run.results.of_role("policy"))
+    if not episodes:
+        raise UsageError(f"'{run.path}' has no policy episodes to branch.")
+    try:
+        picked = select_episodes(cfg.episodes, [e.ret for e in episodes])
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--video", "--episodes")) from None
+    if not picked:
+        raise UsageError(f"--episodes '{cfg.episodes}' picks no episode of '{run.path}'.")
+    sources = []
+    for i in picked:
+        ep = episodes[i]
+        path = str(run.tape_path(ep))
+        tape = Tape.load(path)
+        if cfg.env is None:
+            check_tape_env_module(tape.env_id, path)
+        refusal = branch_refusal(tape, path)
+        if refusal:
+            raise UsageError(refusal)
+        label = Path(ep.tape).stem if ep.tape else f"policy-{ep.key.index:04d}"
+        sources.append(_Source(ep, path, tape, [], label))
+    return sources
+
+
+def _cost(sources: Sequence[_Source], every: int, k: int) -> int:
+    """Steps the branches will take at most: from each grid step t to the episode's end as
+    recorded (a branch may end sooner), one step more to restore, K times."""
+    return k * sum(s.tape.length - t + 1 for s in sources for t in range(0, s.tape.length, every))
+
+
+def _thin(sources: Sequence[_Source], every: int, k: int, budget: int | None
+          ) -> tuple[int, str | None]:
+    """The grid step to use: ``every``, doubled until the estimated steps fit ``budget``.
+
+    A budget smaller than the sparsest grid (t = 0 alone) is refused."""
+    if budget is None:
+        return every, None
+    asked, cost = every, _cost(sources, every, k)
+    longest = max(s.tape.length for s in sources)
+    while cost > budget and every < longest:
+        every *= 2
+        cost = _cost(sources, every, k)
+    if cost > budget:
+        raise UsageError(f"--budget {budget} steps cannot hold even one grid point per episode "
+                         f"({cost} steps with --branches {k}); raise --budget or lower "
+                         "--branches or --episodes.")
+    if every == asked:
+        return every, None
+    return every, (f"--budget {budget}: grid thinned from every {asked} to every {every} "
+                   f"steps (at most {cost} steps, {_cost(sources, asked, k)} asked)")
+
+
+def _units(sources: Sequence[_Source], tmp: Path, cfg: BranchConfig, noise: float
+           ) -> list[list[BranchUnit]]:
+    """Every branch of every source, in order of index; one list per source."""
+    units: list[list[BranchUnit]] = []
+    index = 0
+    for s in sources:
+        (tmp / s.label / "tapes").mkdir(parents=True)
+        mine = []
+        for t in s.grid:
+            for k in range(cfg.branches):
+                seed = branch_seed(cfg.seed, s.tape.seed or 0, t, k)
+                path = tmp / s.label / "tapes" / f"t{t:05d}-k{k:03d}.npz"
+                mine.append(BranchUnit("branch", index, seed, str(path), source=s.path,
+                                       step=t, branch=k, noise=noise))
+                index += 1
+        units.append(mine)
+    return units
+
+
+def branch_seed(base: int, episode_seed: int, t: int, k: int) -> int:
+    """The seed of branch k from step t of the episode reset with ``episode_seed``: the
+    policy's sampling and the action noise draw from it (a 31-bit int, numpy's
+    SeedSequence of the four numbers).
+
+    >>> branch_seed(0, 1000, 5, 0) == branch_seed(0, 1000, 5, 0) != branch_seed(0, 1000, 5, 1)
+    True
+    """
+    return int(np.random.SeedSequence([base, episode_seed, t, k]).generate_state(1)[0] >> 1)
+
+
+def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dict[str, Any],
+          made: dict[str, Any], cfg: BranchConfig) -> dict[int, dict[str, Any] | None]:
+    """Play every branch on the executor's workers; each branch's row (None: it failed)."""
+    jobs: list[PolicyJob] = []
+    for s, mine in zip(sources, units):
+        spec = dict(s.tape.env)
+        if cfg.env is not None:
+            spec["id"] = cfg.env
+        jobs.append(BranchJob(env=spec, policy=policy["policy"], episodes=mine,
+                              vecnormalize=policy["vecnormalize"], algo=policy["algo"],
+                              deterministic=policy["deterministic"]))
+    total = sum(len(m) for m in units)
+    workers = min(per_core(cfg.workers), max(1, total))
+    chunks = split_jobs(jobs, workers)
+    runner = executors.get(cfg.executor)
+    runner.check()
+    dealer = Dealer(chunks) if runner.runs_workers else None
+    work = ShareWork(worker=policy_worker, args=(0, dealer is not None), env=NO_GL,
+                     task=play_shipped, cut=cut_into_tasks, timeout=600.0, units=UNITS,
+                     stalled=lambda k, n: playing(dealer.playing[k] if dealer else chunks[k], n),
+                     timeout_name="600 s", deal=dealer)
+    rows: dict[int, dict[str, Any] | None] = {}
+    with Progress(enabled=not cfg.quiet) as bar:
+        task = bar.add(f"branches ({workers} worker(s))", total)
+        messages = runner.run_shares(work, chunks)
+        with closing(messages):
+            for kind, payload in messages:
+                if kind == "episode":
+                    rows[int(payload["index"])] = payload
+                    bar.advance(task)
+                elif kind == "episode_failed":
+                    rows[int(payload["index"])] = None
+                    bar.advance(task)
+    return rows
+
+
+def _outcome(tape: Tape, start: int, rule: str, has_success: bool) -> float | None:
+    """A branch's outcome: success (1.0/0.0) by the run's rule, or its return from the
+    branch step on (the recorded step it begins with left out); None when unknown."""
+    if has_success:
+        flag = tape.success_at_end if rule == "at_end" else tape.success_once
+        return None if flag is None else float(bool(flag))
+    ret = sum_rewards(tape.rewards[start:].tolist())
+    return ret if math.isfinite(ret) else None
+
+
+def _record(s: _Source, units: list[list[BranchUnit]], rows: dict[int, dict[str, Any] | None],
+            tmp: Path, out: Path, cfg: BranchConfig, rule: str, noise: float,
+            deterministic: bool, every: int, thinned: str | None) -> dict[str, Any]:
+    """The branch.json record of one source episode."""
+    mine = next(m for m in units if m and m[0].source == s.path)
+    recorded = s.episode.success(rule)
+    has_success = recorded is not None
+    points = []
+    identical = []
+    for t in s.grid:
+        outcomes, failed = [], 0
+        for u in (u for u in mine if u.step == t):
+            if rows.get(u.index) is None:
+                failed += 1
+                continue
+            tape = Tape.load(u.tape_path)
+            outcome = _outcome(tape, 1 if t else 0, rule, has_success)
+            if outcome is None:
+                failed += 1
+                continue
+            outcomes.append(outcome)
+            if noise == 0 and deterministic:
+                identical.append(same_as_source(tape, s.tape, t))
+        points.append(_point(t, outcomes, failed, has_success, s.tape, cfg.seed))
+    band = "hi" if recorded is False else "lo"
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA,
+        "run": str(Path(cfg.run)),
+        "episode": {"index": s.episode.key.index, "seed": s.episode.key.seed,
+                    "tape": s.episode.tape, "length": s.tape.length,
+                    "return": s.episode.ret, "success": recorded},
+        "estimate": "P(success | state at t)" if has_success else "E[return from t | state at t]",
+        "success_rule": rule if has_success else None,
+        "band": ("Wilson 95%" if has_success else "bootstrap 95% of the mean"),
+        "perturbation": (f"Gaussian action noise sigma={noise:g} of the action range's "
+                         "half-width, seeded per branch" if noise else
+                         ("the policy's own sampling, seeded per branch" if not deterministic
+                          else "none (deterministic policy, noise 0): every branch replays "
+                               "the episode")),
+        "branches": cfg.branches,
+        "every": every,
+        "asked_every": cfg.every,
+        "thinned": thinned,
+        "threshold": cfg.threshold,
+        "grid": s.grid,
+        "points": points,
+        "tapes": f"{s.label}/tapes",
+    }
+    if has_success:
+        name = "point_of_no_return" if recorded is False else "point_of_safety"
+        record[name] = _stays(points, band, cfg.threshold, below=recorded is False)
+        record["crossing"] = _stays(points, "p", cfg.threshold, below=recorded is False)
+    if identical:
+        record["replays_source"] = all(identical)
+    return json_safe(record)
+
+
+def _point(t: int, outcomes: list[float], failed: int, has_success: bool, tape: Tape,
+           seed: int) -> dict[str, Any]:
+    """One grid step's estimate and band."""
+    n = len(outcomes)
+    row: dict[str, Any] = {"t": t, "n": n, "failed": failed}
+    if not n:
+        return {**row, "p": None, "lo": None, "hi": None}
+    if has_success:
+        s = int(sum(outcomes))
+        lo, hi = wilson_interval(s, n)
+        return {**row, "successes": s, "p": s / n, "lo": lo, "hi": hi}
+    mean = float(np.mean(outcomes))
+    lo, hi = bootstrap_ci(outcomes, np.mean, seed=seed)
+    recorded = sum_rewards(tape.rewards[t:].tolist())
+    return {**row, "p": mean, "lo": float(lo), "hi": float(hi), "recorded": recorded}
+
+
+def _stays(points: list[dict[str, Any]], key: str, threshold: float, below: bool) -> int | None:
+    """The first grid step from which ``key`` stays below (or above) ``threshold`` to the
+    end of the grid, or None when the last point is not there yet.
+
+    >>> pts = [{"t": 0, "hi": .9}, {"t": 5, "hi": .3}, {"t": 10, "hi": .6}, {"t": 15, "hi": .2}]
+    >>> _stays(pts, "hi", 0.5, below=True)
+    15
+    """
+    first = None
+    for p in points:
+        value = p.get(key)
+        ok = value is not None and (value < threshold if below else value > threshold)
+        if ok and first is None:
+            first = p["t"]
+        elif not ok:
+            first = None
+    return first
+
+
+def same_as_source(branch_tape: Tape, source: Tape, t: int) -> bool:
+    """Whether a branch from step t replays the source's steps t.. bit for bit: its
+    actions, rewards and both flags (the branch's first step is the recorded step t - 1)."""
+    first = t - 1 if t else 0
+    n = source.length - first
+    if branch_tape.length != n:
+        return False
+    return (np.array_equal(branch_tape.actions, source.actions[first:])
+            and np.array_equal(branch_tape.rewards, source.rewards[first:], equal_nan=True)
+            and np.array_equal(branch_tape.terminated, source.terminated[first:])
+            and np.array_equal(branch_tape.truncated, source.truncated[first:]))
+
+
+def _chart(record: dict[str, Any], path: Path) -> None:
+    from rolltape.outputs.branch_chart import draw_branch_chart
+
+    draw_branch_chart(record, path)

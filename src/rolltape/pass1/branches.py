@@ -1,0 +1,225 @@
+"""Branches: an episode continued from a state its tape recorded, by the same policy.
+
+A branch from step t restores the episode *for continuing*, not only for drawing:
+
+- the env is reset with the tape's seed and options (the wrappers' own bookkeeping, the
+  env's generator, Gymnasium's order checks start as they did);
+- for t > 0 the MuJoCo integration state after t - 1 steps is set and the recorded action
+  t - 1 is stepped once more, so the observation the policy sees at t is the very one pass
+  1 computed (MuJoCo envs read body poses the last substep left, which a state alone does
+  not hold), the TimeLimit counts t steps, and the state after it is compared with the
+  tape's state t bit for bit, as are that step's reward, flags and observation digest:
+  a state that cannot be restored faithfully is refused in one sentence;
+- the policy is reset as at a fresh episode (``Policy.reset`` with the branch's seed:
+  a stochastic policy samples from that seed), and a deterministic one may be perturbed by
+  seeded Gaussian action noise (:class:`Perturbed`).
+
+The branch is saved as a tape that begins at step t - 1 of the source episode (``start_step``)
+with that recorded step first, so ``rolltape verify`` re-simulates it like any other tape.
+A branch job is a pass-1 job (:class:`BranchJob`): it is dealt to workers, run on Ray and
+reported exactly as episodes are.
+
+May import: envs, tape, policies, pass1.rollout, pass1.fields, errors. Never: an executor,
+the render side, outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rolltape.envs import continue_from, obs_digest, physics_spec, set_elapsed_steps
+from rolltape.errors import UsageError
+from rolltape.pass1.fields import success_flag
+from rolltape.pass1.rollout import EpisodeJob, Opened, PolicyJob, record_episode
+from rolltape.policies import Policy
+from rolltape.tape import Tape
+
+
+def branch_refusal(tape: Tape, path: str) -> str | None:
+    """Why ``tape``'s episode cannot be continued from its recorded states, or None.
+
+    >>> t = Tape(seed=0, env={"id": "CartPole-v1"}, actions=np.zeros((2, 1)),
+    ...          rewards=np.zeros(2), terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
+    >>> branch_refusal(t, "a.npz")[:60]
+    "Tape 'a.npz' (CartPole-v1) holds no MuJoCo physics state, so"
+    """
+    if tape.physics is None:
+        return (f"Tape '{path}' ({tape.env_id}) holds no MuJoCo physics state, so rolltape "
+                "cannot restore it faithfully to continue its episode; branch works on "
+                "tapes of MuJoCo envs.")
+    if tape.seed is None or tape.start_step or tape.reset_rng is not None or tape.window:
+        return (f"Tape '{path}' was not recorded from a seeded reset (a training recording), "
+                "so its env's bookkeeping cannot be rebuilt; branch from an `rolltape eval` "
+                "run's tapes.")
+    return None
+
+
+class RestoredStart(gym.Wrapper):
+    """``env`` whose ``reset`` puts the tape's episode at step ``t``, ready to continue
+    (see the module's docstring); ``reset`` ignores the seed it is given (the branch's, for
+    the policy) and resets with the tape's."""
+
+    def __init__(self, env: Any, tape: Tape, t: int, path: str) -> None:
+        super().__init__(env)
+        self.tape, self.t, self.path = tape, t, path
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
+        tape, t = self.tape, self.t
+        obs, info = self.env.reset(seed=tape.seed, options=tape.options)
+        if t == 0:
+            return obs, info
+        assert tape.physics is not None  # checked by branch_refusal
+        continue_from(self.env, tape.physics[t - 1])
+        set_elapsed_steps(self.env, t - 1)
+        obs, reward, term, trunc, info = self.env.step(tape.actions[t - 1])
+        self._check(t, reward, term, trunc, obs)
+        return obs, info
+
+    def _check(self, t: int, reward: Any, term: bool, trunc: bool, obs: Any) -> None:
+        """Refuse unless the restored step is pass 1's step t - 1, bit for bit."""
+        import mujoco
+
+        tape, base = self.tape, self.env.unwrapped  # a MuJoCo env (branch_refusal)
+        model, data = getattr(base, "model"), getattr(base, "data")
+        assert tape.physics is not None
+        state = np.empty(mujoco.mj_stateSize(model, physics_spec()))
+        mujoco.mj_getState(model, data, state, physics_spec())
+        wrong = None
+        if not np.array_equal(state, tape.physics[t]):
+            wrong = "its physics state"
+        elif float(reward) != float(tape.rewards[t - 1]) and not (
+                np.isnan(reward) and np.isnan(tape.rewards[t - 1])):
+            wrong = "its reward"
+        elif bool(term) != bool(tape.terminated[t - 1]) or bool(trunc) != bool(tape.truncated[t - 1]):
+            wrong = "its end-of-episode flags"
+        elif tape.obs_digest is not None and obs_digest(obs) != int(tape.obs_digest[t]):
+            wrong = "its observation"
+        if wrong:
+            raise UsageError(
+                f"Tape '{self.path}' ({tape.env_id}) cannot be restored faithfully at step {t}: "
+                f"continuing from its recorded state gives another {wrong[4:]} than pass 1 "
+                "(the env keeps state MuJoCo's does not hold); it cannot be branched.")
+
+
+class Perturbed(Policy):
+    """``inner``'s actions plus seeded Gaussian noise of ``sigma`` times the half-width of
+    the action space's bounds (1 where a bound is infinite), clipped to the bounds; the
+    noise generator is seeded at each ``reset`` with the branch's seed. ``sigma`` 0 gives
+    ``inner``'s actions untouched."""
+
+    def __init__(self, inner: Policy, sigma: float, space: Any) -> None:
+        self.inner, self.sigma = inner, sigma
+        self.description = inner.description
+        if sigma and not isinstance(space, gym.spaces.Box):
+            raise UsageError(f"--noise adds Gaussian noise to continuous actions; this env's "
+                             f"actions are {type(space).__name__}: use --noise 0 with a "
+                             "stochastic policy.")
+        self.rng = np.random.default_rng(0)
+        if isinstance(space, gym.spaces.Box):
+            self.low, self.high = space.low, space.high
+            finite = np.isfinite(self.low) & np.isfinite(self.high)
+            self.half = np.where(finite, (self.high - self.low) / 2, 1.0)
+
+    def reset(self, seed: int | None) -> None:
+        self.inner.reset(seed)
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs: Any) -> Any:
+        action = self.inner.act(obs)
+        if not self.sigma:
+            return action
+        action = np.asarray(action)
+        noisy = action + self.sigma * self.half * self.rng.standard_normal(action.shape)
+        return np.clip(noisy, self.low, self.high).astype(action.dtype)
+
+
+@dataclass(frozen=True)
+class BranchUnit(EpisodeJob):
+    """One branch: its ``index`` among the run's branches, its ``seed`` (the policy's and
+    the noise's), where its tape goes, and what it continues: the ``source`` tape from
+    step ``step`` (t), as branch number ``branch`` (k), with action noise ``noise``."""
+
+    source: str = ""
+    step: int = 0
+    branch: int = 0
+    noise: float = 0.0
+
+
+_FIRST_SUCCESS: dict[str, int | None] = {}  # source tape -> first step whose info said success
+
+
+@dataclass(frozen=True)
+class BranchJob(PolicyJob):
+    """Branches of a run's episodes, played as a pass-1 job of :class:`BranchUnit`s."""
+
+    def play(self, opened: Opened, ep: EpisodeJob) -> dict[str, Any]:
+        assert isinstance(ep, BranchUnit)
+        if opened.wrapped is not None:
+            raise UsageError("rolltape branch cannot yet rebuild policy-side wrappers' state "
+                             "(a frame stack, AtariWrapper's counters); branch a run without "
+                             "--wrapper/--frame-stack.")
+        tape = Tape.load(ep.source)
+        refusal = branch_refusal(tape, ep.source)
+        if refusal:
+            raise UsageError(refusal)
+        if not 0 <= ep.step < tape.length:
+            raise UsageError(f"Step {ep.step} is outside tape '{ep.source}' (steps 0.."
+                             f"{tape.length - 1}).")
+        start = RestoredStart(opened.env, tape, ep.step, ep.source)
+        policy = Perturbed(opened.policy, ep.noise, opened.env.action_space)
+        fields = record_episode(start, policy, ep.seed, None, self.success_key)
+        before = self._success_before(opened.env, tape, ep)
+        return _with_recorded_step(fields, tape, ep.step, before)
+
+    def episode_meta(self, ep: EpisodeJob) -> dict[str, Any]:
+        assert isinstance(ep, BranchUnit)
+        return {**super().episode_meta(ep), "branch_of": ep.source, "step": ep.step,
+                "branch": ep.branch, "noise": ep.noise}
+
+    def _success_before(self, env: Any, tape: Tape, ep: BranchUnit) -> bool:
+        """Whether the source episode's info said success at a step before t (steps whose
+        info the branch does not see): found once per source tape, by re-simulating it."""
+        if not tape.success_once or self.success_key is None:
+            return False
+        if ep.source not in _FIRST_SUCCESS:
+            env.reset(seed=tape.seed, options=tape.options)
+            first = None
+            for i, action in enumerate(tape.actions):
+                info = env.step(action)[-1]
+                if success_flag(info.get(self.success_key)):
+                    first = i
+                    break
+            _FIRST_SUCCESS[ep.source] = first
+        first = _FIRST_SUCCESS[ep.source]
+        return first is not None and first < ep.step
+
+
+def _with_recorded_step(fields: dict[str, Any], tape: Tape, t: int, before: bool
+                        ) -> dict[str, Any]:
+    """The branch's tape fields, beginning with the source's recorded step t - 1 (from state
+    t - 1, as the branch was restored) so that it re-simulates from a state like any tape
+    that begins mid-episode; the seed is the source's. ``before``: the source's success was
+    reported before that step (it counts for ``success_once``)."""
+    fields = {**fields, "seed": tape.seed, "options": tape.options}
+    if before:
+        fields["success_once"] = True
+    if t == 0:
+        return fields
+    k = t - 1
+    fields["start_step"] = k
+    fields["actions"] = np.concatenate([tape.actions[k:t], fields["actions"]])
+    for name in ("rewards", "terminated", "truncated"):
+        fields[name] = np.concatenate([getattr(tape, name)[k:t], fields[name]])
+    if fields.get("obs_digest") is not None and tape.obs_digest is not None:
+        fields["obs_digest"] = np.concatenate([tape.obs_digest[k:t], fields["obs_digest"]])
+    else:
+        fields["obs_digest"] = None
+    for name in ("physics", "qpos", "qvel"):
+        if fields.get(name) is not None:
+            fields[name] = np.concatenate([getattr(tape, name)[k:t], fields[name]])
+    return fields
