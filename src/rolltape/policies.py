@@ -64,6 +64,27 @@ class Policy:
         return None
 
 
+def seed_generators(seed: int, *action_spaces: Any) -> None:
+    """Seed every generator a policy may draw from with an episode's seed: Python's
+    ``random``, numpy's global generator, torch's (when torch is loaded: a policy that
+    uses it has loaded it) and the given action spaces' own.
+
+    >>> seed_generators(7); a = np.random.rand()
+    >>> seed_generators(7); a == np.random.rand()
+    True
+    """
+    import random
+
+    random.seed(seed)
+    # numpy's legacy seed takes 32 bits; an episode seed may hold 64 (Gymnasium's).
+    np.random.seed(seed if seed < 2**32 else [seed & 0xFFFFFFFF, seed >> 32])
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+    for space in {id(s): s for s in action_spaces if s is not None}.values():
+        space.seed(seed)
+
+
 class RandomPolicy(Policy):
     """Uniform samples from the action space, reseeded per episode so any episode replays alone."""
 
@@ -101,12 +122,12 @@ class SB3Policy(Policy):
         self.description["inference"] = "lean" if self._lean else "predict"
 
     def reset(self, seed: int | None) -> None:
-        # Sampled actions draw from torch's global generator: seed it per episode so that a
-        # stochastic episode also replays alone, whichever worker plays it.
+        # Sampled actions draw from torch's global generator (PPO, SAC, ...), DQN's
+        # epsilon-greedy from numpy's (np.random.rand) and the model's action space: seed
+        # them all per episode, so that a sampled episode replays alone, whichever worker
+        # plays it and whatever it played before.
         if not self.deterministic and seed is not None:
-            import torch
-
-            torch.manual_seed(seed)
+            seed_generators(seed, self.model.action_space, self.model.policy.action_space)
 
     def fork(self) -> SB3Policy | None:
         # Deterministic actions keep no state between steps: one instance acts for all.
@@ -208,6 +229,12 @@ class CallablePolicy(Policy):
     def __init__(self, fn: Callable[[Any], Any], description: dict[str, Any]) -> None:
         self.fn = fn
         self.description = description
+
+    def reset(self, seed: int | None) -> None:
+        # A callable may sample from the global generators: seed them per episode, as for
+        # SB3, so that its episodes replay alone too.
+        if seed is not None:
+            seed_generators(seed)
 
     def act(self, obs: Any) -> Any:
         return self.fn(obs)
