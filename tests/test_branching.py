@@ -1,12 +1,9 @@
-"""``rolltape branch``: episodes continued from their tapes' recorded states.
+"""``rolltape branch`` finds where an episode was decided (:mod:`rolltape.branching`).
 
-- Part 1, restoring to continue: with noise 0 a deterministic policy's branch from any step
-  t replays the rest of the episode bit for bit (HalfCheetah, Pusher), and every branch is
-  a tape that re-simulates (``verify``).
-- The estimate finds a known decisive step: on Ledge-v0 (tests/assets/ledge.py) the first
-  kick at step k carries the block over the ledge, so P(success | state at t) drops from
-  >= 0.8 to 0 between t = k and t = k + 1; the curve's 0.5 crossing must lie within 2 steps.
-- Bad input: one sentence, exit 2, nothing left behind.
+On Ledge-v0 (tests/assets/ledge.py) the first kick at step k carries the block over the
+ledge, so P(success | state at t) drops from >= 0.8 to 0 between t = k and t = k + 1: the
+curve's 0.5 crossing must lie within 2 steps of k. (Restoring itself:
+tests/pass1/test_branches.py; bad input: tests/test_branch_command.py.)
 """
 
 from __future__ import annotations
@@ -17,42 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rolltape import RenderRequest, evaluate, render
-from rolltape.branching import branch, same_as_source
+from rolltape import evaluate
 from rolltape.cli import main
 from rolltape.tape import Tape
 
 ASSETS = Path(__file__).parent / "assets"
 LEDGE = f"{ASSETS / 'ledge.py'}:Ledge-v0"
-HALF_CHEETAH = f"{ASSETS / 'policies.py'}:function"
-PUSHER = f"{ASSETS / 'ledge.py'}:pusher"
-
-
-@pytest.mark.parametrize("env_id, policy", [("HalfCheetah-v5", HALF_CHEETAH),
-                                            ("Pusher-v5", PUSHER)])
-def test_a_branch_without_noise_replays_the_episode_bit_for_bit(tmp_path, env_id, policy):
-    run = evaluate(env_id, policy, episodes=1, seed=3, max_episode_steps=30, video=0,
-                   baseline=None, out=tmp_path / "run")
-    result = branch(str(run.path), episodes="all", branches=1, every=7, noise=0.0,
-                    policy=policy, workers=1)
-    [record] = result.episodes
-    assert record["grid"] == [0, 7, 14, 21, 28]
-    assert record["replays_source"] is True
-    source = Tape.load(run.path / "tapes" / "policy-0000.npz")
-    tapes = sorted((result.out / "policy-0000" / "tapes").glob("*.npz"))
-    assert len(tapes) == 5
-    for t, path in zip(record["grid"], tapes):
-        tape = Tape.load(path)
-        assert same_as_source(tape, source, t)  # actions, rewards, both flags
-        assert tape.start_step == max(0, t - 1) and tape.meta["step"] == t
-        # the physics states too: the branch continued from exactly the recorded state
-        assert np.array_equal(tape.physics, source.physics[max(0, t - 1):])
-    # Each branch is a tape: it re-simulates and verifies like any other.
-    assert all(r.verified for r in render([RenderRequest(str(p)) for p in tapes[1:3]]))
-    # Without a success signal the estimate is the expected return from t; noise 0 gives
-    # the recorded one.
-    for point in record["points"]:
-        assert point["p"] == pytest.approx(point["recorded"], rel=1e-12, abs=1e-12)
 
 
 @pytest.fixture(scope="module")
@@ -101,37 +68,3 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
     [record] = [json.loads(p.read_text()) for p in (ledge_run.path / "branch").glob("*/branch.json")]
     assert record["every"] == 4 and record["asked_every"] == 1
     assert 2 * sum(record["episode"]["length"] - t + 1 for t in record["grid"]) <= 150
-
-
-def test_bad_input_is_one_sentence_and_exit_2(ledge_run, tmp_path, capsys):
-    out = tmp_path / "b"
-
-    def refused(*args: str) -> str:
-        assert main(["branch", *args, "-q"]) == 2
-        lines = capsys.readouterr().err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("rolltape: ")
-        assert not out.exists()  # no half-written results
-        return lines[0]
-
-    run = str(ledge_run.path)
-    assert "--branches must be at least 1" in refused(run, "--branches", "0", "-o", str(out))
-    assert "not a rolltape run" in refused(str(tmp_path / "none"), "-o", str(out))
-    assert "a tape may not run code" in refused(run, "-o", str(out))
-    assert "--episodes asks for episode 40" in refused(run, "--episodes", "3,40", "--env", LEDGE,
-                                                       "-o", str(out))
-    assert "cannot hold even one grid point" in refused(run, "--budget", "5", "--env", LEDGE,
-                                                        "-o", str(out))
-    # An env whose state is more than MuJoCo's (a generator drawn from at every step).
-    noisy = evaluate(f"{ASSETS / 'ledge.py'}:NoisyLedge-v0", "random", episodes=1,
-                     max_episode_steps=10, video=0, baseline=None, out=tmp_path / "noisy")
-    line = refused(str(noisy.path), "--every", "5", "--branches", "1", "--env",
-                   f"{ASSETS / 'ledge.py'}:NoisyLedge-v0", "-o", str(out))
-    assert "cannot be restored faithfully at step 5" in line
-    # A run of an env without MuJoCo states, and a policy that is code named in a run.
-    cartpole = evaluate("CartPole-v1", HALF_CHEETAH.replace("function", "cartpole_balance"),
-                        episodes=1, max_episode_steps=5, video=0, baseline=None,
-                        out=tmp_path / "cartpole")
-    assert "is code named in its files" in refused(str(cartpole.path), "-o", str(out))
-    line = refused(str(cartpole.path), "--policy",
-                   HALF_CHEETAH.replace("function", "cartpole_balance"), "-o", str(out))
-    assert "holds no MuJoCo physics state" in line

@@ -1,0 +1,73 @@
+"""Restoring a recorded state to *continue* an episode (:mod:`rolltape.pass1.branches`).
+
+With noise 0 a deterministic policy's branch from any step t replays the rest of the
+episode bit for bit (HalfCheetah, Pusher: actions, rewards, flags and physics states), each
+branch is a tape that re-simulates (``verify``), and an env whose state is more than
+MuJoCo's is refused in one sentence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rolltape import RenderRequest, evaluate, render
+from rolltape.branching import branch, same_as_source
+from rolltape.envs import env_spec
+from rolltape.errors import UsageError
+from rolltape.pass1.branches import BranchJob, BranchUnit
+from rolltape.pass1.rollout import run_policy_job
+from rolltape.tape import Tape
+
+ASSETS = Path(__file__).parent.parent / "assets"
+HALF_CHEETAH = f"{ASSETS / 'policies.py'}:function"
+PUSHER = f"{ASSETS / 'ledge.py'}:pusher"
+
+
+@pytest.mark.parametrize("env_id, policy", [("HalfCheetah-v5", HALF_CHEETAH),
+                                            ("Pusher-v5", PUSHER)])
+def test_a_branch_without_noise_replays_the_episode_bit_for_bit(tmp_path, env_id, policy):
+    run = evaluate(env_id, policy, episodes=1, seed=3, max_episode_steps=30, video=0,
+                   baseline=None, out=tmp_path / "run")
+    result = branch(str(run.path), episodes="all", branches=1, every=7, noise=0.0,
+                    policy=policy, workers=1)
+    [record] = result.episodes
+    assert record["grid"] == [0, 7, 14, 21, 28]
+    assert record["replays_source"] is True
+    source = Tape.load(run.path / "tapes" / "policy-0000.npz")
+    tapes = sorted((result.out / "policy-0000" / "tapes").glob("*.npz"))
+    assert len(tapes) == 5
+    for t, path in zip(record["grid"], tapes):
+        tape = Tape.load(path)
+        assert same_as_source(tape, source, t)  # actions, rewards, both flags
+        assert tape.start_step == max(0, t - 1) and tape.meta["step"] == t
+        # the physics states too: the branch continued from exactly the recorded state
+        assert np.array_equal(tape.physics, source.physics[max(0, t - 1):])
+    # Each branch is a tape: it re-simulates and verifies like any other.
+    assert all(r.verified for r in render([RenderRequest(str(p)) for p in tapes[1:3]]))
+    # Without a success signal the estimate is the expected return from t; noise 0 gives
+    # the recorded one.
+    for point in record["points"]:
+        assert point["p"] == pytest.approx(point["recorded"], rel=1e-12, abs=1e-12)
+
+
+def test_an_env_whose_state_is_more_than_mujoco_s_is_refused(tmp_path):
+    """NoisyLedge draws from its generator at every step: restored at step 5 from MuJoCo's
+    state alone, its step differs from pass 1's, and the branch says so."""
+    env_id = f"{ASSETS / 'ledge.py'}:NoisyLedge-v0"
+    run = evaluate(env_id, "random", episodes=1, max_episode_steps=10, video=0,
+                   baseline=None, out=tmp_path / "run")
+    source = str(run.path / "tapes" / "policy-0000.npz")
+    job = BranchJob(env=env_spec(env_id, max_episode_steps=10), policy="random",
+                    deterministic=False, episodes=[
+                        BranchUnit("branch", i, 7, str(tmp_path / f"{t}.npz"), source=source,
+                                   step=t) for i, t in enumerate((1, 5))])
+    sent: list = []
+    with pytest.raises(UsageError, match="cannot be restored faithfully at step 5: "
+                                         "continuing from its recorded state gives another "
+                                         "physics state than pass 1"):
+        run_policy_job(job, sent.append)
+    # Step 1 still restores (the generator is where the seeded reset left it).
+    assert [kind for kind, _ in sent].count("episode") == 1

@@ -1,0 +1,58 @@
+"""``rolltape branch`` on bad input: one sentence, exit 2, nothing left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rolltape import evaluate
+from rolltape.branch_command import summary_line
+from rolltape.cli import main
+
+ASSETS = Path(__file__).parent / "assets"
+LEDGE = f"{ASSETS / 'ledge.py'}:Ledge-v0"
+BALANCE = f"{ASSETS / 'policies.py'}:cartpole_balance"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("branch-input")
+    ledge = evaluate(LEDGE, "random", episodes=2, max_episode_steps=20, video=0,
+                     baseline=None, out=root / "ledge")
+    cartpole = evaluate("CartPole-v1", BALANCE, episodes=1, max_episode_steps=5, video=0,
+                        baseline=None, out=root / "cartpole")
+    return str(ledge.path), str(cartpole.path)
+
+
+def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
+    ledge, cartpole = runs
+    out = tmp_path / "b"
+
+    def refused(*args: str) -> str:
+        assert main(["branch", *args, "-o", str(out), "-q"]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rolltape: ")
+        assert not out.exists()  # no half-written results
+        return lines[0]
+
+    assert "--branches must be at least 1" in refused(ledge, "--branches", "0")
+    assert "--noise must be a finite number" in refused(ledge, "--noise", "nan")
+    assert "--threshold must lie strictly between 0 and 1" in refused(ledge, "--threshold", "1")
+    assert "not a rolltape run" in refused(str(tmp_path / "none"))
+    # A tape names its env's code: it is imported only when the user names it.
+    assert "a tape may not run code" in refused(ledge)
+    assert "--episodes asks for episode 40" in refused(ledge, "--episodes", "1,40", "--env", LEDGE)
+    assert "cannot hold even one grid point" in refused(ledge, "--budget", "5", "--env", LEDGE)
+    # A policy that is code, named only in the run's files; an env without MuJoCo states.
+    assert "is code named in its files" in refused(cartpole)
+    assert "holds no MuJoCo physics state" in refused(cartpole, "--policy", BALANCE)
+
+
+def test_the_summary_line_names_the_point():
+    record = {"episode": {"tape": "tapes/policy-0001.npz", "success": True},
+              "success_rule": "at_end", "point_of_safety": None, "crossing": None,
+              "grid": [0], "branches": 4, "replays_source": True}
+    assert summary_line(record) == ("tapes/policy-0001.npz (succeeded): point of safety not "
+                                    "reached; 1 grid steps x 4 branches; replays the tape bit "
+                                    "for bit: yes")
