@@ -554,6 +554,28 @@ def compare(
     _print_comparison(result, output)
 
 
+@app.command("diff", cls=PanelCommand)
+def diff_(
+    run_a: Path = typer.Argument(..., help="A run folder written by `rolltape eval`."),
+    run_b: Path = typer.Argument(..., help="Another run of the same env or suite, same seeds."),
+    episode: Optional[int] = typer.Option(None, "--episode", help="Only this episode index."),
+    explain: bool = typer.Option(False, "--explain",
+                                 help="Say where every parting episode parts, not only the first."),
+    json_out: Optional[Path] = typer.Option(None, "--json",
+                                            help="Also write the whole report to this file."),
+) -> None:
+    """Why two runs disagree: protocol card, first diverging step and field, its kind, the numbers."""
+    from rolltape.compare.diff import diff_runs, report_lines
+
+    report = diff_runs(run_a, run_b, episode=episode)
+    if json_out is not None:
+        from rolltape.outputs.artifacts import write_json
+
+        write_json(json_out, report)
+    for line in report_lines(report, explain=explain):
+        out.print(line, highlight=False, markup=False)
+
+
 def _remove_made(made: list[Path]) -> None:
     """Remove what a stopped command made: ``made`` lists paths absent when it began (a
     folder first: then everything in it is the command's)."""

@@ -35,7 +35,7 @@ CARD = "protocol.json"
 CARD_VERSION = 1
 SEED_SCHEME = "episode i of each task is reset with seed base + i"
 # Facts only the pass-1 worker can read (it has the env): an older run cannot tell them.
-_WORKER_FACTS = ("control", "observation", "action", "env_wrappers")
+_WORKER_FACTS = ("horizon", "control", "observation", "action", "env_wrappers")
 # Card fields that say how the work was spread, not what was evaluated: a difference in
 # them is shown, but does not by itself make two runs' episodes differ.
 EXECUTION = ("execution",)
@@ -126,7 +126,8 @@ def _from_metadata(run: Run) -> tuple[dict[str, Any], list[str]]:
     config: dict[str, Any] = meta["config"] if isinstance(meta.get("config"), dict) else {}
     results = run.results
     unknown = [f"{k} (the run has no {CARD}: it was made before cards were written)"
-               for k in ("control rate", "observation keys, shapes and ranges",
+               for k in ("effective horizon", "control rate",
+                         "observation keys, shapes and ranges",
                          "action space", "env wrappers")]
     envs: dict[str, Any] = {}
     manifest = results.manifest if isinstance(results.manifest, dict) else None

@@ -44,6 +44,7 @@ def env_facts(env: Any, seen: Any = None) -> dict[str, Any]:
         if space is not None:
             out[name] = space_facts(space, name if name == "action" else "obs")
     out["env_wrappers"] = wrapper_chain(env)
+    out["horizon"] = time_limit(env)
     if seen is not None:
         out["policy_observation"] = space_facts(seen.observation_space)
         out["policy_action"] = space_facts(seen.action_space, "action")
@@ -94,6 +95,17 @@ def wrapper_chain(env: Any) -> list[dict[str, Any]]:
         chain.append(entry)
         env = getattr(env, "env", None)
     return chain[:32]
+
+
+def time_limit(env: Any) -> int | None:
+    """The steps after which the env's TimeLimit truncates (its registered limit when the
+    run set none), or None without one."""
+    while env is not None:
+        limit = getattr(env, "_max_episode_steps", None)
+        if type(env).__name__ == "TimeLimit" and isinstance(limit, int):
+            return limit
+        env = getattr(env, "env", None)
+    return None
 
 
 def _bound(x: float) -> float | str:

@@ -1,0 +1,293 @@
+"""``rolltape diff RUN_A RUN_B``: why two evaluations of the same policy disagree.
+
+First what differs in how the two runs were made (their protocol cards,
+:mod:`rolltape.outputs.protocol`); then, walking the episodes both played (paired by
+suite, task and seed), the first episode, step and field where they part and what the
+data says it is (:mod:`rolltape.compare.classify`); then what that did to the numbers:
+the episodes whose outcome differs and the paired change in success rate and return with
+their intervals (:func:`rolltape.stats.paired_comparison`).
+
+May import: compare.runs, compare.classify, outputs.protocol, record, tape, stats, errors.
+Never: policies, pass 1, pass 2, executors.
+
+Example (not run: it reads two runs):
+    >>> report = diff_runs("runs/mine", "runs/theirs")
+    >>> report["verdict"]
+    'no difference'
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from rolltape import stats
+from rolltape.compare.classify import Divergence, classify, first_divergence
+from rolltape.compare.runs import Key, LoadedRun
+from rolltape.errors import UsageError
+from rolltape.outputs.protocol import EXECUTION, flatten, read_card
+from rolltape.tape import Tape
+
+
+@dataclass
+class Paired:
+    """One episode both runs played: its key, its label, both outcomes and where the tapes
+    part (None: equal)."""
+
+    key: Key
+    label: str
+    index: int
+    divergence: Divergence | None
+    success: tuple[bool | None, bool | None]
+    returns: tuple[float | None, float | None]
+
+    @property
+    def outcome_differs(self) -> bool:
+        return self.success[0] != self.success[1]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"suite": self.key[0], "task": self.key[1], "seed": self.key[2],
+                "index": self.index, "label": self.label,
+                "success": list(self.success), "returns": list(self.returns),
+                "divergence": self.divergence.to_json() if self.divergence else None}
+
+
+def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str],
+              episode: int | None = None) -> dict[str, Any]:
+    """Compare two runs (see the module); ``episode``: only that episode index. Returns a
+    JSON-safe report; a folder that is not a whole run is one :class:`UsageError`."""
+    a, b = LoadedRun.load(a_path, "A"), LoadedRun.load(b_path, "B")
+    card_a, unknown_a = read_card(a.run)
+    card_b, unknown_b = read_card(b.run)
+    card_diffs = card_differences(card_a, card_b)
+    keys = [k for k in a.rows if k in b.rows]
+    other = _other_envs(card_a, card_b)
+    if other:  # the walk would compare two games: the card says enough
+        keys = []
+    keys.sort(key=lambda k: (str(k[0] or ""), str(k[1] or ""), a.rows[k].key.index))
+    if episode is not None:
+        keys = [k for k in keys if a.rows[k].key.index == episode]
+        if not keys:
+            raise UsageError(f"--episode {episode}: neither run has an episode {episode} that "
+                             "the other has too; give an index both runs played.")
+    pairs = [_pair(a, b, k, card_diffs) for k in keys]
+    only = {"A": sorted(str(k) for k in set(a.rows) - set(b.rows)),
+            "B": sorted(str(k) for k in set(b.rows) - set(a.rows))} if episode is None else \
+        {"A": [], "B": []}
+    numbers = _numbers(pairs) if pairs else None
+    return {
+        "other_envs": other,
+        "a": str(a.path), "b": str(b.path),
+        "card": {"differences": [{"field": f, "a": _plain(x), "b": _plain(y)}
+                                 for f, (x, y) in card_diffs.items()],
+                 "not_compared": sorted(set(unknown_a) | set(unknown_b)),
+                 "a_has_card": not unknown_a, "b_has_card": not unknown_b},
+        "episodes": [p.to_json() for p in pairs],
+        "paired": len(pairs), "only_in": only,
+        "kinds": dict(Counter(p.divergence.kind for p in pairs if p.divergence)),
+        "first": next((p.to_json() for p in pairs if p.divergence or p.outcome_differs), None),
+        "numbers": numbers,
+        "verdict": _verdict(pairs, card_diffs, only),
+    }
+
+
+def _other_envs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """'Hopper-v5 vs Walker2d-v5' when a task both runs have is another env in each."""
+    for label, env in (a.get("envs") or {}).items():
+        theirs = (b.get("envs") or {}).get(label)
+        if isinstance(env, dict) and isinstance(theirs, dict) and env.get("id") != theirs.get("id"):
+            return f"{env.get('id')} vs {theirs.get('id')}"
+    return None
+
+
+def card_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Card fields whose values differ, in A's order then B's. A field one card lacks
+    while the other has it (an older run's card, a suite task only one run has) is one
+    difference for the whole part, not one per leaf."""
+    fa, fb = dict(flatten(a)), dict(flatten(b))
+    out: dict[str, tuple[Any, Any]] = {}
+    for name in list(fa) + [k for k in fb if k not in fa]:
+        x, y = fa.get(name, _ABSENT), fb.get(name, _ABSENT)
+        if x == y:
+            continue
+        if x is _ABSENT or y is _ABSENT:
+            name = _present_part(name, a if x is _ABSENT else b)
+            x, y = _at(a, name), _at(b, name)
+            if name in out:
+                continue
+        out[name] = (x, y)
+    return out
+
+
+_ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "(not in the card)"})()
+
+
+def _plain(value: Any) -> Any:
+    return None if value is _ABSENT else value
+
+
+def _present_part(name: str, lacking: dict[str, Any]) -> str:
+    """The longest prefix of the dotted ``name`` that the card ``lacking`` still has, plus
+    one more part: where its absence begins."""
+    parts = name.replace("[", ".[").split(".")
+    node: Any = lacking
+    for k, part in enumerate(parts):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            continue
+        return ".".join(parts[:k + 1]).replace(".[", "[")
+    return name
+
+
+def _at(card: dict[str, Any], name: str) -> Any:
+    node: Any = card
+    for part in name.replace("[", ".[").split("."):
+        if part.startswith("[") and isinstance(node, list):
+            i = int(part[1:-1])
+            node = node[i] if i < len(node) else _ABSENT
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return _ABSENT
+    return node
+
+
+def _pair(a: LoadedRun, b: LoadedRun, key: Key, card_diffs: dict[str, tuple[Any, Any]]
+          ) -> Paired:
+    ea, eb = a.rows[key], b.rows[key]
+    ta, tb = Tape.load(a.run.tape_path(ea)), Tape.load(b.run.tape_path(eb))
+    success = (a.successes([key])[0], b.successes([key])[0])
+    d = first_divergence(ta, tb)
+    if d is not None:
+        d = classify(d, ta, tb, card_diffs)
+    elif success[0] != success[1]:
+        rules = {k: v for k, v in card_diffs.items() if k.endswith(("success_rule", "success_key"))}
+        said = "; the cards differ in " + ", ".join(f"{k} ({x} vs {y})" for k, (x, y)
+                                                     in rules.items()) if rules else ""
+        d = Divergence(ta.length - 1, "success", str(success[0]), str(success[1]),
+                       "success_rule",
+                       f"the same episode step for step, counted differently: A says "
+                       f"{_outcome(success[0])}, B {_outcome(success[1])} (the success rule "
+                       f"differs{said})")
+    return Paired(key, ea.key.label, ea.key.index, d, success, (ea.ret, eb.ret))
+
+
+def _outcome(success: bool | None) -> str:
+    return {True: "success", False: "failure", None: "no success reported"}[success]
+
+
+def _numbers(pairs: list[Paired]) -> dict[str, Any]:
+    """What the differences did: episodes whose outcome differs, and the paired change in
+    success rate and return (B - A) with their intervals."""
+    both = [p for p in pairs if None not in p.returns]
+    differs = [p.label for p in pairs if p.outcome_differs]
+    out: dict[str, Any] = {"outcome_differs": len(differs), "outcome_differs_episodes": differs[:20],
+                           "return_changed": sum(1 for p in pairs if p.returns[0] != p.returns[1])}
+    if len(both) >= 2:
+        rb = [float(p.returns[1]) for p in both]  # type: ignore[arg-type]
+        ra = [float(p.returns[0]) for p in both]  # type: ignore[arg-type]
+        sa = [p.success[0] for p in both]
+        sb = [p.success[1] for p in both]
+        reported = any(s is not None for s in sa) and any(s is not None for s in sb)
+        comp = stats.paired_comparison(rb, ra, sb if reported else None,
+                                       sa if reported else None, a_name="B", b_name="A")
+        out["returns"] = {k: comp["returns"][k] for k in ("n_pairs", "a_mean", "b_mean",
+                                                         "mean_diff", "diff_ci", "sentence")}
+        # paired_comparison's "a" is B here: say the means the right way round.
+        out["returns"]["a_mean"], out["returns"]["b_mean"] = \
+            comp["returns"]["b_mean"], comp["returns"]["a_mean"]
+        if comp["success"] is not None:
+            s = comp["success"]
+            out["success"] = {"a_rate": s["b_rate"], "b_rate": s["a_rate"], "diff": s["diff"],
+                              "diff_ci": s["diff_ci"], "pvalue": s["pvalue"],
+                              "sentence": s["sentence"]}
+    return out
+
+
+def _verdict(pairs: list[Paired], card_diffs: dict[str, tuple[Any, Any]],
+             only: dict[str, list[str]]) -> str:
+    """'no difference', 'rounding only', 'protocol only' or 'differs'."""
+    made = [k for k in card_diffs if k.split(".")[0] not in EXECUTION
+            and not k.startswith("policy.source")]
+    parted = [p for p in pairs if p.divergence]
+    if not pairs and made:
+        return "differs"
+    if not parted and not only["A"] and not only["B"]:
+        return "no difference" if not made else "protocol only"
+    if parted and all(p.divergence and p.divergence.kind == "rounding" for p in parted) \
+            and not any(p.outcome_differs for p in pairs):
+        return "rounding only"
+    return "differs"
+
+
+def report_lines(report: dict[str, Any], explain: bool = False) -> list[str]:
+    """The report as the CLI prints it."""
+    lines = [f"A: {report['a']}", f"B: {report['b']}"]
+    card = report["card"]
+    if card["differences"]:
+        lines.append(f"protocol card: {len(card['differences'])} difference(s)")
+        for d in card["differences"]:
+            lines.append(f"  {d['field']}: A {_short(d['a'])}, B {_short(d['b'])}")
+    else:
+        lines.append("protocol card: the same")
+    for note in card["not_compared"]:
+        lines.append(f"  not compared: {note}")
+    if report["other_envs"]:
+        lines.append(f"episodes: not walked: the runs evaluate other envs "
+                     f"({report['other_envs']}); diff compares runs of the same env or suite")
+        lines.append(f"verdict: {report['verdict']}")
+        return lines
+    for side in ("A", "B"):
+        if report["only_in"][side]:
+            lines.append(f"{len(report['only_in'][side])} episode(s) only in {side} (not compared)")
+    parted = [e for e in report["episodes"] if e["divergence"]]
+    counted = sum(1 for e in parted if e["divergence"]["kind"] == "success_rule")
+    lines.append(f"episodes: {report['paired']} paired, {report['paired'] - len(parted) + counted} "
+                 f"identical step for step, {len(parted) - counted} part"
+                 + (f", {counted} identical but counted differently" if counted else ""))
+    first = report["first"]
+    if first is not None and first["divergence"]:
+        d = first["divergence"]
+        where = "the reset" if d["step"] is None else f"step {d['step']}"
+        lines.append(f"first divergence: {first['label']}, {where}, {d['field']}: "
+                     f"A {d['a']}, B {d['b']}")
+        lines.append(f"  {d['kind']}: {d['sentence'] or 'differs; the data does not say why'}")
+    if report["kinds"]:
+        lines.append("kinds: " + ", ".join(f"{k} x{n}" for k, n in sorted(report["kinds"].items())))
+    if explain:
+        for e in parted[1:] if first is not None and first["divergence"] else parted:
+            d = e["divergence"]
+            where = "the reset" if d["step"] is None else f"step {d['step']}"
+            lines.append(f"  {e['label']}: {where}, {d['field']} [{d['kind']}] {d['sentence']}")
+    numbers = report["numbers"]
+    if numbers is not None:
+        lines.append(f"outcomes: {numbers['outcome_differs']} of {report['paired']} episode(s) "
+                     f"differ in success; {numbers['return_changed']} in return")
+        if "success" in numbers:
+            s = numbers["success"]
+            lo, hi = s["diff_ci"]
+            lines.append(f"  success rate A {s['a_rate']:.0%}, B {s['b_rate']:.0%}: "
+                         f"{s['diff'] * 100:+.1f} points (95% CI {lo * 100:+.1f} to "
+                         f"{hi * 100:+.1f}, McNemar p = {s['pvalue']:.3g})")
+        if "returns" in numbers:
+            r = numbers["returns"]
+            lo, hi = r["diff_ci"]
+            lines.append(f"  mean return A {_num(r['a_mean'])}, B {_num(r['b_mean'])}: "
+                         f"{_num(r['mean_diff'], True)} (paired 95% CI {_num(lo, True)} to "
+                         f"{_num(hi, True)})")
+    lines.append(f"verdict: {report['verdict']}")
+    return lines
+
+
+def _num(x: float | None, sign: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.4g}" if sign else f"{x:.4g}"
+
+
+def _short(value: Any) -> str:
+    text = "(not set)" if value is None else repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."

@@ -1,0 +1,99 @@
+"""Each rule of the classifier on tapes that differ in one way (tests/compare/test_diff.py
+checks them on real runs): a time shift, rounding, a sign or a scale on one dimension, an
+observation flipped or its channels reversed at the reset, and what no rule explains,
+shown as it is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rolltape.compare.classify import classify, first_divergence
+from rolltape.pass1.fields import reset_forms
+from rolltape.tape import Tape
+
+RNG = np.random.default_rng(3)
+ACTIONS = RNG.uniform(-1, 1, (12, 3)).astype(np.float32)
+IMAGE = RNG.integers(0, 255, (6, 5, 3), dtype=np.uint8)
+
+
+def tape(actions: np.ndarray = ACTIONS, rewards: np.ndarray | None = None,
+         obs: np.ndarray = IMAGE, digests: np.ndarray | None = None, **extra) -> Tape:
+    n = len(actions)
+    return Tape(env={"id": "X-v0"}, seed=0, actions=actions,
+                rewards=np.ones(n) if rewards is None else rewards,
+                terminated=np.zeros(n, bool), truncated=np.r_[np.zeros(n - 1, bool), True],
+                obs_digest=np.arange(n + 1, dtype=np.uint64) if digests is None else digests,
+                obs_reset=reset_forms({"pixels": obs}), **extra)
+
+
+def judged(a: Tape, b: Tape, card: dict | None = None):
+    d = first_divergence(a, b)
+    assert d is not None
+    return classify(d, a, b, card or {})
+
+
+def test_equal_tapes_do_not_part():
+    assert first_divergence(tape(), tape()) is None
+
+
+def test_actions_k_steps_late_are_a_time_shift():
+    late = np.concatenate([np.zeros((2, 3), np.float32), ACTIONS[:-2]])
+    d = judged(tape(), tape(late))
+    assert (d.kind, d.step, d.detail["shift"], d.detail["later"]) == ("time_shift", 0, 2, "B")
+
+
+def test_float_epsilon_differences_are_rounding():
+    nudged = ACTIONS.copy()
+    nudged[4, 1] = np.nextafter(nudged[4, 1], np.float32(2))
+    d = judged(tape(), tape(nudged))
+    assert (d.kind, d.step, d.field) == ("rounding", 4, "action")
+
+
+@pytest.mark.parametrize("factor,kind", [(-1.0, "action_sign"), (0.5, "action_scale")])
+def test_one_dimension_times_a_constant_is_a_sign_or_a_scale(factor, kind):
+    changed = ACTIONS.copy()
+    changed[:, 2] *= np.float32(factor)
+    d = judged(tape(), tape(changed))
+    assert (d.kind, d.step, d.detail["dims"], d.detail["ratio"]) == (kind, 0, [2], factor)
+
+
+def test_another_action_without_a_pattern_is_shown_as_it_is():
+    changed = ACTIONS.copy()
+    changed[3] = [0.1, 0.2, 0.3]
+    d = judged(tape(), tape(changed))
+    assert d.kind == "unclassified" and d.step == 3
+    assert d.sentence.startswith("differs from step 3 on action: A [")
+    assert "0.1" in d.b and repr(float(ACTIONS[3, 0])) in d.a  # both values, in full
+
+
+@pytest.mark.parametrize("form,array", [("flip_vertical", IMAGE[::-1]),
+                                        ("channels_reversed", IMAGE[..., ::-1]),
+                                        ("transpose", IMAGE.swapaxes(0, 1))])
+def test_a_reset_observation_that_is_a_form_of_the_other_is_named(form, array):
+    other = np.arange(13, dtype=np.uint64)
+    other[0] = 99
+    d = judged(tape(), tape(obs=np.ascontiguousarray(array), digests=other))
+    assert (d.kind, d.step, d.detail["form"]) == ("obs_transform", None, form)
+
+
+def test_another_reset_observation_without_a_form_is_shown_as_it_is():
+    other = np.arange(13, dtype=np.uint64)
+    other[0] = 99
+    d = judged(tape(), tape(obs=IMAGE // 2, digests=other))
+    assert d.kind == "unclassified" and d.sentence.startswith("differs from the reset on obs")
+
+
+def test_same_actions_then_another_observation_quotes_the_card():
+    other = np.arange(13, dtype=np.uint64)
+    other[5] = 99
+    d = judged(tape(), tape(digests=other), {"envs.env.kwargs.gravity": (None, -3.0)})
+    assert (d.kind, d.step, d.field) == ("dynamics", 4, "obs")
+    assert "envs.env.kwargs.gravity" in d.sentence
+
+
+def test_another_reward_for_the_same_everything_is_the_reward_function():
+    rewards = np.ones(12)
+    rewards[7] = 0.5
+    d = judged(tape(), tape(rewards=rewards))
+    assert (d.kind, d.step, d.field) == ("reward", 7, "reward")
