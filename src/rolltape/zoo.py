@@ -214,6 +214,22 @@ def _model(folder: Path, env_name: str, repo: bool, checkpoint: str) -> Path:
     return path
 
 
+MAX_WRAPPER_INT = 10**6  # wrapper counts (steps, stack sizes) of real folders are thousands
+
+
+def _largest_int(value: Any) -> int:
+    """The largest whole number (in magnitude) anywhere in a YAML value."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return abs(value)
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return max((_largest_int(v) for v in value), default=0)
+    return 0
+
+
 def _wrapper_entries(config: dict[str, Any], where: Path, trusted: tuple[str, ...]
                      ) -> tuple[dict[str, Any], ...]:
     """``env_wrapper`` as policy-side wrapper entries (rl-zoo3's get_wrapper_class forms:
@@ -236,6 +252,11 @@ def _wrapper_entries(config: dict[str, Any], where: Path, trusted: tuple[str, ..
             raise UsageError(f"zoo: '{where}' env_wrapper entry {_shown(item)} is not a dotted "
                              "module.Class name with keyword arguments.")
         _check_module(module, f"the wrapper '{item[:100]}'", where, trusted)
+        big = _largest_int(kwargs)
+        if big > MAX_WRAPPER_INT:  # a stack or buffer size: refused before it allocates
+            raise UsageError(f"zoo: '{where}' env_wrapper entry '{item[:100]}' has the "
+                             f"argument {big:.6g}, more than a wrapper's count or size needs "
+                             f"(at most {MAX_WRAPPER_INT:,}); lower it.")
         out.append({"target": f"{module}:{name}", "kwargs": dict(kwargs or {}),
                     "flag": f"zoo env_wrapper '{item}'"})
     return tuple(out)
