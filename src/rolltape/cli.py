@@ -292,11 +292,23 @@ def print_run(results: Results, path: Path) -> None:
             err.print(f"warning: {w}")
     if quiet:
         err.print(f"note: {len(quiet)} MuJoCo warning(s) recorded in metadata.json")
-    out.print(f"run written to {path}/ (results.json, episodes.jsonl, metadata.json, tapes/, videos/)")
+    out.print(f"run written to {path}/ ({', '.join(_existing(path, RUN_FILES))})")
+    # Only what is there: a report whose notebook did not fit on the disk names no notebook.
+    extras = [text for name, text in (("report.ipynb", "notebook: report.ipynb"),
+                                      ("viewer", f"3-D replay: `rolltape view {path}`"))
+              if (path / name).exists()]
     if (path / "report.html").is_file():
-        out.print(f"report: {path / 'report.html'} (notebook: report.ipynb"
-                  + ("; 3-D replay: `rolltape view " + str(path) + "`)" if (path / "viewer").is_dir()
-                     else ")"))
+        out.print(f"report: {path / 'report.html'}" + (f" ({'; '.join(extras)})" if extras else ""))
+    elif (path / "report.ipynb").is_file():
+        out.print(f"notebook: {path / 'report.ipynb'}")
+
+
+RUN_FILES = ("results.json", "episodes.jsonl", "metadata.json", "tapes/", "videos/")
+
+
+def _existing(path: Path, names: tuple[str, ...]) -> list[str]:
+    """The ``names`` (a folder ends in '/') that exist in ``path``."""
+    return [n for n in names if ((path / n).is_dir() if n.endswith("/") else (path / n).is_file())]
 
 
 FELL_BACK = ("--mode auto fell back to restore: the video draws the recorded states, so it "

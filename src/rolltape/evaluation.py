@@ -241,16 +241,24 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
         results.suite["overall"].update(eval_s=eval_s, eval_ep_s=eval_s / n if n else None)
         write_json(root / "eval_info.json", eval_info(results.suite, results.episodes, videos,
                                                       eval_s, _rules(targets)))
+    # The run is written in a staging folder: what is said names the folder the user gets.
+    warnings[:] = [w.replace(str(root), str(run.final)) for w in warnings]
+    videos = [replace(v, error=v.error.replace(str(root), str(run.final))) if v.error else v
+              for v in videos]
     results = replace(results, videos=tuple(videos), warnings=tuple(warnings))
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command,
                          run.resumed, targets)
     record = Run(root, results, metadata).write()
     _write_card(root, targets, cfg, descriptions, metadata)
     if cfg.report:
-        _write_reports(record, cfg.viewer, warnings)
+        before = len(warnings)
+        _write_reports(record, cfg.viewer, warnings, final=run.final)
+        if len(warnings) > before:  # the report's own trouble is recorded beside the numbers
+            record = _with_warnings(record, warnings)
     outcome = replace(record, path=run.commit())
-    if any(v.path is None for v in videos):
-        raise UsageError(f"{warnings[-1]} The numbers were kept in "
+    undrawn = [v for v in videos if v.path is None]
+    if undrawn:  # the sentence is the video's failure, whatever was warned after it
+        raise UsageError(f"{undrawn[0].error} The numbers were kept in "
                          f"'{outcome.path}/results.json'.")
     if cfg.on_divergence == "fail" and outcome.diverged:
         raise DivergenceError(f"{len(outcome.diverged)} replay(s) diverged from pass 1: "
@@ -433,9 +441,11 @@ def _input_digests(cfg: EvalConfig) -> dict[str, str | None]:
             for key, path in files.items()}
 
 
-def _write_reports(run: Run, with_viewer: bool, warnings: list[str]) -> None:
+def _write_reports(run: Run, with_viewer: bool, warnings: list[str],
+                   final: Path | None = None) -> None:
     """report.html (with the 3-D replay when asked) and report.ipynb; a problem here is a
-    warning, never a lost run."""
+    warning, never a lost run. The run is written in a staging folder that becomes
+    ``final``: a warning names the folder the user will have."""
     from rolltape.outputs.notebook import write_notebook
     from rolltape.outputs.report import build_report
 
@@ -455,11 +465,29 @@ def _write_reports(run: Run, with_viewer: bool, warnings: list[str]) -> None:
     try:
         build_report(run, viewer=viewer)
         write_notebook(run)
-    except UsageError as exc:
-        warnings.append(f"The report could not be written: {exc}")
-    except OSError as exc:  # a full disk: the numbers are written already, keep the run
-        warnings.append(f"The report could not be written ({_os_error_text(exc)}); free some "
-                        "space and rebuild it with `rolltape report RUN`.")
+    except (UsageError, OSError) as exc:  # a full disk: the numbers are written, keep the run
+        why = (f": {exc}" if isinstance(exc, UsageError) else f" ({_os_error_text(exc)}); "
+               f"free some space and rebuild it with `rolltape report {final or 'RUN'}`.")
+        text = f"The report could not be written{why}"
+        warnings.append(text if final is None else text.replace(str(run.path), str(final)))
+        # All or nothing: half a report is not left to be named, and its space lets the
+        # warning be recorded in results.json too.
+        for name in ("report.html", "report.ipynb"):
+            (run.path / name).unlink(missing_ok=True)
+
+
+def _with_warnings(record: Run, warnings: list[str]) -> Run:
+    """The run with every warning made while writing it, written again (results.json and
+    metadata.json are small; on a disk still too full for them the earlier, complete
+    files stay, and the warnings are still printed from the returned record)."""
+    meta = record.metadata
+    record = replace(record, results=replace(record.results, warnings=tuple(warnings)),
+                     metadata=None if meta is None else Metadata({**meta.facts,
+                                                                   "warnings": list(warnings)}))
+    try:
+        return record.write()
+    except OSError:
+        return record
 
 
 def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any],

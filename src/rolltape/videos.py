@@ -176,6 +176,7 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
     on_progress, on_result = bar.frames(f"pass 2 (render {len(picked)} video(s))",
                                         [rows[i].length + 1 for i in picked])
     finished: dict[int, RenderResult] = {}  # kept when another request fails
+    why = "not rendered"  # what a video left undrawn says (the failure's own sentence)
 
     def keep(i: int, result: RenderResult) -> None:
         finished[i] = result
@@ -191,12 +192,12 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
                           cores=None if widen is None else workers)
     except UsageError as exc:  # the videos drawn before or beside the failure still count
         rendered = [finished.get(i) for i in range(len(requests))]
-        warnings.append(str(exc))
+        warnings.append(why := str(exc))
     videos = []
     for i, result in zip(picked, rendered):
         episode = rows[i]
         if result is None:
-            videos.append(Video(episode.key, episode.tape, error="not rendered"))
+            videos.append(Video(episode.key, episode.tape, error=why))
             continue
         detail = result.to_dict()
         for w in detail.pop("warnings"):
