@@ -46,7 +46,7 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     assert "cannot hold even one grid point" in refused(ledge, "--budget", "5", "--env", LEDGE)
     # A policy that is code, named only in the run's files; an env without MuJoCo states.
     assert "is code named in its files" in refused(cartpole)
-    assert "holds no MuJoCo physics state" in refused(cartpole, "--policy", BALANCE)
+    assert "holds no MuJoCo or ALE state" in refused(cartpole, "--policy", BALANCE)
 
 
 def test_the_summary_line_names_the_point():

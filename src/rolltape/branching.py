@@ -326,7 +326,7 @@ def _record(s: _Source, units: list[list[BranchUnit]], rows: dict[int, dict[str,
                 failed += 1
                 continue
             tape = Tape.load(u.tape_path)
-            outcome = _outcome(tape, 1 if t else 0, rule, has_success)
+            outcome = _outcome(tape, t - tape.start_step, rule, has_success)
             if outcome is None:
                 failed += 1
                 continue
@@ -344,8 +344,10 @@ def _record(s: _Source, units: list[list[BranchUnit]], rows: dict[int, dict[str,
         "estimate": "P(success | state at t)" if has_success else "E[return from t | state at t]",
         "success_rule": rule if has_success else None,
         "band": ("Wilson 95%" if has_success else "bootstrap 95% of the mean"),
-        "perturbation": (f"Gaussian action noise sigma={noise:g} of the action range's "
-                         "half-width, seeded per branch" if noise else
+        "perturbation": ((f"a uniformly random action with probability {noise:g}, seeded "
+                          "per branch" if s.tape.actions.dtype.kind in "iu" else
+                          f"Gaussian action noise sigma={noise:g} of the action range's "
+                          "half-width, seeded per branch") if noise else
                          ("the policy's own sampling, seeded per branch" if not deterministic
                           else "none (deterministic policy, noise 0): every branch replays "
                                "the episode")),
@@ -405,8 +407,9 @@ def _stays(points: list[dict[str, Any]], key: str, threshold: float, below: bool
 
 def same_as_source(branch_tape: Tape, source: Tape, t: int) -> bool:
     """Whether a branch from step t replays the source's steps t.. bit for bit: its
-    actions, rewards and both flags (the branch's first step is the recorded step t - 1)."""
-    first = t - 1 if t else 0
+    actions, rewards and both flags (with the source's steps it begins with, from its
+    ``start_step``)."""
+    first = branch_tape.start_step
     n = source.length - first
     if branch_tape.length != n:
         return False

@@ -564,6 +564,23 @@ def restore_ale_state(env: Any, blob: bytes) -> None:
                          "re-record the tape with `rolltape eval`.") from None
 
 
+# Steps taken again before a recorded Atari state is continued from: ALE's saved state does
+# not hold the last action it applied, which sticky actions repeat (ALE/*-v5: p = 0.25 a
+# frame). After a step that register holds the step's own action unless all of its frames
+# stuck (4 frames: p = 0.4%), so each step taken again makes a wrong register 250x less likely.
+ALE_STEPS_AGAIN = 4
+
+
+def continue_atari(env: Any, tape: Any, t: int, again: int = ALE_STEPS_AGAIN) -> None:
+    """Put an Atari env into ``tape``'s recorded emulator state after ``t`` steps, having
+    first taken the ``again`` steps before it from their own states (a replay's segment, a
+    branch of :mod:`rolltape.pass1.branches`)."""
+    for s in range(max(0, t - again), t):
+        restore_ale_state(env, tape.ale_state_at(s))
+        env.step(tape.actions[s])
+    restore_ale_state(env, tape.ale_state_at(t))
+
+
 def split_physics(physics: np.ndarray, nq: int, nv: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(physics, qpos, qvel) from state rows laid out as [time, qpos, qvel, ...]."""

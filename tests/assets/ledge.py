@@ -88,3 +88,8 @@ class NoisyLedge(Ledge):
 
 
 gym.register(id="NoisyLedge-v0", entry_point=NoisyLedge, max_episode_steps=30)
+
+
+def pong(obs):
+    """A deterministic ALE/Pong-v5 policy of the raw screen (no wrappers)."""
+    return int(np.asarray(obs)[34:194:4, ::4, 0].astype(np.int64).sum()) % 6

@@ -71,3 +71,23 @@ def test_an_env_whose_state_is_more_than_mujoco_s_is_refused(tmp_path):
         run_policy_job(job, sent.append)
     # Step 1 still restores (the generator is where the seeded reset left it).
     assert [kind for kind, _ in sent].count("episode") == 1
+
+
+def test_an_atari_branch_continues_from_the_emulator_state_bit_for_bit(tmp_path):
+    """ALE's recorded states (RNG included: sticky actions) continue an Atari game exactly;
+    the branch tape begins at the reset with the source's steps and verifies."""
+    policy = f"{ASSETS / 'ledge.py'}:pong"
+    run = evaluate("ALE/Pong-v5", policy, episodes=1, seed=5, max_episode_steps=50, video=0,
+                   baseline=None, out=tmp_path / "run")
+    result = branch(str(run.path), episodes="all", branches=1, every=20, noise=0.0,
+                    policy=policy, workers=1)
+    [record] = result.episodes
+    assert record["grid"] == [0, 20, 40] and record["replays_source"] is True
+    source = Tape.load(run.path / "tapes" / "policy-0000.npz")
+    last = Tape.load(result.out / "policy-0000" / "tapes" / "t00040-k000.npz")
+    assert last.start_step == 0 and last.meta["step"] == 40
+    assert np.array_equal(last.ale_state, source.ale_state)  # every emulator state, RNG too
+    assert np.array_equal(last.ale_state_offsets, source.ale_state_offsets)
+    [verified] = render([RenderRequest(str(result.out / "policy-0000" / "tapes" /
+                                           "t00020-k000.npz"))])
+    assert verified.verified

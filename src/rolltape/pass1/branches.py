@@ -4,18 +4,22 @@ A branch from step t restores the episode *for continuing*, not only for drawing
 
 - the env is reset with the tape's seed and options (the wrappers' own bookkeeping, the
   env's generator, Gymnasium's order checks start as they did);
-- for t > 0 the MuJoCo integration state after t - 1 steps is set and the recorded action
-  t - 1 is stepped once more, so the observation the policy sees at t is the very one pass
-  1 computed (MuJoCo envs read body poses the last substep left, which a state alone does
-  not hold), the TimeLimit counts t steps, and the state after it is compared with the
-  tape's state t bit for bit, as are that step's reward, flags and observation digest:
-  a state that cannot be restored faithfully is refused in one sentence;
+- for t > 0 the recorded state after t - 1 steps is set (MuJoCo's integration state; an
+  Atari game's emulator state, RNG included, after the steps before it taken again so that
+  sticky actions repeat the right action) and the recorded action t - 1 is stepped once
+  more, so the observation the policy sees at t is the very one pass 1 computed (MuJoCo envs
+  read body poses the last substep left, which a state alone does not hold), the TimeLimit
+  counts t steps, and the state after it is compared with the tape's state t bit for bit,
+  as are that step's reward, flags and observation digest: a state that cannot be
+  restored faithfully is refused in one sentence;
 - the policy is reset as at a fresh episode (``Policy.reset`` with the branch's seed:
   a stochastic policy samples from that seed), and a deterministic one may be perturbed by
   seeded Gaussian action noise (:class:`Perturbed`).
 
-The branch is saved as a tape that begins at step t - 1 of the source episode (``start_step``)
-with that recorded step first, so ``rolltape verify`` re-simulates it like any other tape.
+The branch is saved as a tape that begins with recorded steps of the source episode, so
+``rolltape verify`` re-simulates it like any other tape: a MuJoCo branch at step t - 1
+(``start_step``, from its recorded state), an Atari branch at the reset (ALE's states are
+continued from only with the steps before them, which a tape that began later would lack).
 A branch job is a pass-1 job (:class:`BranchJob`): it is dealt to workers, run on Ray and
 reported exactly as episodes are.
 
@@ -31,7 +35,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rolltape.envs import continue_from, obs_digest, physics_spec, set_elapsed_steps
+from rolltape.envs import (
+    continue_atari,
+    continue_from,
+    obs_digest,
+    physics_spec,
+    set_elapsed_steps,
+)
 from rolltape.errors import UsageError
 from rolltape.pass1.fields import success_flag
 from rolltape.pass1.rollout import EpisodeJob, Opened, PolicyJob, record_episode
@@ -44,13 +54,13 @@ def branch_refusal(tape: Tape, path: str) -> str | None:
 
     >>> t = Tape(seed=0, env={"id": "CartPole-v1"}, actions=np.zeros((2, 1)),
     ...          rewards=np.zeros(2), terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
-    >>> branch_refusal(t, "a.npz")[:60]
-    "Tape 'a.npz' (CartPole-v1) holds no MuJoCo physics state, so"
+    >>> branch_refusal(t, "a.npz")[:58]
+    "Tape 'a.npz' (CartPole-v1) holds no MuJoCo or ALE state, so"
     """
-    if tape.physics is None:
-        return (f"Tape '{path}' ({tape.env_id}) holds no MuJoCo physics state, so rolltape "
+    if tape.physics is None and not tape.has_ale_state:
+        return (f"Tape '{path}' ({tape.env_id}) holds no MuJoCo or ALE state, so rolltape "
                 "cannot restore it faithfully to continue its episode; branch works on "
-                "tapes of MuJoCo envs.")
+                "tapes of MuJoCo and Atari envs.")
     if tape.seed is None or tape.start_step or tape.reset_rng is not None or tape.window:
         return (f"Tape '{path}' was not recorded from a seeded reset (a training recording), "
                 "so its env's bookkeeping cannot be rebuilt; branch from an `rolltape eval` "
@@ -70,11 +80,17 @@ class RestoredStart(gym.Wrapper):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[Any, dict[str, Any]]:
         tape, t = self.tape, self.t
-        obs, info = self.env.reset(seed=tape.seed, options=tape.options)
-        if t == 0:
-            return obs, info
-        assert tape.physics is not None  # checked by branch_refusal
-        continue_from(self.env, tape.physics[t - 1])
+        if t and tape.physics is None:
+            # Atari: the emulator state set next holds the game and its RNG; a seeded reset
+            # would only reload the ROM (0.09 s).
+            self.env.reset()
+            continue_atari(self.env, tape, t - 1)
+        else:
+            obs, info = self.env.reset(seed=tape.seed, options=tape.options)
+            if t == 0:
+                return obs, info
+            assert tape.physics is not None  # checked by branch_refusal
+            continue_from(self.env, tape.physics[t - 1])
         set_elapsed_steps(self.env, t - 1)
         obs, reward, term, trunc, info = self.env.step(tape.actions[t - 1])
         self._check(t, reward, term, trunc, obs)
@@ -82,16 +98,10 @@ class RestoredStart(gym.Wrapper):
 
     def _check(self, t: int, reward: Any, term: bool, trunc: bool, obs: Any) -> None:
         """Refuse unless the restored step is pass 1's step t - 1, bit for bit."""
-        import mujoco
-
-        tape, base = self.tape, self.env.unwrapped  # a MuJoCo env (branch_refusal)
-        model, data = getattr(base, "model"), getattr(base, "data")
-        assert tape.physics is not None
-        state = np.empty(mujoco.mj_stateSize(model, physics_spec()))
-        mujoco.mj_getState(model, data, state, physics_spec())
+        tape = self.tape
         wrong = None
-        if not np.array_equal(state, tape.physics[t]):
-            wrong = "its physics state"
+        if not self._same_state(t):
+            wrong = "its physics state" if tape.physics is not None else "its emulator state"
         elif float(reward) != float(tape.rewards[t - 1]) and not (
                 np.isnan(reward) and np.isnan(tape.rewards[t - 1])):
             wrong = "its reward"
@@ -103,24 +113,44 @@ class RestoredStart(gym.Wrapper):
             raise UsageError(
                 f"Tape '{self.path}' ({tape.env_id}) cannot be restored faithfully at step {t}: "
                 f"continuing from its recorded state gives another {wrong[4:]} than pass 1 "
-                "(the env keeps state MuJoCo's does not hold); it cannot be branched.")
+                "(the env keeps state its recorded one does not hold); it cannot be branched.")
+
+    def _same_state(self, t: int) -> bool:
+        """Whether the env's state is the tape's state t, bit for bit."""
+        base = self.env.unwrapped
+        if self.tape.physics is None:  # Atari (branch_refusal): ALE's state, RNG included
+            ale = getattr(base, "ale")
+            return bool(ale.cloneState(include_rng=True).serialize() == self.tape.ale_state_at(t))
+        import mujoco
+
+        model, data = getattr(base, "model"), getattr(base, "data")
+        state = np.empty(mujoco.mj_stateSize(model, physics_spec()))
+        mujoco.mj_getState(model, data, state, physics_spec())
+        return bool(np.array_equal(state, self.tape.physics[t]))
 
 
 class Perturbed(Policy):
-    """``inner``'s actions plus seeded Gaussian noise of ``sigma`` times the half-width of
-    the action space's bounds (1 where a bound is infinite), clipped to the bounds; the
-    noise generator is seeded at each ``reset`` with the branch's seed. ``sigma`` 0 gives
-    ``inner``'s actions untouched."""
+    """``inner``'s actions, perturbed from a generator seeded at each ``reset`` with the
+    branch's seed: continuous actions get Gaussian noise of ``sigma`` times the half-width
+    of the action space's bounds (1 where a bound is infinite), clipped to the bounds;
+    discrete ones are replaced, with probability ``sigma``, by a uniformly drawn action
+    (epsilon-greedy). ``sigma`` 0 gives ``inner``'s actions untouched."""
 
     def __init__(self, inner: Policy, sigma: float, space: Any) -> None:
         self.inner, self.sigma = inner, sigma
         self.description = inner.description
-        if sigma and not isinstance(space, gym.spaces.Box):
-            raise UsageError(f"--noise adds Gaussian noise to continuous actions; this env's "
-                             f"actions are {type(space).__name__}: use --noise 0 with a "
-                             "stochastic policy.")
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        if sigma and not (self.discrete or isinstance(space, gym.spaces.Box)):
+            raise UsageError(f"--noise perturbs Box or Discrete actions; this env's actions "
+                             f"are {type(space).__name__}: use --noise 0 with a stochastic "
+                             "policy.")
+        if sigma > 1 and self.discrete:
+            raise UsageError(f"--noise is the probability of a random action for this env's "
+                             f"discrete actions, so at most 1; got {sigma}.")
         self.rng = np.random.default_rng(0)
-        if isinstance(space, gym.spaces.Box):
+        if self.discrete:
+            self.n, self.start = int(space.n), int(space.start)
+        elif isinstance(space, gym.spaces.Box):
             self.low, self.high = space.low, space.high
             finite = np.isfinite(self.low) & np.isfinite(self.high)
             self.half = np.where(finite, (self.high - self.low) / 2, 1.0)
@@ -132,6 +162,10 @@ class Perturbed(Policy):
     def act(self, obs: Any) -> Any:
         action = self.inner.act(obs)
         if not self.sigma:
+            return action
+        if self.discrete:
+            if self.rng.random() < self.sigma:
+                return np.asarray(action).dtype.type(self.start + self.rng.integers(self.n))
             return action
         action = np.asarray(action)
         noisy = action + self.sigma * self.half * self.rng.standard_normal(action.shape)
@@ -201,17 +235,28 @@ class BranchJob(PolicyJob):
 
 def _with_recorded_step(fields: dict[str, Any], tape: Tape, t: int, before: bool
                         ) -> dict[str, Any]:
-    """The branch's tape fields, beginning with the source's recorded step t - 1 (from state
-    t - 1, as the branch was restored) so that it re-simulates from a state like any tape
-    that begins mid-episode; the seed is the source's. ``before``: the source's success was
-    reported before that step (it counts for ``success_once``)."""
+    """The branch's tape fields, beginning with recorded steps of the source so that it
+    re-simulates like any tape: MuJoCo's step t - 1 (from state t - 1, as the branch was
+    restored, a tape that begins mid-episode), Atari's steps 0..t-1 (from the reset); the
+    seed is the source's. ``before``: the source's success was reported before step t (it
+    counts for ``success_once``)."""
     fields = {**fields, "seed": tape.seed, "options": tape.options}
     if before:
         fields["success_once"] = True
     if t == 0:
         return fields
-    k = t - 1
-    fields["start_step"] = k
+    k = t - 1 if tape.physics is not None else 0
+    if k:
+        fields["start_step"] = k
+    if fields.get("ale_state") is not None and tape.has_ale_state:
+        assert tape.ale_state is not None and tape.ale_state_offsets is not None
+        offsets = tape.ale_state_offsets
+        fields["ale_state"] = np.concatenate([tape.ale_state[offsets[k]:offsets[t]],
+                                              fields["ale_state"]])
+        fields["ale_state_offsets"] = np.concatenate(
+            [offsets[k:t] - offsets[k], fields["ale_state_offsets"] + (offsets[t] - offsets[k])])
+    else:
+        fields["ale_state"] = fields["ale_state_offsets"] = None
     fields["actions"] = np.concatenate([tape.actions[k:t], fields["actions"]])
     for name in ("rewards", "terminated", "truncated"):
         fields[name] = np.concatenate([getattr(tape, name)[k:t], fields[name]])

@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import numpy as np
 
-from rolltape.envs import BIG_OBS, DIGEST_BATCH, check_tape_env_module
+from rolltape.envs import (
+    ALE_STEPS_AGAIN,
+    BIG_OBS,
+    DIGEST_BATCH,
+    check_tape_env_module,
+    continue_atari,
+)
 from rolltape.errors import UsageError, check_choice
 from rolltape.flags import VIDEO, flag
 from rolltape.pass2.backends import select_backend_in_this_process
@@ -415,7 +421,7 @@ class _Replayer:
             if tape.physics is not None:
                 continue_from(env, tape.physics[first - 1])
             else:
-                _continue_atari(env, tape, first - 1)
+                continue_atari(env, tape, first - 1)
             begin = first - 1
         rewards = []
         # Large observations (screens) are digested in batches: one digest is a loop over
@@ -465,7 +471,7 @@ class _Replayer:
         if tape.has_ale_state and not tape.has_state:
             for t in range(first, stop):
                 if t:
-                    _continue_atari(env, tape, t - 1, again=ALE_STEPS_AGAIN if t == first else 0)
+                    continue_atari(env, tape, t - 1, again=ALE_STEPS_AGAIN if t == first else 0)
                     env.step(tape.actions[t - 1])
                 emit(t)
             return
@@ -473,13 +479,6 @@ class _Replayer:
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
-
-
-# Steps taken again before a segment's first Atari state: ALE's saved state does not hold
-# the last action it applied, which sticky actions repeat (ALE/*-v5: p = 0.25 a frame).
-# After a step that register holds the step's own action unless all of its frames stuck
-# (4 frames: p = 0.4%), so each step taken again makes a wrong register 250x less likely.
-ALE_STEPS_AGAIN = 4
 
 
 def checked_by(tape: Tape, req: RenderOptions) -> str:
@@ -504,17 +503,6 @@ def drawn_before(tape: Tape, first: int) -> set[int]:
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)):
             out.update(range(max(0, r[0]), min(r[1], first - 1) + 1))
     return out
-
-
-def _continue_atari(env: Any, tape: Tape, t: int, again: int = ALE_STEPS_AGAIN) -> None:
-    """Put an Atari env into the recorded emulator state after ``t`` steps, having first
-    taken the ``again`` steps before it from their own states."""
-    from rolltape.envs import restore_ale_state
-
-    for s in range(max(0, t - again), t):
-        restore_ale_state(env, tape.ale_state_at(s))
-        env.step(tape.actions[s])
-    restore_ale_state(env, tape.ale_state_at(t))
 
 
 def encoding_beside(writer: FrameWriter, env_id: str) -> FrameWriter | BackgroundWriter:
