@@ -54,7 +54,7 @@ def branch_refusal(tape: Tape, path: str) -> str | None:
 
     >>> t = Tape(seed=0, env={"id": "CartPole-v1"}, actions=np.zeros((2, 1)),
     ...          rewards=np.zeros(2), terminated=np.zeros(2, bool), truncated=np.zeros(2, bool))
-    >>> branch_refusal(t, "a.npz")[:58]
+    >>> branch_refusal(t, "a.npz")[:59]
     "Tape 'a.npz' (CartPole-v1) holds no MuJoCo or ALE state, so"
     """
     if tape.physics is None and not tape.has_ale_state:
