@@ -76,3 +76,22 @@ def check_folder_name(flag: str, path: str | os.PathLike[str]) -> None:
             raise UsageError(f"{flag} '{shown}' has a name of {size} bytes; give one of at most "
                              f"{MAX_NAME_BYTES} (file systems allow 255, and rolltape adds to "
                              "it while it writes).")
+
+
+MAX_FRAME_SIDE = 8192  # pixels: an 8K frame; MuJoCo's offscreen buffer at 100000 asked 149 GiB
+
+
+def check_frame_size(width: int | None, height: int | None) -> None:
+    """Refuse a frame side below 1 or above :data:`MAX_FRAME_SIDE` pixels before anything
+    draws (a GL backend would try to allocate it first).
+
+    >>> check_frame_size(640, None)
+    >>> check_frame_size(100000, 100)
+    Traceback (most recent call last):
+    rolltape.errors.UsageError: --width 100000 is larger than a frame can be; give 1 to 8192 pixels.
+    """
+    for flag, side in (("--width", width), ("--height", height)):
+        if side is not None and not 1 <= side <= MAX_FRAME_SIDE:
+            what = "is larger than a frame can be" if side > MAX_FRAME_SIDE else \
+                "must be at least 1"
+            raise UsageError(f"{flag} {side} {what}; give 1 to {MAX_FRAME_SIDE} pixels.")

@@ -21,6 +21,7 @@ Example (not run: it replays a run's tapes):
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -28,8 +29,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rolltape.envs import trusted_env_id
-from rolltape.errors import Interrupted, UsageError, check_choice
+from rolltape.errors import Interrupted, RunFailed, UsageError, check_choice
 from rolltape.files import move_into_place, sha256_of
+from rolltape.limits import check_folder_name, check_fps, check_frame_size
+from rolltape.outputs.artifacts import check_writable_folder
 from rolltape.record import Run
 
 FORMATS = ("minari", "lerobot")
@@ -38,7 +41,8 @@ FORMATS = ("minari", "lerobot")
 @dataclass(frozen=True)
 class ExportOutcome:
     """What an export made: the dataset's folder, how many episodes and steps it holds,
-    and the episodes left out because their replay did not verify (label, why)."""
+    the episodes left out because their replay did not verify (label, the step where it
+    diverged) and those left out because they have no tape to replay (label, why)."""
 
     path: Path
     format: str
@@ -46,6 +50,8 @@ class ExportOutcome:
     steps: int
     left_out: list[tuple[str, str]] = field(default_factory=list)
     resumed: int = 0  # episodes an interrupted export had replayed already
+    # Chosen episodes with no tape to replay (label, why: none recorded, missing, a folder)
+    without_tape: list[tuple[str, str]] = field(default_factory=list)
 
 
 def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike[str] | None = None,
@@ -55,17 +61,23 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
            height: int | None = None, workers: int = 0, overwrite: bool = False,
            backends: str | Sequence[str] | None = None,
            on_episode: Callable[[Any], None] | None = None, mode: str = "resim",
-           trust_module: Sequence[str] = ()) -> ExportOutcome:
+           trust_module: Sequence[str] = (), env: str | None = None,
+           show_progress: bool = False) -> ExportOutcome:
     """Export the verified episodes of ``run`` as a dataset ``to`` 'minari' or 'lerobot'.
 
     Minari: ``dataset_id`` (NAMESPACE/NAME-vN) under ``out`` (else ``MINARI_DATASETS_PATH``,
     else Minari's default folder). LeRobot: the dataset folder is ``out``; ``dataset_id``
     is its repo id (default ``rolltape/<folder name>``); ``cameras`` become
     ``observation.images.<camera>`` videos at ``fps`` (default: the env's), ``width`` x
-    ``height``. ``workers`` render processes replay the tapes (0: one per CPU core)."""
+    ``height``. ``workers`` render processes replay the tapes (0: one per CPU core).
+    ``env``: the env to replay on, named by the user (the tapes' own ``FILE.py:ATTR`` or
+    ``module:EnvId``, whose code a tape may not name by itself). Episodes left out (no
+    tape, or a replay that did not verify) are in the outcome's ``left_out``, each with
+    why; ``show_progress``: a bar (plain lines in a log) while the tapes replay."""
     from rolltape.datasets import episodes as eps
     from rolltape.executors.launch import check_worker_count, per_core, stop_workers
-    from rolltape.pass2.backends import DEFAULT_ORDER
+    from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
+    from rolltape.progress import Progress
 
     check_choice("--to", to, FORMATS)
     missing = [m for m in (("minari", "pyarrow") if to == "minari" else ("pyarrow",))
@@ -77,37 +89,48 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     check_worker_count("--workers", workers, 0)
     workers = per_core(workers)  # 0: a worker per core, as eval's pass 2
     check_choice("--mode", mode, ("resim", "restore"))
-    if to == "minari" and cameras:
-        raise UsageError("--camera makes videos, which only --to lerobot stores; drop --camera "
-                         "for Minari.")
-    if fps is not None and not fps > 0:
-        raise UsageError(f"--fps must be a positive number, got {fps}.")
+    _check_video_flags(to, cameras, fps, width, height)
+    backends = parse_backends(backends or DEFAULT_ORDER)  # an unknown one: refused now
     record = run if isinstance(run, Run) else Run.load(run)
     indices = eps.parse_indices(episodes)
     chosen = eps.choose(record, role=role, only=only, min_return=min_return, indices=indices)
-    backends = backends or DEFAULT_ORDER
+    absent = eps.without_tapes(record, role=role, only=only, min_return=min_return,
+                               indices=indices)
+    firsts = _first_of_each_task(chosen)
+    if env is not None and len(firsts) > 1:
+        raise UsageError(f"--env names the env of a one-env run; run '{record.path}' plays "
+                         f"{len(firsts)} tasks, whose modules --trust-module names instead.")
+    final, staging, dataset_id = _destination(to, record, out, dataset_id)
+    if final.exists() and not overwrite:
+        raise UsageError(f"Dataset '{final}' already exists; pass --overwrite to replace "
+                         "it, or choose another --id/--out.")
+    # Locked before any work, so that a second export to the same place is refused at once.
+    fresh = not staging.exists()  # else an interrupted export's, kept unless this one resumes
+    lock = _lock_staging(staging, final)
     # Started as soon as there is something to replay, so that their interpreters start
     # while this one imports the dataset's writer (minari, pyarrow) and reads the run; the
     # first one builds the envs to check them (eps.probe). Stopped however the export ends.
-    started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras),
-                                trusted=bool(trust_module))
     try:
-        final, staging, dataset_id = _destination(to, record, out, dataset_id)
-        if final.exists() and not overwrite:
-            raise UsageError(f"Dataset '{final}' already exists; pass --overwrite to replace "
-                             "it, or choose another --id/--out.")
+        started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras),
+                                    trusted=bool(trust_module or env))
+    except BaseException:
+        _unlock(staging, lock, remove=fresh)
+        raise
+    prepared = False
+    try:
         writer: Any
         if to == "minari":
             from rolltape.datasets import minari as writer
         else:
             from rolltape.datasets import lerobot as writer
         _import_in_background(writer.IMPORTS)
-        firsts = _first_of_each_task(chosen)
         if mode == "restore":
             eps.check_restorable(firsts)
         specs = [eps.tape_env(c) for c in firsts]
-        trusted = {c.episode.key.task_key: trusted_env_id(s["id"], trust_module)
+        trusted = {c.episode.key.task_key: env or trusted_env_id(s["id"], trust_module)
                    for c, s in zip(firsts, specs)}
+        specs = [{**s, "id": trusted[c.episode.key.task_key] or s["id"]}
+                 for c, s in zip(firsts, specs)]
         probed = eps.probe(specs, cameras, started, [t for t in trusted.values() if t],
                            [str(c.tape) for c in firsts])
         env_of = {c.episode.key.task_key: p for c, p in zip(firsts, probed)}
@@ -124,22 +147,98 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
                   "cameras": list(cameras), "fps": frame_rate, "width": width,
                   "height": height, "mode": mode}
         resumed = eps.prepare_staging(staging, config)
+        prepared = True
         try:
-            steps, kept, left_out = _replay_and_write(
-                writer, record, chosen, staging, final, dataset_id, env_of,
-                cameras=list(cameras), width=width, height=height, fps=frame_rate,
-                workers=workers, backends=backends, started=started, on_episode=on_episode,
-                overwrite=overwrite, last_frame=to == "minari",
-                env_ids=lambda c: trusted[c.episode.key.task_key], mode=mode)
+            with Progress(show_progress) as bar:
+                task = bar.add("export: replaying tapes", total=len(chosen), unit="episodes")
+                bar.update(task, resumed)
+
+                def counted(r: Any) -> None:
+                    bar.advance(task)
+                    if on_episode is not None:
+                        on_episode(r)
+
+                steps, kept, diverged = _replay_and_write(
+                    writer, record, chosen, staging, final, dataset_id, env_of,
+                    cameras=list(cameras), width=width, height=height, fps=frame_rate,
+                    workers=workers, backends=backends, started=started, on_episode=counted,
+                    overwrite=overwrite, last_frame=to == "minari",
+                    env_ids=lambda c: trusted[c.episode.key.task_key], mode=mode)
         except (KeyboardInterrupt, Interrupted):
             raise  # the staging folder stays: the same command resumes from it
+        except OSError as exc:  # a full disk, most likely: say where, in one line
+            shutil.rmtree(staging, ignore_errors=True)  # nothing half-written is left
+            raise RunFailed(f"{_os_error(exc)}; nothing was written to '{final}'. Free some "
+                            "space and run the same command again.") from None
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)  # nothing half-written is left
             raise
+        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as exc:  # refused before replaying: a staging folder made for
+        # nothing goes (one an interrupted export left is kept for the command that resumes)
+        if not prepared and not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+            _unlock(staging, None, remove=fresh)
+        raise
     finally:
         stop_workers(started)
-    shutil.rmtree(staging, ignore_errors=True)
-    return ExportOutcome(final, to, len(kept), steps, left_out, resumed)
+        _unlock(staging, lock, remove=False)
+    return ExportOutcome(final, to, len(kept), steps, diverged, resumed, absent)
+
+
+#: SVT-AV1 (LeRobot's encoder) takes at most 240 frames per second.
+MAX_VIDEO_FPS = 240.0
+
+
+def _check_video_flags(to: str, cameras: Sequence[str], fps: float | None,
+                       width: int | None, height: int | None) -> None:
+    """Refuse, before any worker starts, video flags no replay can honour."""
+    if to == "minari" and cameras:
+        raise UsageError("--camera makes videos, which only --to lerobot stores; drop --camera "
+                         "for Minari.")
+    if fps is not None and not (fps > 0 and math.isfinite(fps)):
+        raise UsageError(f"--fps must be a positive number, got {fps}.")
+    if cameras and fps is not None and fps > MAX_VIDEO_FPS:
+        raise UsageError(f"--fps {fps:g}: LeRobot's AV1 videos (SVT-AV1) take at most "
+                         f"{MAX_VIDEO_FPS:g} frames per second; give a lower --fps.")
+    check_fps(fps)
+    check_frame_size(width, height)
+    if (width is not None or height is not None) and not cameras:
+        raise UsageError("--width and --height size the camera videos; give --camera too, or "
+                         "drop them.")
+
+
+def _lock_staging(staging: Path, final: Path) -> int:
+    """Make the staging folder and lock it as a run's is locked
+    (:func:`rolltape.outputs.artifacts.lock_folder`): a second export to the same
+    destination is refused at once instead of both failing. The folder itself is kept
+    (its contents may be emptied) while locked: a new folder would not share the lock."""
+    from rolltape.outputs.artifacts import lock_folder
+
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"Cannot create '{staging}' ({_os_error(exc)}); choose a writable "
+                         "--out.") from None
+    return lock_folder(staging, final)
+
+
+def _unlock(staging: Path, lock: int | None, remove: bool) -> None:
+    """Let go of the staging folder's lock (``lock``: its descriptor, None when already
+    closed) and, with ``remove``, remove the folder."""
+    if remove:
+        shutil.rmtree(staging, ignore_errors=True)
+    if lock is not None:
+        try:
+            os.close(lock)
+        except OSError:
+            pass
+
+
+def _os_error(exc: OSError) -> str:
+    """'No space left on device while writing 'X'' (one short line, whatever the path)."""
+    where = f" while writing '{str(exc.filename)[:200]}'" if exc.filename else ""
+    return f"{exc.strerror or type(exc).__name__}{where}"
 
 
 def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
@@ -215,13 +314,15 @@ def _destination(to: str, run: Run, out: str | os.PathLike[str] | None,
             os.environ.get("MINARI_DATASETS_PATH")
             or Path.home() / ".minari" / "datasets")
         final = root / dataset_id
+        check_folder_name("--id", dataset_id)
     else:
         if out is None:
             raise UsageError("--to lerobot needs --out FOLDER (the dataset's folder).")
         final = Path(out)
         dataset_id = dataset_id or f"rolltape/{final.resolve().name}"
+    check_folder_name("--out", final)
+    check_writable_folder(final, "--out")
     staging = final.parent / f".{final.name}.export-partial"
-    final.parent.mkdir(parents=True, exist_ok=True)
     return final, staging, dataset_id
 
 

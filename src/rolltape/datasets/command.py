@@ -51,6 +51,9 @@ def register(app: typer.Typer, say: Callable[[str], None], warn: Callable[[str],
         trust_module: Optional[List[str]] = typer.Option(
             None, "--trust-module", help="A module (top-level name) whose envs the tapes may "
                                          "name, imported to replay them; repeatable."),
+        env: Optional[str] = typer.Option(
+            None, "--env", help="The env to replay the tapes on, named by you: their own "
+                                "FILE.py:ATTR or module:EnvId (a tape may not name code)."),
     ) -> None:
         """Replay a run's tapes (verified step by step) and write them as a dataset."""
         from rolltape.datasets import export as run_export
@@ -59,10 +62,14 @@ def register(app: typer.Typer, say: Callable[[str], None], warn: Callable[[str],
                              min_return=min_return, episodes=episodes,
                              cameras=tuple(camera or ()), fps=fps, width=width, height=height,
                              workers=workers, overwrite=overwrite, backends=backends,
-                             mode=mode, trust_module=tuple(trust_module or ()))
+                             mode=mode, trust_module=tuple(trust_module or ()), env=env,
+                             show_progress=True)
+        for label, why in outcome.without_tape:
+            warn(f"left out {label}: {why}")
         for label, why in outcome.left_out:
             warn(f"left out {label}: its replay diverged at {why}")
-        notes = [f"{len(outcome.left_out)} left out"] if outcome.left_out else []
+        out_count = len(outcome.left_out) + len(outcome.without_tape)
+        notes = [f"{out_count} left out"] if out_count else []
         if outcome.resumed:
             notes.append(f"resumed after {outcome.resumed} replayed episodes")
         say(f"wrote {outcome.path} ({outcome.format}: {outcome.episodes} episodes, "

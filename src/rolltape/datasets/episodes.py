@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rolltape.errors import UsageError
+from rolltape.errors import RunFailed, UsageError
 from rolltape.files import sha256_of, write_json
 from rolltape.record import Episode, Run
 
@@ -102,6 +102,32 @@ def choose(run: Run, *, role: str = "policy", only: str | None = None,
         raise UsageError(f"No {role} episode of run '{run.path}' passes the selection "
                          f"({describe_selection(only, min_return, indices)}); loosen it.")
     return [Chosen(k, e, run.tape_path(e)) for k, e in enumerate(picked)]
+
+
+def without_tapes(run: Run, *, role: str = "policy", only: str | None = None,
+                  min_return: float | None = None, indices: Sequence[int] | None = None
+                  ) -> list[tuple[str, str]]:
+    """The episodes :func:`choose` would have picked but cannot replay, each with why (no
+    tape recorded, its tape missing, or a folder where its file should be): an export
+    names every episode it leaves out."""
+    results = run.results
+    wanted = set(indices) if indices is not None else None
+    out = []
+    for e in results.of_role(role):
+        if wanted is not None and e.key.index not in wanted:
+            continue
+        if only == "success" and not e.success(results.rule_of(e.key.task_key)):
+            continue
+        if min_return is not None and (e.ret is None or e.ret < min_return):
+            continue
+        path = run.tape_path(e) if e.tape else None
+        if path is None:
+            out.append((e.key.label, "it has no tape (none was recorded)"))
+        elif path.is_dir():
+            out.append((e.key.label, f"its tape '{path}' is a folder, not a tape file"))
+        elif not path.is_file():
+            out.append((e.key.label, f"its tape '{path}' is missing"))
+    return out
 
 
 def describe_selection(only: str | None, min_return: float | None,
@@ -198,7 +224,11 @@ def prepare_staging(staging: Path, config: dict[str, Any]) -> int:
         if same:
             log = staging / "replays.jsonl"
             return len(log.read_text().splitlines()) if log.is_file() else 0
-        shutil.rmtree(staging)
+        for old in staging.iterdir():  # emptied, not removed: the folder holds the lock
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
     (staging / "episodes").mkdir(parents=True)
     write_json(marker, config)
     return 0
@@ -269,7 +299,12 @@ def replay_all(chosen: Sequence[Chosen], staging: Path, *, cameras: Sequence[str
         if not problems and len(done) < len(chosen) and (problem := pool.fallback.problem()):
             problems.append(problem)
         if problems:
-            raise UsageError(" ".join(dict.fromkeys(problems)))
+            # One line: the first problem, and how many more (a full disk fails every one).
+            # A worker that failed (not bad input: a full disk, a crash) is a fault, exit 1.
+            unique = list(dict.fromkeys(problems))
+            more = f" (and {len(unique) - 1} more like it)" if len(unique) > 1 else ""
+            faulted = any(kind != "usage_error" for _, kind, _ in pool.errors)
+            raise (RunFailed if faulted else UsageError)(unique[0][:1000] + more)
     return [done[c.index] for c in chosen]
 
 

@@ -62,11 +62,16 @@ def unstorable(space: Any, where: str) -> str | None:
 
 def check_id(dataset_id: str) -> None:
     """Refuse a dataset id Minari would not accept (its own parser decides)."""
+    import re
+
     from minari.dataset.minari_dataset import parse_dataset_id
 
+    if not re.search(r"-v\d+$", dataset_id):  # minari's parser fails on it with a TypeError
+        raise UsageError(f"--id {dataset_id[:100]!r} has no version; end it with -vN, like "
+                         "rolltape/pusher-expert-v0.")
     try:
         parse_dataset_id(dataset_id)
-    except (ValueError, AssertionError) as exc:
+    except (ValueError, AssertionError, TypeError) as exc:
         raise UsageError(f"--id {dataset_id!r} is not a Minari dataset id "
                          f"([NAMESPACE/]NAME-vVERSION, like rolltape/pusher-expert-v0): {exc}"
                          ) from None
@@ -165,6 +170,10 @@ def check_spaces(env_of: dict[Any, tuple[Any, ...]], run: Any) -> None:
             raise UsageError(f"Minari cannot store this env's data: its {found} (Minari "
                              f"stores {', '.join(STORABLE)} spaces).")
     spec = next(iter(env_of.values()))[2]
+    if spec is not None and spec.id.startswith("rolltape-file/"):
+        raise UsageError(f"Minari stores the env as an id that recover_environment rebuilds, "
+                         f"and env '{run.results.env_id}' comes from a file; export it with "
+                         "--to lerobot, or make the file a module that registers the env.")
     if spec is not None and callable(spec.entry_point):
         # Minari keeps the env's spec as Gymnasium's JSON (recover_environment rebuilds
         # the env from it), and Gymnasium cannot write a Python object into JSON.

@@ -60,6 +60,23 @@ def refuse_existing(path: str | os.PathLike[str], overwrite: bool) -> None:
                          "another --out.")
 
 
+def lock_folder(staging: Path, final: Path, flag: str = "--out") -> int:
+    """Lock ``staging`` (``flock`` on the folder itself) for as long as the returned
+    descriptor is open (the process ending closes it), or refuse: another rolltape process
+    is writing ``final`` through it. Used by runs (:class:`RunDir`) and exports."""
+    import fcntl
+
+    fd = os.open(staging, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(f"Another rolltape process is writing to '{final}' right now "
+                         "(its staging folder is locked); wait for it to finish or choose "
+                         f"another {flag}.") from None
+    return fd
+
+
 class RunDir:
     """The folder of one run, staged until :meth:`commit`.
 
@@ -129,17 +146,7 @@ class RunDir:
         (self.staging / "videos").mkdir(exist_ok=True)
 
     def _take_lock(self) -> None:
-        import fcntl
-
-        fd = os.open(self.staging, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise UsageError(f"Another rolltape process is writing to '{self.final}' right now "
-                             "(its staging folder is locked); wait for it to finish or choose "
-                             "another --out.") from None
-        self._lock = fd
+        self._lock = lock_folder(self.staging, self.final)
 
     def release(self) -> None:
         """Let go of the lock (the process ending does the same). Safe to call twice."""

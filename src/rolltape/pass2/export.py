@@ -363,10 +363,23 @@ class ProbeJob:
                 if self.cameras:
                     check_cameras(env, self.cameras)
                 fps = float(env.metadata.get("render_fps") or 30)
-                out.append((env.observation_space, env.action_space, env.spec, fps))
+                out.append((env.observation_space, env.action_space, _sendable(env.spec),
+                            fps))
             finally:
                 env.close()
         return out
+
+
+def _sendable(spec: Any) -> Any:
+    """``spec`` as the orchestrator can unpickle it: the factory of a user's file
+    (``FILE.py:ATTR``, executed here as a module of a made-up name) becomes the tape's env
+    id, as text; the orchestrator cannot import that module (nor may it run the file)."""
+    import dataclasses
+
+    entry = getattr(spec, "entry_point", None)
+    if callable(entry) and str(getattr(entry, "__module__", "")).startswith("rolltape_env_"):
+        return dataclasses.replace(spec, entry_point=f"{spec.id}")
+    return spec
 
 
 def probe_envs(specs: list[dict[str, Any]], cameras: tuple[str, ...],
