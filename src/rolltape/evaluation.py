@@ -358,7 +358,7 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
         total = sum(len(j.episodes) for j in jobs)
         how = (f"{cfg.workers} env process(es), batched inference" if cfg.batched_inference
                else f"{cfg.workers} worker(s)")
-        task = bar.add(f"pass 1 (rendering off, {how})", total)
+        task = bar.add(f"pass 1 (rendering off, {how})", total, "episodes")
         # Batched inference is a pass-1 variant: one worker, --workers env processes.
         chunks = [jobs] if cfg.batched_inference else split_jobs(jobs, cfg.workers)
         # Local workers are dealt their shares a piece at a time (pass1.dealer).

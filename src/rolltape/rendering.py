@@ -225,6 +225,7 @@ def render(
     warm: Sequence[Any] = (),
     cores: int | None = None,
     widen: tuple[int, threading.Event] | None = None,
+    calm: threading.Event | None = None,
 ) -> list[RenderResult | None]:
     """Replay each request in spawned workers; return one result per request, in order.
 
@@ -235,7 +236,9 @@ def render(
     and ``on_result(i, result)`` let a caller show progress and save results as they come.
     Setting ``cancel`` (from another thread) stops the workers; unfinished requests get None.
     ``background`` runs the workers at a lower CPU priority (nice +10), so that work beside
-    them (pass 1, with ``render_early``) comes first and rendering takes what is left.
+    them (pass 1, with ``render_early``) comes first and rendering takes what is left;
+    ``calm``, when set (that work is done), puts them back at the normal priority
+    (executors that warm workers, the local one, only).
     ``warm`` are workers from :func:`warm_render_workers`, used (or stopped) here.
     ``cores``: how many cores the workers share (llvmpipe's drawing threads are dealt
     from them; default: every core of this machine), e.g. the ones pass 1 leaves idle.
@@ -290,7 +293,9 @@ def render(
                                        for job in plain], cores=cores)
     pool = runner.render_pool(work, plain, order, workers, timeout, on_progress=job_progress,
                               on_done=job_done, cancel=cancel, warm=warm,
-                              **({"widen": widen} if widen and runner.warms_workers else {}))
+                              **({"widen": widen} if widen and runner.warms_workers else {}),
+                              **({"calm": ((0, 0), calm)} if background and calm is not None
+                                 and runner.warms_workers else {}))
     try:
         pool.run()
     finally:

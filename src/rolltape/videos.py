@@ -79,9 +79,12 @@ class EarlyRender:
     def _render(self) -> None:
         self.began = time.perf_counter()
         try:
-            if self.cfg.render_early:  # asked for: every core, at a lower priority
+            if self.cfg.render_early:  # asked for: every core, at a lower priority until
+                # pass 1 is done (then the normal one: niced on a busy machine, two
+                # 1001-frame videos took 1,364 s after a 24 s pass 1)
                 self.videos = pass2_videos(self.root, self.rows, self.picked, self.cfg,
-                                           self.warnings, self.bar, self.stop)
+                                           self.warnings, self.bar, self.stop,
+                                           calm=self.pass1_done)
             else:  # started by itself: the cores pass 1 leaves idle, at the normal priority
                 # (a loaded machine starved a nice +10 render: 100 s for 101 frames at load
                 # 10), then every core once pass 1 is done
@@ -146,14 +149,16 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
            tasks: Mapping[tuple[Any, Any], Target] | None = None,
            warm: Sequence[Any] = (), workers: int | None = None,
            background: bool | None = None,
-           widen: tuple[int, threading.Event] | None = None) -> list[Video]:
+           widen: tuple[int, threading.Event] | None = None,
+           calm: threading.Event | None = None) -> list[Video]:
     """Render and verify the chosen episodes; a rendering failure never loses the numbers.
     With ``cancel`` (pass 2 started early, beside pass 1) the render workers run at a lower
     CPU priority unless ``background`` is False, so that pass 1 keeps its speed. ``rows``
     are keyed by what ``picked`` names; a suite's videos go to ``videos/<suite>/<task>/`` and replay on their task's env
     (``tasks``: which the user's manifest named), verified to its ``reward_atol``.
     ``workers``: render processes at most (default: ``render_workers``, 0 one per core),
-    and ``widen`` more once its event is set (see :func:`rolltape.rendering.render`)."""
+    and ``widen`` more once its event is set; ``calm`` set: lower-priority workers return
+    to the normal one (see :func:`rolltape.rendering.render`)."""
     def folder(e: Episode) -> Path:
         suite, task = e.key.task_key
         return root / "videos" / suite / task if suite and task else root / "videos"
@@ -188,7 +193,7 @@ def pass2_videos(root: Path, rows: Mapping[int, Episode], picked: list[int], cfg
                           timeout=cfg.render_timeout, executor=cfg.runner,
                           on_progress=on_progress, on_result=keep, cancel=cancel,
                           background=cancel is not None if background is None else background,
-                          warm=warm, widen=widen,
+                          warm=warm, widen=widen, calm=calm,
                           cores=None if widen is None else workers)
     except UsageError as exc:  # the videos drawn before or beside the failure still count
         rendered = [finished.get(i) for i in range(len(requests))]

@@ -138,6 +138,28 @@ class _Slot:
     backend: str | None = None
     job: int | None = None
     last_heard: float = 0.0
+    args: tuple[Any, ...] | None = None  # what its worker was started with (its priority)
+
+
+def normal_priority(pid: int) -> bool:
+    """Put every thread of process ``pid`` back at the normal CPU priority (nice 0, out of
+    SCHED_IDLE). Linux lets only a privileged process (root, CAP_SYS_NICE) lower a niceness,
+    so this is False where it is refused (or there is no such process)."""
+    import os
+
+    try:
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        threads = [pid]  # not Linux: the process alone
+    try:
+        for tid in threads:
+            if getattr(os, "SCHED_IDLE", None) is not None and \
+                    os.sched_getscheduler(tid) == os.SCHED_IDLE:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, tid, 0)
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 class BackendPool:
@@ -154,7 +176,10 @@ class BackendPool:
     refused or raised. ``started`` are workers of ``order[0]`` started ahead by
     :func:`warm_workers`, used before any new one is spawned. ``widen`` (N, event): once
     the event is set (from another thread), up to N more workers may run (cores that
-    other work gave back)."""
+    other work gave back). ``calm`` (args, event): workers run niced beside other work
+    (pass 1) until the event is set, then at the normal priority: each is put back in
+    place where the OS allows it (:func:`normal_priority`), else it is replaced by one
+    started with ``args`` after its current job, and every new worker starts with them."""
 
     def __init__(self, target: Callable[..., None], args: tuple[Any, ...],
                  jobs: Sequence[Any], order: Sequence[str], workers: int, timeout: float, *,
@@ -163,7 +188,8 @@ class BackendPool:
                  on_progress: Callable[[int, int], None],
                  on_done: Callable[[int, Any], None],
                  cancel: Any = None, cwd_on_path: bool = True,
-                 started: Sequence[Any] = (), widen: tuple[int, Any] | None = None) -> None:
+                 started: Sequence[Any] = (), widen: tuple[int, Any] | None = None,
+                 calm: tuple[tuple[Any, ...], Any] | None = None) -> None:
         self.target, self.args, self.jobs = target, args, jobs
         self.timeout, self.cancel, self.cwd_on_path = timeout, cancel, cwd_on_path
         self.needs_backend, self.environment = needs_backend, environment
@@ -172,11 +198,12 @@ class BackendPool:
         # Workers started ahead (warm_workers) on the first backend; what is not needed stops.
         for slot, worker in zip(self.slots, started):
             slot.worker, slot.backend = worker, order[0] if order else None
+            slot.args = args  # started for this pool's jobs
         stop_workers(started[len(self.slots):])
         self.pending = deque(range(len(jobs)))
         self.fallback = BackendFallback(order, len(jobs))
         self.errors: list[tuple[int, str, str]] = []
-        self.widen = widen
+        self.widen, self.calm = widen, calm
 
     def run(self) -> None:
         try:
@@ -187,6 +214,8 @@ class BackendPool:
                     more = min(self.widen[0], len(self.jobs) - len(self.slots))
                     self.slots.extend(_Slot() for _ in range(max(0, more)))
                     self.widen = None
+                if self.calm is not None and self.calm[1].is_set():
+                    self._calm_down()
                 for slot in self.slots:
                     if slot.job is None and self.pending:
                         self._start(slot, self.pending.popleft())
@@ -202,19 +231,28 @@ class BackendPool:
         finally:
             stop_workers(slot.worker for slot in self.slots)
 
+    def _calm_down(self) -> None:
+        """The work beside is done: workers from now on at the normal priority."""
+        assert self.calm is not None
+        self.args, self.calm = self.calm[0], None
+        for slot in self.slots:
+            if slot.worker is not None and slot.worker.alive() and \
+                    normal_priority(slot.worker.proc.pid):
+                slot.args = self.args  # else _start replaces it once its job is done
+
     def _start(self, slot: _Slot, i: int) -> None:
         backend = self.fallback.backend_for(self.needs_backend[i])
         if backend == "":
             return
         # A job that draws with no GL (verification, an Atari screen) runs on whatever worker
         # is there; one that draws needs a worker started on its backend.
-        if slot.worker is None or not slot.worker.alive() or (
+        if slot.worker is None or not slot.worker.alive() or slot.args != self.args or (
                 backend is not None and slot.backend != backend):
             self._kill(slot)
             slot.worker = spawn_worker(self.target, backend, *self.args,
                                        env=self.environment(backend, len(self.slots)),
                                        cwd_on_path=self.cwd_on_path)
-            slot.backend = backend
+            slot.backend, slot.args = backend, self.args
         slot.job, slot.last_heard = i, time.monotonic()
         slot.worker.conn.send((i, self.jobs[i]))
 
@@ -276,12 +314,12 @@ class LocalExecutor:
                     workers: int, timeout: float, *,
                     on_progress: Callable[[int, int], None],
                     on_done: Callable[[int, Any], None], cancel: Any = None,
-                    warm: Sequence[Any] = (), widen: tuple[int, Any] | None = None
-                    ) -> BackendPool:
+                    warm: Sequence[Any] = (), widen: tuple[int, Any] | None = None,
+                    calm: tuple[tuple[Any, ...], Any] | None = None) -> BackendPool:
         return BackendPool(work.worker, work.args, jobs, order, workers, timeout,
                            needs_backend=work.needs_backend, environment=work.environment,
                            on_progress=on_progress, on_done=on_done, cancel=cancel,
-                           cwd_on_path=work.cwd_on_path, started=warm, widen=widen)
+                           cwd_on_path=work.cwd_on_path, started=warm, widen=widen, calm=calm)
 
     def warm_render_workers(self, work: RenderWork, backend: str, workers: int
                             ) -> list[Any]:
