@@ -68,6 +68,18 @@ if [ "$want_test" = 1 ]; then
   fi
 fi
 # <<< lerobot
+# >>> openpi-client, for the served-policy test (openpi's own client against serve-policy):
+# it pins numpy < 2, which rolltape's environment does not share, so it gets a small venv of
+# its own (.venv-openpi, ~45 s). 0.1.2 imports typing_extensions without declaring it.
+if [ "$want_test" = 1 ]; then
+  op=${OPENPI_VENV:-.venv-openpi}
+  if ! "$op/bin/python" -c "import openpi_client.websocket_client_policy" 2>/dev/null; then
+    [ -x "$op/bin/python" ] || "$py" -m venv "$op"
+    "$op/bin/python" -m pip --disable-pip-version-check -q install "openpi-client==0.1.2" \
+      "typing_extensions>=4"
+  fi
+fi
+# <<< openpi-client
 # >>> viewer assets (rolltape view): mujoco-js and three, pinned by viewer/package-lock.json
 if command -v npm >/dev/null && [ -f viewer/package-lock.json ]; then
   npm ci --prefix viewer --no-audit --no-fund --loglevel=error \

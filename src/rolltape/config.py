@@ -217,6 +217,13 @@ class EvalConfig(RenderOptions):
                                     cli_type=Optional[Path], parse=str)
     algo: str | None = flag(None, "SB3 algorithm (detected when omitted).", panel=POLICY)
     deterministic: bool = True  # the command line's --stochastic / --deterministic
+    execute_steps: int | None = flag(  # folded into a ws:// source (policy_server.wire)
+        None, "A served policy (--policy ws://HOST:PORT): execute the first K actions of "
+        "each chunk open loop, then ask again (default: the server's metadata, else the "
+        "whole chunk).", panel=POLICY)
+    policy_timeout: float | None = flag(  # folded into a ws:// source (policy_server.wire)
+        None, "A served policy: seconds to wait for one answer before the episode fails "
+        "(default 30).", panel=POLICY)
     wrappers: tuple[Any, ...] = flag(  # presets, MODULE:CLASS or {target, kwargs}
         (), "Policy-side wrapper, repeatable: a preset (atari: SB3's AtariWrapper) or "
         "MODULE:CLASS[,KEY=VALUE...]; the tape records the base env.", panel=POLICY,

@@ -115,6 +115,11 @@ def evaluate(env: str | None = None, policy: str = "random", *,
     options["backends"] = parse_backends(options.get("backends", DEFAULT_ORDER))
     options["env_kwargs"] = dict(options.get("env_kwargs") or {})
     options["cameras"] = tuple(options.get("cameras") or ())
+    if isinstance(policy, str):  # --execute-steps/--policy-timeout travel in a ws:// source
+        from rolltape.policy_server.wire import with_options
+
+        policy = with_options(policy, options.pop("execute_steps", None),
+                              options.pop("policy_timeout", None))
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
     try:
@@ -135,6 +140,10 @@ def evaluate(env: str | None = None, policy: str = "random", *,
             if config.suite is None:  # a single env's local id: pass 2 draws the tapes here
                 config = replace(config, env=spec["id"])
         built = BuildCheck.start(targets)  # a suite's envs, built once beside what follows
+        if config.policy.startswith("ws://"):  # there before any worker starts
+            from rolltape.policy_server.client import check_policy_server
+
+            check_policy_server(config.policy, [t.spec for t in targets])
         # torch imports there while the video is checked here (after the env's spec is
         # made: making it may set variables that the worker's environment must have)
         spawn_pass1_ahead(config.policy, local=config.runner.runs_workers)

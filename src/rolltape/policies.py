@@ -8,7 +8,9 @@ A policy source is a string, as on the command line:
   (``training=False``, ``norm_reward=False``);
 - ``MODULE:ATTR`` or ``path/to/file.py:ATTR``: a Python callable ``obs -> action``, an object
   with an SB3-style ``predict``, or a zero-argument factory returning either;
-- ``tape:PATH.npz``: open-loop replay of a recorded tape's actions.
+- ``tape:PATH.npz``: open-loop replay of a recorded tape's actions;
+- ``ws://HOST:PORT``: a policy served by ``rolltape serve-policy`` or any server of openpi's
+  websocket protocol (:mod:`rolltape.policy_server`), its action chunks executed open loop.
 
 Only :func:`load_policy` imports a policy framework, and only in the process that calls it
 (the pass-1 worker): the orchestrator and the render workers never import torch.
@@ -61,6 +63,11 @@ class Policy:
         exactly as this one would on that episode alone; None when episodes must be
         played one at a time (state kept across steps that another episode would share,
         such as a global random generator)."""
+        return None
+
+    def chunk_starts(self) -> np.ndarray | None:
+        """The steps of this episode at which a chunk of actions was requested, when some
+        chunk ran more than one action (stored in the tape); None otherwise."""
         return None
 
 
@@ -226,9 +233,11 @@ def _lean_actor(model: Any, normalizer: Any | None, deterministic: bool
 class CallablePolicy(Policy):
     """A user function ``obs -> action`` or an object with SB3-style ``predict``."""
 
-    def __init__(self, fn: Callable[[Any], Any], description: dict[str, Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any], description: dict[str, Any],
+                 owner: Any = None) -> None:
         self.fn = fn
         self.description = description
+        self.owner = owner  # the object the source named (its spaces, action_horizon)
 
     def reset(self, seed: int | None) -> None:
         # A callable may sample from the global generators: seed them per episode, as for
@@ -276,7 +285,13 @@ def load_policy(
     deterministic: bool = True,
     device: str = "cpu",
 ) -> Policy:
-    """Build the policy a source string names, checked against ``env``'s spaces."""
+    """Build the policy a source string names, checked against ``env``'s spaces (``env``
+    None: unchecked, as ``serve-policy`` loads a policy, with no env beside it)."""
+    if source.startswith("ws://"):
+        if vecnormalize is not None:
+            raise UsageError("--vecnormalize applies to a local SB3 checkpoint; give it to "
+                             "`rolltape serve-policy`, which applies it beside the policy.")
+        return ServedPolicy(source, env)
     if source == "random":
         if vecnormalize is not None:
             raise UsageError("--vecnormalize applies to SB3 checkpoints, not to the random policy.")
@@ -370,6 +385,12 @@ def _load_sb3(path: Path, env: Any, vecnormalize: str | Path | None, algo: str |
             f"Checkpoint '{path}' could not be loaded as {algo} ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}); check the file and --algo."
         ) from None
+    if env is None:  # serve-policy: the checkpoint's own spaces stand for the env's
+        from types import SimpleNamespace
+
+        env = SimpleNamespace(observation_space=model.observation_space,
+                              action_space=model.action_space,
+                              spec=SimpleNamespace(id=f"{path.name}'s own spaces"))
     check_observation_shape(model.observation_space, env, path)
     check_action_space(model, algo, path, env)
     normalizer = None
@@ -552,10 +573,11 @@ def _load_callable(source: str, deterministic: bool) -> CallablePolicy:
         predict = obj.predict
         takes_flag = "deterministic" in inspect.signature(predict).parameters
         if takes_flag:
-            return CallablePolicy(lambda o: predict(o, deterministic=deterministic)[0], desc)
-        return CallablePolicy(lambda o: predict(o)[0], desc)
+            return CallablePolicy(lambda o: predict(o, deterministic=deterministic)[0], desc,
+                                  obj)
+        return CallablePolicy(lambda o: predict(o)[0], desc, obj)
     if callable(obj):
-        return CallablePolicy(obj, desc)
+        return CallablePolicy(obj, desc, obj)
     raise UsageError(f"'{source}' is a {type(obj).__name__}, not a policy or a policy factory.")
 
 
@@ -571,3 +593,122 @@ def _is_factory(obj: Any) -> bool:
         return False
     return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                for p in params)
+
+
+class ServedPolicy(Policy):
+    """A policy on a ``ws://`` server (:mod:`rolltape.policy_server`, openpi's protocol).
+
+    It asks for a chunk of actions when the last one is used up and executes its first K
+    open loop (``--execute-steps`` K, else the server's ``execute_steps``, else the whole
+    chunk), as openpi's ``ActionChunkBroker`` and LeRobot's ``n_action_steps`` do, and records
+    the step at which each chunk was requested (the tape's ``chunk_starts``). The server's
+    action space, when its metadata gives one, must be the env's: else it is refused before
+    any episode, naming both. A request that fails (the server gone, slow, or answering an
+    error) fails the episode with one sentence naming the server; the next episode opens a
+    new session.
+    """
+
+    def __init__(self, source: str, env: Any) -> None:
+        from rolltape.policy_server import wire
+
+        self.source = source
+        self.address = wire.parse_source(source)
+        self.env = env
+        self.session: Any = self._connect()
+        meta = self.session.metadata
+        ours = meta.get(wire.ROLLTAPE_KEY)
+        # rolltape's server resets a session's policy; an openpi server has no such message
+        self._resets = isinstance(ours, dict) and ours.get("reset") is True
+        served = meta.get("execute_steps")
+        self.execute_steps = self.address.execute_steps or (
+            served if type(served) is int and served >= 1 else None)
+        self._shape: tuple[int, ...] | None = None
+        if env is not None:
+            self._shape = tuple(getattr(env.action_space, "shape", None) or ())
+            self._check_space(meta.get("action_space"))
+        served_policy = meta.get("policy") if isinstance(meta.get("policy"), dict) else {}
+        self.description = {
+            "kind": "served", "source": self.address.uri, "protocol": "openpi-websocket",
+            "execute_steps": self.execute_steps,
+            "action_horizon": meta.get("action_horizon"),
+            "served": {k: v for k, v in served_policy.items() if k in (
+                "kind", "source", "sha256", "algo", "deterministic", "vecnormalize_sha256")},
+            "deterministic": served_policy.get("deterministic"),
+        }
+        self._queue: list[Any] = []
+        self._starts: list[int] = []
+        self._t = 0
+
+    def _connect(self) -> Any:
+        from rolltape.policy_server.client import PolicySession
+
+        return PolicySession(self.address)
+
+    def _check_space(self, theirs: Any) -> None:
+        from rolltape.policy_server.client import space_refusal
+
+        if theirs is None or self.env is None:
+            return  # an openpi server need not say; each chunk's shape is checked instead
+        problem = space_refusal(self.address.uri, theirs, self.env)
+        if problem:
+            raise UsageError(problem)
+
+    def reset(self, seed: int | None) -> None:
+        from rolltape.policy_server import wire
+
+        if self.session is None:  # the last one failed half-way: a new session
+            self.session = self._connect()
+        self._queue, self._starts, self._t = [], [], 0
+        if self._resets:
+            self._call({wire.CONTROL: wire.RESET, "seed": seed}, "a reset")
+
+    def _call(self, message: dict[str, Any], what: str) -> Any:
+        from rolltape.policy_server.client import PolicyServerError
+
+        if self.session is None:
+            self.session = self._connect()
+        try:
+            return self.session.call(message, what)
+        except PolicyServerError:
+            self.session.close()
+            self.session = None  # its state is unknown: the next episode opens another
+            raise
+
+    def act(self, obs: Any) -> Any:
+        if not self._queue:
+            reply = self._call({"observation": obs}, f"the observation of step {self._t}")
+            chunk = self._chunk(reply)
+            self._queue = list(chunk[:self.execute_steps or len(chunk)])
+            self._starts.append(self._t)
+        self._t += 1
+        return self._queue.pop(0)
+
+    def _chunk(self, reply: Any) -> np.ndarray:
+        """The answer's actions, checked: an array of H >= 1 rows of the env's action shape."""
+        from rolltape.policy_server.client import PolicyServerError
+
+        actions = reply.get("actions") if isinstance(reply, dict) else None
+        uri = self.address.uri
+        if not isinstance(actions, np.ndarray) or actions.ndim < 1 or len(actions) < 1:
+            raise PolicyServerError(f"the policy server at {uri} answered without an "
+                                    "'actions' array of at least one row")
+        if self._shape is not None and actions.shape[1:] != self._shape:
+            raise PolicyServerError(f"the policy server at {uri} sent actions of shape "
+                                    f"{list(actions.shape)}, not [H, "
+                                    f"{', '.join(map(str, self._shape))}] for this env"
+                                    .replace("[H, ]", "[H]"))
+        return actions
+
+    def chunk_starts(self) -> np.ndarray | None:
+        if len(self._starts) == self._t:  # one call a step: nothing to record
+            return None
+        return np.asarray(self._starts, dtype=np.int64)
+
+    def fork(self) -> ServedPolicy:
+        # Another session: the server keeps each session's state apart.
+        return ServedPolicy(self.source, self.env)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None

@@ -58,6 +58,54 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
             raise Interrupted(stopped_by, f"{Interrupted.heading(stop)}: stopped serving; "
                                           "every session's env was closed.")
 
+    @app.command("serve-policy", cls=PanelCommand)
+    def serve_policy(
+        source: str = typer.Argument(..., help="The policy: sb3:PATH.zip, zoo:FOLDER, "
+                                     "MODULE:ATTR or FILE.py:ATTR (a callable; one with "
+                                     "action_horizon H returns H actions a call)."),
+        bind: str = typer.Option("127.0.0.1:8000", help="HOST:PORT (port 0: any free port); "
+                                 "anything but loopback needs --token-file."),
+        token_file: Optional[Path] = typer.Option(None, help="File holding the token clients "
+                                                  "must send (they set ROLLTAPE_TOKEN_FILE)."),
+        vecnormalize: Optional[Path] = typer.Option(None, help="VecNormalize statistics "
+                                                    "(.pkl), applied beside the policy."),
+        algo: Optional[str] = typer.Option(None, help="SB3 algorithm (detected when omitted)."),
+        deterministic: bool = typer.Option(True, "--deterministic/--stochastic",
+                                           help="Deterministic or sampled actions."),
+        device: str = typer.Option("cpu", help="torch device of an SB3 policy (cpu, cuda)."),
+        execute_steps: Optional[int] = typer.Option(
+            None, help="Actions of each chunk a client executes open loop (its "
+                       "--execute-steps wins); default: the whole chunk."),
+        max_sessions: int = typer.Option(8, help="Sessions (connections) served at once."),
+        max_payload: int = typer.Option(64 * 2**20, help="Largest message accepted, in bytes."),
+    ) -> None:
+        """Serve a policy over openpi's websocket protocol for `eval --policy ws://HOST:PORT`
+        (and openpi's own client); the server imports no simulator."""
+        import dataclasses
+        import json
+        import os
+
+        try:
+            import msgpack  # noqa: F401
+            import websockets  # noqa: F401
+        except ImportError:
+            raise UsageError("serve-policy needs msgpack and websockets, which a plain install "
+                             "lacks; install them with `pip install 'rolltape[server]'`.") \
+                from None
+        from rolltape.serve_policy import ServePolicyConfig
+
+        cfg = ServePolicyConfig(
+            source=source, bind=bind, token_file=str(token_file) if token_file else None,
+            vecnormalize=str(vecnormalize) if vecnormalize else None, algo=algo,
+            deterministic=deterministic, device=device, execute_steps=execute_steps,
+            max_sessions=max_sessions, max_payload=max_payload)
+        cfg.check()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # A fresh interpreter with only the server's imports (not this CLI's), in this process.
+        os.execv(sys.executable, [sys.executable, "-m", "rolltape.serve_policy",
+                                  json.dumps(dataclasses.asdict(cfg))])
+
     @app.command(cls=PanelCommand)
     @takes(options_of(EvalConfig, only=("episodes", "seed", "vecnormalize", "algo",
                                          "env_kwargs", "max_episode_steps"),
@@ -65,7 +113,12 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
     def parity(
         env: Optional[str] = typer.Argument(None, help="The local env id (HalfCheetah-v5); "
                                             "leave it out with --suite and --task."),
-        served: str = typer.Option(..., "--served", help="The server: tcp://HOST:PORT."),
+        served: Optional[str] = typer.Option(None, "--served",
+                                             help="The env server: tcp://HOST:PORT."),
+        local_policy: Optional[str] = typer.Option(
+            None, "--local-policy", rich_help_panel=POLICY,
+            help="With --policy ws://HOST:PORT: the same policy loaded here (sb3:PATH.zip, "
+                 "MODULE:ATTR, ...); compares their actions on the same observations."),
         suite: Optional[str] = typer.Option(None, help="With --task: compare one task of the "
                                             "suite a `serve --suite` server serves."),
         task: Optional[str] = typer.Option(None, help="With --suite: the task (name or "
@@ -85,7 +138,8 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
                                     help="Where to write parity.json."),
         **config: Any,
     ) -> None:
-        """Play the same seeded episodes locally and served; exit 1 at any difference."""
+        """Play the same seeded episodes locally and served (an env with --served, a policy
+        with --policy ws://... --local-policy); exit 1 at any difference."""
         from rolltape.address import parse_server
         from rolltape.envs import env_spec
         from rolltape.files import write_json
@@ -113,6 +167,13 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
             raise UsageError(f"--width/--height/--camera: {exc}.") from None
         if output.is_dir():
             raise UsageError(f"--out '{output}' is a folder; give the path of parity.json.")
+        if local_policy is not None or policy.startswith("ws://"):
+            _policy_parity(env, served, policy, local_policy, episodes, seed, vecnormalize,
+                           algo, env_kwargs, max_episode_steps, output, say)
+            return
+        if served is None:
+            raise UsageError("Give the env server as --served tcp://HOST:PORT, or a policy "
+                             "server as --policy ws://HOST:PORT with --local-policy SOURCE.")
         address = parse_server(served)
         if suite is not None or task is not None:
             spec = _suite_task_spec(suite, task, env, env_kwargs, max_episode_steps, address)
@@ -155,6 +216,56 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
                               f"local {d['local']}, served {d['served']}; see {output}.")
 
 
+def _policy_parity(env: str | None, served: str | None, policy: str,
+                   local_policy: str | None, episodes: int, seed: int, vecnormalize: Any,
+                   algo: str | None, env_kwargs: dict[str, Any],
+                   max_episode_steps: int | None, output: Path,
+                   say: Callable[[str], None]) -> None:
+    """``parity --policy ws://... --local-policy SOURCE ENV``: a served policy against the
+    same policy loaded here (:mod:`rolltape.policy_parity`), in a spawned worker."""
+    from rolltape.envs import env_spec
+    from rolltape.files import write_json
+    from rolltape.policy_parity import policy_parity_worker
+    from rolltape.policy_server.client import check_policy_server
+    from rolltape.policy_server.wire import is_policy_source
+
+    if not is_policy_source(policy) or local_policy is None:
+        raise UsageError("Policy parity compares a served policy with a local one: give "
+                         "--policy ws://HOST:PORT and --local-policy SOURCE together.")
+    if served is not None or env is None or env.startswith("tcp://"):
+        raise UsageError("Policy parity plays a local env: give its id as ENV (e.g. "
+                         "HalfCheetah-v5), without --served.")
+    spec = env_spec(env, env_kwargs, max_episode_steps)
+    check_policy_server(policy)  # there, before the worker loads anything
+    options = {"policy": policy, "local_policy": local_policy, "episodes": episodes,
+               "seed": seed, "vecnormalize": str(vecnormalize) if vecnormalize else None,
+               "algo": algo}
+
+    def shown(row: dict[str, Any]) -> None:
+        mark = ("agree" if row["first_difference"] is None else
+                f"differ from step {row['first_difference']['step']}")
+        outcome = "; the outcome differs" if row["outcome_differs"] else ""
+        say(f"episode {row['episode']} (seed {row['seed']}, {row['length']} steps): "
+            f"{mark}{outcome}")
+
+    result = _run_worker(spec, options, None, say, policy_parity_worker, shown)
+    write_json(output, result)
+    if result["agree"]:
+        say(f"parity: {episodes} episode(s), {result['steps']} steps: the served policy's "
+            f"actions equal the local policy's bit for bit, 0 differing steps; wrote {output}")
+        return
+    first = result["first_difference"]
+    where = (f"first at episode {first['episode']} (seed {first['seed']}) step "
+             f"{first['step']}, dimension {first['dimension']}" if first else
+             "in no action")
+    outcomes = (f"; the outcome of episode(s) {result['outcomes_differ']} differs"
+                if result["outcomes_differ"] else "; no episode's outcome differs")
+    raise DivergenceError(f"parity: the served policy's actions differ at "
+                          f"{result['differing_steps']} of {result['steps']} steps, {where}, "
+                          f"largest difference {result['max_abs_diff']:.3g}{outcomes}; see "
+                          f"{output}.")
+
+
 def _suite_task_spec(suite: str | None, task: str | None, env: str | None,
                      env_kwargs: Any, max_episode_steps: int | None,
                      address: str) -> dict[str, Any]:
@@ -177,8 +288,11 @@ def _suite_task_spec(suite: str | None, task: str | None, env: str | None,
 
 
 def _run_worker(spec: dict[str, Any], options: dict[str, Any], backend: str | None,
-                say: Callable[[str], None]) -> dict[str, Any]:
-    """Run the comparison in a spawned worker (it loads the policy and draws with GL)."""
+                say: Callable[[str], None], entry: Any = None,
+                shown: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run the comparison in a spawned worker (it loads the policy and draws with GL);
+    ``entry``: the worker's function (the env parity's by default), ``shown``: how an
+    episode's row is said."""
     from rolltape.errors import RunFailed
     from rolltape.executors.launch import spawn_worker, stop_worker
     from rolltape.parity import parity_worker
@@ -188,7 +302,7 @@ def _run_worker(spec: dict[str, Any], options: dict[str, Any], backend: str | No
         from rolltape.pass2.backends import gl_environment
 
         env.update(gl_environment(backend))
-    worker = spawn_worker(parity_worker, spec, options, env=env)
+    worker = spawn_worker(entry or parity_worker, spec, options, env=env)
     try:
         while True:
             if not worker.conn.poll(PARITY_TIMEOUT):
@@ -199,7 +313,9 @@ def _run_worker(spec: dict[str, Any], options: dict[str, Any], backend: str | No
             except EOFError:
                 raise RunFailed("The parity worker died; rerun to see whether it happens "
                                 "again.") from None
-            if kind == "episode":
+            if kind == "episode" and shown is not None:
+                shown(payload)
+            elif kind == "episode":
                 mark = "agree" if payload["agree"] else f"differ ({payload['first_difference']['field']})"
                 say(f"episode {payload['episode']} (seed {payload['seed']}, "
                     f"{payload['length']} steps): {mark}")

@@ -39,8 +39,9 @@ SCHEMA_VERSION = 1
 _RECENT: OrderedDict[tuple[Any, ...], Tape] = OrderedDict()  # see Tape.load
 _RECENT_TAPES = 16
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
-_OPTIONAL_ARRAYS = ("obs_digest", "obs_key_digest", "qpos", "qvel", "physics", "ale_state",
-                    "ale_state_offsets")
+# chunk_starts: a served policy's chunks (rolltape.policy_server.client)
+_OPTIONAL_ARRAYS = ("chunk_starts", "obs_digest", "obs_key_digest", "qpos", "qvel", "physics",
+                    "ale_state", "ale_state_offsets")
 
 # A tape is untrusted data. Real tapes barely compress (float64 physics states are most of
 # the bytes: a 1000-step HalfCheetah tape is 0.4 MB on disk and 1.05x that expanded), but
@@ -129,6 +130,9 @@ class Tape:
     reset_rng: dict[str, Any] | None = None
     start_step: int = 0
     window: tuple[int, int] | None = None
+    # A served policy's action chunks: the step at which each was requested (ascending,
+    # from 0), when some chunk ran more than one action open loop; None otherwise.
+    chunk_starts: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         _check_shapes(self, where="tape")
@@ -498,6 +502,12 @@ def _check_shapes(tape: Tape, where: str) -> None:
             f"{where} has {tape.actions.shape[0]} actions but {n} rewards; "
             "the arrays must agree in length."
         )
+    starts = tape.chunk_starts
+    if starts is not None and (starts.dtype != np.int64 or starts.ndim != 1 or (
+            len(starts) and (starts[0] != 0 or np.any(np.diff(starts) < 1)
+                             or starts[-1] >= max(n, 1)))):
+        raise UsageError(f"{where} chunk_starts must be ascending int64 steps from 0 below "
+                         f"{n}, got {starts.dtype}{starts.shape}.")
     digest = tape.obs_digest
     if digest is not None and (digest.dtype != np.uint64 or digest.shape != (n + 1,)):
         raise UsageError(f"{where} obs_digest must be {n + 1} uint64 digests, got "

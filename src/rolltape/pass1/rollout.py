@@ -168,6 +168,9 @@ def play_episode(env: Any, policy: Policy, seed: int | None,
                          physics.arrays() if physics is not None else (None, None, None),
                          info.get(key), info.get("metrics"), start)
     fields["success_once"] = hit if reported else None
+    starts = policy.chunk_starts()
+    if starts is not None:  # a served policy's chunks: when each was requested
+        fields["chunk_starts"] = starts
     fields["obs_reset"] = forms
     if ale is not None:
         fields["ale_state"], fields["ale_state_offsets"] = ale.arrays()

@@ -1,0 +1,363 @@
+"""``rolltape serve-policy SOURCE``: a policy behind openpi's websocket protocol.
+
+A client connects (with ``Authorization: Api-Key TOKEN`` when the server has a token, as
+openpi's client sends it) and is sent the metadata: what the policy is, its action space
+when known, its ``action_horizon`` (H actions per call) and ``execute_steps``. Then each
+binary message is a request:
+
+- ``{"observation": OBS}``: answered ``{"actions": array[H, *action_shape], "server_timing":
+  {"infer_ms": ...}}`` (H is 1 for a policy that gives one action per call);
+- ``{"__ctrl__": "reset", "seed": S}``: the session's policy is reset for an episode reset
+  with seed S (its sampler reseeded, as a local policy is), answered ``{"__ack__": "reset"}``;
+  another ``__ctrl__`` is answered ``{"__ack__": "ignored"}``.
+
+A malformed request, a request for the wrong thing, or a policy that raises is answered with
+one sentence as a text message, and that connection is closed (openpi's rule: text is an
+error); the server serves on. Each connection is a session with a policy of its own
+(``Policy.fork``, else a fresh load), up to ``--max-sessions`` at once; forward passes run
+one at a time.
+
+It imports numpy, msgpack, websockets and what the policy needs (SB3 and torch for ``sb3:``,
+the user's module for a callable): never a simulator (the test reads ``sys.modules``).
+
+Run as ``python -m rolltape.serve_policy CONFIG_JSON``: what ``rolltape serve-policy``
+becomes (``os.execv``) once it has checked its flags, so that the server process holds
+none of the CLI's imports.
+
+May import: policy_server.wire, policies (lazily), zoo (lazily), address, errors,
+server.protocol. Never: gymnasium's simulators, mujoco, pass 1, pass 2, executors.
+"""
+
+from __future__ import annotations
+
+import hmac
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from rolltape.address import is_loopback, read_token, split_host_port
+from rolltape.errors import UsageError
+from rolltape.policy_server import wire
+from rolltape.server.protocol import DEFAULT_MAX_PAYLOAD, ProtocolError, describe_space
+
+DEFAULT_BIND = "127.0.0.1:8000"
+CLOSE_POLICY_VIOLATION, CLOSE_INTERNAL_ERROR, CLOSE_TRY_AGAIN = 1008, 1011, 1013
+
+
+@dataclass(frozen=True)
+class ServePolicyConfig:
+    """Everything ``rolltape serve-policy`` was asked for."""
+
+    source: str
+    bind: str = DEFAULT_BIND
+    token_file: str | None = None
+    vecnormalize: str | None = None
+    algo: str | None = None
+    deterministic: bool = True
+    device: str = "cpu"
+    execute_steps: int | None = None  # advertised in the metadata; a client may override it
+    max_sessions: int = 8
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+
+    def check(self) -> tuple[str, int, str | None]:
+        """(host, port, token), refusing what cannot be served safely (the env server's
+        rule: anything but loopback needs a token)."""
+        host, port = split_host_port(self.bind, "--bind")
+        if self.max_sessions < 1:
+            raise UsageError(f"--max-sessions must be at least 1, got {self.max_sessions}.")
+        if self.max_payload < 1024:
+            raise UsageError(f"--max-payload must be at least 1024 bytes, got {self.max_payload}.")
+        if self.execute_steps is not None and self.execute_steps < 1:
+            raise UsageError(f"--execute-steps must be at least 1, got {self.execute_steps}.")
+        if wire.is_policy_source(self.source):
+            raise UsageError(f"serve-policy serves a policy rolltape loads (sb3:PATH.zip, "
+                             f"zoo:FOLDER, MODULE:ATTR, FILE.py:ATTR), not '{self.source}'.")
+        token = read_token(self.token_file) if self.token_file else None
+        if token is None and not is_loopback(host):
+            raise UsageError(f"--bind {self.bind} is reachable from other machines, so it needs "
+                             "a token: give --token-file FILE (clients set ROLLTAPE_TOKEN_FILE), "
+                             "or bind 127.0.0.1.")
+        return host, port, token
+
+
+@dataclass
+class Loaded:
+    """A loaded source: a policy per session (``new``), the metadata sent on connect, and
+    the action shape and chunk length each answer is checked against."""
+
+    new: Callable[[], Any]
+    metadata: dict[str, Any]
+    horizon: int | None  # None: one action per call (sent as a chunk of one)
+
+
+def load_source(cfg: ServePolicyConfig) -> Loaded:
+    """Load ``cfg.source`` as eval's pass 1 would (no env: the checks that need one run on
+    the client, against the metadata)."""
+    from rolltape import __version__
+    from rolltape.policies import load_policy
+
+    source, vecnormalize, algo = cfg.source, cfg.vecnormalize, cfg.algo
+    if source.startswith("zoo:"):
+        source, vecnormalize, algo = _zoo_checkpoint(source, vecnormalize, algo)
+    if source in ("random",) or source.startswith("tape:"):
+        raise UsageError(f"serve-policy serves a trained policy (sb3:PATH.zip, zoo:FOLDER, "
+                         f"MODULE:ATTR or FILE.py:ATTR); '{source}' needs the env, so run it "
+                         "with eval directly.")
+
+    def new() -> Any:
+        return load_policy(source, None, vecnormalize=vecnormalize, algo=algo,
+                           deterministic=cfg.deterministic, device=cfg.device)
+
+    first = new()
+    owner = getattr(first, "owner", None)
+    model = getattr(first, "model", None)  # SB3
+    action_space = getattr(model or owner, "action_space", None)
+    observation_space = getattr(model or owner, "observation_space", None)
+    horizon = getattr(owner, "action_horizon", None)
+    if horizon is not None and (type(horizon) is not int or horizon < 1):
+        raise UsageError(f"'{source}' has action_horizon {horizon!r}; it must be a whole "
+                         "number of actions (at least 1).")
+    execute = cfg.execute_steps or getattr(owner, "execute_steps", None)
+    if execute is not None and horizon is not None and execute > horizon:
+        raise UsageError(f"--execute-steps {execute} is more than the policy's chunk of "
+                         f"{horizon} actions.")
+    description = {k: v for k, v in first.description.items()
+                   if isinstance(v, (str, int, float, bool, type(None)))}
+    metadata = {
+        wire.ROLLTAPE_KEY: {"version": __version__, "reset": True},
+        "policy": description,
+        "action_space": describe_space(action_space) if action_space is not None else None,
+        "observation_space": (describe_space(observation_space)
+                              if observation_space is not None else None),
+        "action_horizon": horizon or 1,
+        "execute_steps": execute,
+    }
+    kept = [first]
+
+    def session_policy() -> Any:
+        # The loaded one first; then a fork (SB3 deterministic: the same, stateless), else
+        # a fresh load, so that no session sees another's state.
+        if kept:
+            return kept.pop()
+        forked = first.fork()
+        return forked if forked is not None else new()
+
+    return Loaded(session_policy, metadata, horizon)
+
+
+def _zoo_checkpoint(source: str, vecnormalize: str | None, algo: str | None
+                    ) -> tuple[str, str | None, str | None]:
+    """(sb3:CHECKPOINT, VecNormalize statistics, algo) of an rl-zoo3 folder; its env
+    wrappers, which run on the env's side, are refused: serve the plain checkpoint and give
+    eval the wrappers."""
+    from rolltape.zoo import read_zoo
+
+    zoo = read_zoo(source[len("zoo:"):])
+    if zoo.wrappers or zoo.frame_stack > 1:
+        raise UsageError(f"'{source}' wraps its env (wrappers or a frame stack), which runs "
+                         "beside the env, not the policy; serve its checkpoint (sb3:PATH.zip) "
+                         f"and evaluate with `--policy ws://HOST:PORT` and eval's "
+                         "--wrapper/--frame-stack.")
+    stats = vecnormalize or (str(zoo.vecnormalize) if zoo.vecnormalize else None)
+    return f"sb3:{zoo.model}", stats, algo or zoo.algo or None
+
+
+class _Refused(Exception):
+    """A request answered with one sentence (a text message), then the connection closed."""
+
+    def __init__(self, sentence: str, code: int) -> None:
+        super().__init__(sentence)
+        self.code = code
+
+
+class PolicyServer:
+    """The websocket server around a loaded source (``serve_forever`` until stopped)."""
+
+    def __init__(self, cfg: ServePolicyConfig, loaded: Loaded,
+                 log: Callable[[str], None] = print) -> None:
+        from websockets.sync.server import serve
+
+        self.cfg = cfg
+        self.loaded = loaded
+        self.log = log
+        host, port, self.token = cfg.check()
+        self._slots = threading.BoundedSemaphore(cfg.max_sessions)
+        self._forward = threading.Lock()  # one forward pass at a time (torch, a user's code)
+        self.sessions = 0
+        self._count = threading.Lock()
+        try:
+            self.server = serve(self._handle, host, port, max_size=cfg.max_payload,
+                                compression=None, process_request=self._admit,
+                                close_timeout=2)
+        except OSError as exc:
+            raise UsageError(f"--bind {cfg.bind} cannot be used ({exc.strerror or exc}); pick "
+                             "another port (0: any free one).") from None
+        bound = self.server.socket.getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        self.address = f"{wire.SCHEME}{shown}:{bound[1]}"
+
+    def _admit(self, connection: Any, request: Any) -> Any:
+        """The handshake: a health check and the session count (plain GETs), and the token
+        (openpi's Api-Key header)."""
+        from http import HTTPStatus
+
+        if request.path == "/healthz":  # openpi's
+            return connection.respond(HTTPStatus.OK, "OK\n")
+        if request.path == "/stats":  # sessions open now (tests, and whoever watches it)
+            return connection.respond(HTTPStatus.OK, f'{{"sessions": {self.sessions}}}\n')
+        if self.token is not None:
+            sent = request.headers.get("Authorization") or ""
+            if not hmac.compare_digest(sent.encode(), f"Api-Key {self.token}".encode()):
+                return connection.respond(HTTPStatus.UNAUTHORIZED,
+                                          "the policy server needs its token: set "
+                                          "ROLLTAPE_TOKEN_FILE to the file that holds it\n")
+        return None
+
+    def _handle(self, ws: Any) -> None:
+        """One session: the metadata, then requests until the client goes."""
+        from websockets.exceptions import ConnectionClosed
+
+        if not self._slots.acquire(blocking=False):
+            _refuse(ws, f"the policy server serves {self.cfg.max_sessions} session(s) at once "
+                        "(--max-sessions) and all are taken; use fewer --workers or raise "
+                        "--max-sessions", CLOSE_TRY_AGAIN)
+            return
+        with self._count:
+            self.sessions += 1
+        try:
+            with self._forward:
+                policy = self.loaded.new()
+            ws.send(wire.encode(self.loaded.metadata))
+            for message in ws:
+                ws.send(wire.encode(self._answer(policy, message)))
+        except _Refused as exc:
+            _refuse(ws, str(exc), exc.code)
+        except ConnectionClosed:
+            pass
+        finally:
+            with self._count:
+                self.sessions -= 1
+            self._slots.release()
+
+    def _answer(self, policy: Any, message: Any) -> dict[str, Any]:
+        try:
+            request = wire.decode(message, self.cfg.max_payload)
+            if not isinstance(request, dict):
+                raise ProtocolError("a request must be a msgpack map")
+        except ProtocolError as exc:
+            raise _Refused(f"malformed request: {exc}", CLOSE_POLICY_VIOLATION) from None
+        control = request.get(wire.CONTROL)
+        if control is not None:
+            if control != wire.RESET:
+                return {wire.ACK: "ignored"}
+            seed = request.get("seed")
+            if seed is not None and (type(seed) is not int or seed < 0):
+                raise _Refused(f"malformed request: a reset's seed must be a whole number "
+                               f"0 or more, or nil, got {seed!r}", CLOSE_POLICY_VIOLATION)
+            with self._forward:
+                self._call(policy.reset, seed)
+            return {wire.ACK: wire.RESET}
+        if "observation" not in request:
+            keys = ", ".join(sorted(map(str, request)))[:120]
+            raise _Refused(f"malformed request: an infer request is a map with 'observation' "
+                           f"(rolltape's policies take the env's observation), got keys "
+                           f"[{keys}]", CLOSE_POLICY_VIOLATION)
+        start = time.perf_counter()
+        with self._forward:
+            action = self._call(policy.act, request["observation"])
+        actions = self._chunk(action)
+        return {"actions": actions,
+                "server_timing": {"infer_ms": (time.perf_counter() - start) * 1e3}}
+
+    def _call(self, method: Callable[[Any], Any], arg: Any) -> Any:
+        try:
+            return method(arg)
+        except Exception as exc:
+            lines = str(exc).strip().splitlines()
+            raise _Refused(f"the policy raised {type(exc).__name__}: "
+                           f"{lines[-1] if lines else ''}".rstrip(": "),
+                           CLOSE_INTERNAL_ERROR) from None
+
+    def _chunk(self, action: Any) -> np.ndarray:
+        """The answer's actions: [H, ...] for a chunked policy, [1, ...] for another."""
+        actions = np.asarray(action)
+        if actions.dtype.kind not in "biuf":
+            raise _Refused(f"the policy gave an action of dtype {actions.dtype}; actions must "
+                           "be numbers", CLOSE_INTERNAL_ERROR)
+        horizon = self.loaded.horizon
+        if horizon is None:
+            return actions[None]
+        if actions.ndim < 1 or actions.shape[0] != horizon:
+            raise _Refused(f"the policy declares action_horizon {horizon} but gave actions "
+                           f"of shape {list(actions.shape)}", CLOSE_INTERNAL_ERROR)
+        return actions
+
+    def serve_forever(self) -> None:
+        self.server.serve_forever()
+
+    def shutdown(self) -> None:
+        self.server.shutdown()
+
+
+def _refuse(ws: Any, sentence: str, code: int) -> None:
+    """One sentence as a text message (openpi's client raises it), then close."""
+    try:
+        ws.send(sentence + ".")
+        ws.close(code, sentence[:120])
+    except Exception:  # the client went first
+        pass
+
+
+def serve_policy(cfg: ServePolicyConfig) -> str | None:
+    """``rolltape serve-policy``: load, print where it listens, answer until stopped.
+    Returns the name of the signal that stopped it (SIGTERM or SIGINT)."""
+    cfg.check()  # before a policy loads: a bad --bind is said at once
+    loaded = load_source(cfg)
+    server = PolicyServer(cfg, loaded, log=lambda line: print(line, flush=True))
+    stopped: list[str] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        stopped.append(signal.Signals(signum).name)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    horizon = loaded.metadata["action_horizon"]
+    print(f"serving policy {cfg.source} on {server.address} (openpi websocket protocol; "
+          f"{horizon} action(s) per call); clients use --policy {server.address}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        sys.stdout.flush()
+    return stopped[0] if stopped else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rolltape.policy_server``: what ``rolltape serve-policy`` runs after it
+    has checked its flags, so that the server process imports no more than it needs."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="rolltape serve-policy")
+    parser.add_argument("config", help="the checked config as JSON")
+    args = parser.parse_args(argv)
+    cfg = ServePolicyConfig(**json.loads(args.config))
+    try:
+        stopped = serve_policy(cfg)
+    except UsageError as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    if stopped is not None:
+        print(f"Interrupted ({stopped}): stopped serving the policy; every session was closed.",
+              file=sys.stderr, flush=True)
+        return 130 if stopped == "SIGINT" else 143
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""`rolltape serve-policy` (openpi's websocket protocol) in real server processes: a served
+SB3 checkpoint gives the local tapes, chunks execute as a plain loop would, the server imports
+no simulator, malformed requests are one sentence, and openpi's own client gets the local
+policy's actions bit for bit. Every server is a subprocess on loopback, every wait bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_cli
+from policy_servers import STEPS, H, PolicyServer, reference_actions, write_policies
+from rolltape.pass1.rollout import record_episode
+from rolltape.policies import load_policy
+from rolltape.policy_server import wire
+
+
+@pytest.fixture(scope="module")
+def sb3_server(ppo_checkpoint: tuple[Path, Path]) -> Any:
+    """The PPO checkpoint (with its VecNormalize statistics) served once for the module."""
+    model, stats = ppo_checkpoint
+    server = PolicyServer(f"sb3:{model}", "--vecnormalize", str(stats))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def policies(tmp_path: Path) -> Path:
+    return write_policies(tmp_path)
+
+
+def tape_arrays(run: Path, name: str) -> dict[str, bytes]:
+    with np.load(run / "tapes" / name) as npz:
+        return {k: npz[k].tobytes() for k in npz.files if k != "header"}
+
+
+def test_served_sb3_policy_gives_the_local_tapes_and_parity_finds_no_difference(
+        ppo_checkpoint: tuple[Path, Path], sb3_server: PolicyServer, tmp_path: Path):
+    model, stats = ppo_checkpoint
+    common = ["HalfCheetah-v5", "-n", "3", "--max-episode-steps", "30", "--no-report"]
+    served = run_cli("eval", *common, "--policy", sb3_server.address, "--out",
+                     str(tmp_path / "served"))
+    assert served.returncode == 0, served.stderr
+    local = run_cli("eval", *common, "--policy", f"sb3:{model}", "--vecnormalize", str(stats),
+                    "--out", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    for i in range(3):
+        name = f"policy-{i:04d}.npz"
+        assert tape_arrays(tmp_path / "served", name) == tape_arrays(tmp_path / "local", name)
+    parity = run_cli("parity", "HalfCheetah-v5", "--policy", sb3_server.address,
+                     "--local-policy", f"sb3:{model}", "--vecnormalize", str(stats),
+                     "-n", "2", "--max-episode-steps", "30", "--out",
+                     str(tmp_path / "parity.json"))
+    assert parity.returncode == 0, parity.stderr
+    assert "0 differing steps" in parity.stdout
+    report = json.loads((tmp_path / "parity.json").read_text())
+    assert report["differing_steps"] == 0 and report["steps"] == 60
+    assert report["outcomes_differ"] == [] and report["first_difference"] is None
+    maps = Path(f"/proc/{sb3_server.proc.pid}/maps").read_text()
+    assert "torch" in maps and "mujoco" not in maps  # SB3's stack, never a simulator
+    assert sb3_server.sessions() == 0  # every client closed its sessions
+
+
+def test_chunks_execute_as_a_reference_loop_and_the_server_imports_no_simulator(
+        policies: Path, tmp_path: Path):
+    probe = tmp_path / "modules.json"
+    server = PolicyServer("pols.py:Chunky", cwd=policies, env={"PROBE_MODULES": str(probe)})
+    try:
+        # K = 3 through the command line (the flag, the tape, pass 2's verification) ...
+        out = tmp_path / "k3"
+        done = run_cli("eval", "Pendulum-v1", "--policy", server.address, "--execute-steps",
+                       "3", "-n", "2", "--max-episode-steps", str(STEPS), "--no-report",
+                       "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        for i in range(2):
+            expected, starts = reference_actions(3, seed=i)
+            with np.load(out / "tapes" / f"policy-{i:04d}.npz") as npz:
+                assert npz["actions"].tobytes() == expected.tobytes(), i
+                assert npz["chunk_starts"].tolist() == starts == [0, 3, 6, 9]
+        verified = run_cli("verify", str(out / "tapes" / "policy-0001.npz"))
+        assert verified.returncode == 0, verified.stderr
+        # ... and K = 1, H (the server's default) through pass 1's own episode loop
+        env = gym.make("Pendulum-v1", max_episode_steps=STEPS)
+        for source, k in ((f"{server.address}?execute_steps=1", 1), (server.address, H)):
+            policy = load_policy(source, env)
+            fields = record_episode(env, policy, 5)
+            expected, starts = reference_actions(k, seed=5)
+            assert fields["actions"].tobytes() == expected.tobytes(), k
+            assert fields.get("chunk_starts") is None if k == 1 else \
+                fields["chunk_starts"].tolist() == starts == [0, 4, 8]
+            policy.close()
+        env.close()
+        modules = set(json.loads(probe.read_text()))
+        assert {"numpy", "msgpack", "websockets"} <= modules
+        heavy = {"gymnasium", "mujoco", "torch", "zmq", "typer", "rich", "rolltape.envs",
+                 "rolltape.pass1", "rolltape.pass2"}
+        assert not heavy & {m.split(".")[0] if not m.startswith("rolltape") else
+                            ".".join(m.split(".")[:2]) for m in modules}
+    finally:
+        server.stop()
+
+
+def test_a_server_for_another_action_space_is_refused_before_pass_1(
+        sb3_server: PolicyServer, tmp_path: Path):
+    out = tmp_path / "run"
+    done = run_cli("eval", "Pendulum-v1", "--policy", sb3_server.address, "-n", "2",
+                   "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert sb3_server.address in line and "Box(shape [6], float32)" in line \
+        and "Box(shape [1], float32)" in line and "'Pendulum-v1'" in line, line
+    assert "pass 1" not in done.stdout + done.stderr and not out.exists()
+
+
+def test_malformed_requests_get_one_sentence_and_the_server_serves_on(policies: Path):
+    from websockets.sync.client import connect
+
+    server = PolicyServer("pols.py:slow", cwd=policies)
+    try:
+        import pickle
+
+        for data, said in ((pickle.dumps({"observation": 1}), "not a msgpack message"),
+                           (wire.encode({"obs": np.zeros(3)}), "with 'observation'")):
+            with connect(server.address, open_timeout=10) as ws:
+                wire.decode(ws.recv(timeout=10))  # the metadata
+                ws.send(data)
+                answer = ws.recv(timeout=10)
+                assert isinstance(answer, str) and said in answer and "\n" not in answer
+        with connect(server.address, open_timeout=10) as ws:
+            meta = wire.decode(ws.recv(timeout=10))
+            assert meta["action_horizon"] == 1 and meta["rolltape"]["reset"] is True
+            ws.send(wire.encode({"observation": np.ones(3, dtype=np.float32)}))
+            reply = wire.decode(ws.recv(timeout=10))
+            assert reply["actions"].shape == (1, 1)
+    finally:
+        server.stop()
+    refused = run_cli("serve-policy", "pols.py:slow", "--bind", "0.0.0.0:0", cwd=policies)
+    assert refused.returncode == 2 and "--token-file" in refused.stderr
+
+
+# -- openpi's own client -------------------------------------------------------------
+
+OPENPI_VENV = Path(os.environ.get("OPENPI_VENV", ROOT / ".venv-openpi"))
+
+
+def test_openpi_client_gets_the_local_policy_s_actions_bit_for_bit(
+        ppo_checkpoint: tuple[Path, Path], sb3_server: PolicyServer, tmp_path: Path):
+    """openpi-client (its own venv: it pins numpy < 2) asks rolltape's server on the
+    observations of 3 seeded local episodes and gets the local policy's actions."""
+
+    python = OPENPI_VENV / "bin" / "python"
+    assert python.exists(), f"{python} is missing: run `bash scripts/setup.sh --test`"
+    model, stats = ppo_checkpoint
+    env = gym.make("HalfCheetah-v5", max_episode_steps=20)
+    local = load_policy(f"sb3:{model}", env, vecnormalize=str(stats))
+    observations, actions = [], []
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            action = local.act(obs)
+            observations.append(obs)
+            actions.append(action)
+            obs, _, term, trunc, _ = env.step(action)
+            done = term or trunc
+    np.save(tmp_path / "obs.npy", np.stack(observations))
+    script = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from openpi_client import websocket_client_policy
+        client = websocket_client_policy.WebsocketClientPolicy(sys.argv[1])
+        assert client.get_server_metadata()["action_horizon"] == 1
+        got = [client.infer({"observation": o})["actions"][0] for o in np.load(sys.argv[2])]
+        np.save(sys.argv[3], np.stack(got))
+    """)
+    subprocess.run([str(python), "-c", script, sb3_server.address, str(tmp_path / "obs.npy"),
+                    str(tmp_path / "got.npy")], check=True, timeout=120)
+    got = np.load(tmp_path / "got.npy")
+    assert got.dtype == np.stack(actions).dtype and got.tobytes() == np.stack(actions).tobytes()
