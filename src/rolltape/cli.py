@@ -258,7 +258,7 @@ def summary_table(results: Results, width: int) -> Table:
 def print_run(results: Results, path: Path) -> None:
     """The summary table, the videos and where everything went."""
     if results.suite is not None:
-        from rolltape.outputs.suite_view import task_rows
+        from rolltape.outputs.suite_view import headline_text, task_rows
 
         header, rows = task_rows(results.suite)
         table = Table(title=f"{results.env_id}: success per task (95% Wilson interval)")
@@ -267,10 +267,13 @@ def print_run(results: Results, path: Path) -> None:
         for row in rows:
             table.add_row(*row)
         out.print(table)
-    out.print(summary_table(results, out.width if out.is_terminal else TABLE_WIDTH))
-    line = improvement_line(results)
-    if line:
-        out.print(line)
+        # A suite's headline is success: returns of different tasks do not pool.
+        out.print(headline_text(results.suite), highlight=False)
+    else:
+        out.print(summary_table(results, out.width if out.is_terminal else TABLE_WIDTH))
+        line = improvement_line(results)
+        if line:
+            out.print(line)
     for v in results.videos:
         if v.path is None:
             out.print(f"{v.key.label}: not rendered")

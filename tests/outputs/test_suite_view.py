@@ -76,7 +76,11 @@ def test_the_mean_of_task_rates_is_said_only_when_known() -> None:
     known = {"mean_of_task_rates": {"n_tasks": 4, "pc_mean_task_success": 47.5,
                                     "pc_mean_task_success_ci95": [35.0, 60.04]}}
     assert mean_rate_text(known) == ("unweighted mean of 4 task rates: 47.5% [35.0, 60.0] "
-                                     "(stratified bootstrap)")
+                                     "(95% stratified bootstrap over 4 tasks)")
+    # over one task it is not drawn: that task's own Wilson interval is the one to read
+    one = {"mean_of_task_rates": {"n_tasks": 1, "pc_mean_task_success": 0.0,
+                                  "pc_mean_task_success_ci95": [0.0, 0.0]}}
+    assert mean_rate_text(one) is None
     assert mean_rate_text({}) is None
     assert mean_rate_text({"mean_of_task_rates": {"pc_mean_task_success": None}}) is None
 

@@ -163,7 +163,7 @@ def _suite_section(results: Results) -> dict[str, Any] | None:
     suite = results.suite
     if suite is None:
         return None
-    from rolltape.outputs.suite_view import forest_plot, mean_rate_text, task_rows
+    from rolltape.outputs.suite_view import forest_plot, headline, mean_rate_text, task_rows
 
     header, rows = task_rows(suite)
     means = [f"{name}: {text}" for name, entry in [*suite["per_suite"].items(),
@@ -171,6 +171,7 @@ def _suite_section(results: Results) -> dict[str, Any] | None:
              if (text := mean_rate_text(entry))]
     unknown = [f"{t['suite']}/{t['task']}" for t in suite["per_task"] if t["n_unknown"]]
     return {"header": header, "rows": rows, "svg": forest_plot(suite), "means": means,
+            "headline": headline(suite),
             "unknown": unknown}
 
 

@@ -43,32 +43,78 @@ def _percent(block: Any) -> str:
     return "n/a" if value is None else f"{value:.1f}%"
 
 
-def _row(suite: str, task: str, entry: Mapping[str, Any]) -> list[str]:
+POOLED = "—"  # a pooled row's return, max reward or length: tasks' scales do not pool
+
+
+def _row(suite: str, task: str, entry: Mapping[str, Any], pooled: bool = False) -> list[str]:
     rule = str(entry.get("success_rule") or "at_end").replace("_", " ")
+    # Success counts pool across tasks (k of n episodes); returns and lengths do not (a
+    # task's -1152 beside another's +21 averages to a number of neither).
+    scales = [POOLED] * 3 if pooled else [
+        num(entry.get("avg_sum_reward")), num(entry.get("avg_max_reward")),
+        num(entry.get("mean_length"), 0)]
     return [suite, task, str(entry.get("n_episodes")), success_text(entry), rule,
-            _percent(entry.get("success_at_end")), _percent(entry.get("success_once")),
-            num(entry.get("avg_sum_reward")), num(entry.get("avg_max_reward")),
-            num(entry.get("mean_length"), 0)]
+            _percent(entry.get("success_at_end")), _percent(entry.get("success_once")), *scales]
 
 
 def task_rows(suite: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows): one row per task, then one per suite and one overall (pooled)."""
+    """(header, rows): one row per task, then one per suite and one overall, which pool
+    only the success counts (their rewards and lengths read '—')."""
     rows = [_row(t["suite"], t["task"], t) for t in suite["per_task"]]
     if len(suite.get("per_suite") or {}) > 1 or len(suite["per_task"]) > 1:
-        rows += [_row(name, "(all, pooled)", e) for name, e in suite["per_suite"].items()]
+        rows += [_row(name, "(all, pooled)", e, pooled=True)
+                 for name, e in suite["per_suite"].items()]
         if len(suite["per_suite"]) > 1:
-            rows.append(_row("overall", "(pooled)", suite["overall"]))
+            rows.append(_row("overall", "(pooled)", suite["overall"], pooled=True))
     return HEADER, rows
 
 
 def mean_rate_text(entry: Mapping[str, Any]) -> str | None:
-    """'unweighted mean of 4 task rates: 47.5% [35.0, 60.0]' (None without a known rate)."""
+    """'unweighted mean of 4 task rates: 47.5% [35.0, 60.0] (95% stratified bootstrap over
+    4 tasks)'; None without a known rate, or over one task (its own Wilson interval is the
+    one to read: a bootstrap of one task's 0 of 8 is the point [0.0, 0.0])."""
     m = entry.get("mean_of_task_rates") or {}
-    if m.get("pc_mean_task_success") is None:
+    if m.get("pc_mean_task_success") is None or m.get("n_tasks", 0) < 2:
         return None
     lo, hi = m["pc_mean_task_success_ci95"]
     return (f"unweighted mean of {m['n_tasks']} task rates: {m['pc_mean_task_success']:.1f}% "
-            f"[{lo:.1f}, {hi:.1f}] (stratified bootstrap)")
+            f"[{lo:.1f}, {hi:.1f}] (95% stratified bootstrap over {m['n_tasks']} tasks)")
+
+
+def headline(suite: Mapping[str, Any]) -> dict[str, str]:
+    """A suite's headline: success, never a return pooled across tasks. Over k > 1 tasks
+    the unweighted mean of their rates with its bootstrap interval over the k tasks; over
+    one task its rate with its Wilson interval. Keys: label, value, note."""
+    tasks = suite["per_task"]
+    if len(tasks) == 1:
+        t = tasks[0]
+        if t.get("pc_success") is None:
+            return {"label": "success", "value": "n/a", "note": "success never reported"}
+        lo, hi = t["pc_success_ci95"]
+        known = t["n_episodes"] - t.get("n_unknown", 0)
+        return {"label": "success (1 task)", "value": f"{t['pc_success']:.1f}%",
+                "note": f"{t['n_success']}/{known} episodes; 95% Wilson interval "
+                        f"[{lo:.1f}, {hi:.1f}]"}
+    m = suite["overall"].get("mean_of_task_rates") or {}
+    if m.get("pc_mean_task_success") is None:
+        return {"label": "success", "value": "n/a", "note": "no task reported success"}
+    k = m["n_tasks"]
+    lo, hi = m["pc_mean_task_success_ci95"]
+    if k < 2:  # one task of several reported success: its own rate, said as such
+        only = next(t for t in tasks if t.get("pc_success") is not None)
+        return {"label": f"success ({only['suite']}/{only['task']}: the only task of "
+                         f"{len(tasks)} that reported it)",
+                "value": f"{only['pc_success']:.1f}%",
+                "note": "95% Wilson interval [{:.1f}, {:.1f}]".format(*only["pc_success_ci95"])}
+    return {"label": f"success, unweighted mean over {k} tasks",
+            "value": f"{m['pc_mean_task_success']:.1f}%",
+            "note": f"95% interval [{lo:.1f}, {hi:.1f}], stratified bootstrap over {k} tasks"}
+
+
+def headline_text(suite: Mapping[str, Any]) -> str:
+    """The headline in one line, for the CLI."""
+    h = headline(suite)
+    return f"{h['label']}: {h['value']} ({h['note']})"
 
 
 def forest_plot(suite: Mapping[str, Any]) -> str:
