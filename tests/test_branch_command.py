@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from rolltape import evaluate
-from rolltape.branch_command import summary_line
 from rolltape.cli import main
 
 ASSETS = Path(__file__).parent / "assets"
@@ -47,12 +46,3 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     # A policy that is code, named only in the run's files; an env without MuJoCo states.
     assert "is code named in its files" in refused(cartpole)
     assert "holds no MuJoCo or ALE state" in refused(cartpole, "--policy", BALANCE)
-
-
-def test_the_summary_line_names_the_point():
-    record = {"episode": {"tape": "tapes/policy-0001.npz", "success": True},
-              "success_rule": "at_end", "point_of_safety": None, "crossing": None,
-              "grid": [0], "branches": 4, "replays_source": True}
-    assert summary_line(record) == ("tapes/policy-0001.npz (succeeded): point of safety not "
-                                    "reached; 1 grid steps x 4 branches; replays the tape bit "
-                                    "for bit: yes")

@@ -25,8 +25,8 @@ LEDGE = f"{ASSETS / 'ledge.py'}:Ledge-v0"
 @pytest.fixture(scope="module")
 def ledge_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ledge") / "run"
-    return evaluate(LEDGE, "random", episodes=20, seed=0, max_episode_steps=20, video=0,
-                    baseline=None, out=out)
+    return evaluate(LEDGE, "random", episodes=20, seed=0, max_episode_steps=20,
+                    video="worst:1", baseline=None, out=out)
 
 
 def _first_kick(tape: Tape) -> int:
@@ -45,6 +45,7 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
     records = [json.loads(p.read_text())
                for p in sorted((ledge_run.path / "branch").glob("*/branch.json"))]
     assert len(records) == 2
+    worst = min(records, key=lambda r: r["episode"]["return"])
     for record in records:
         tape = Tape.load(ledge_run.path / record["episode"]["tape"])
         k = _first_kick(tape)
@@ -60,6 +61,10 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
             assert p["n"] == 8 and p["lo"] <= p["p"] <= p["hi"]
         png = ledge_run.path / "branch" / Path(record["episode"]["tape"]).stem / "branch.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The report is rebuilt with the curve under the worst episode's video.
+    html = (ledge_run.path / "report.html").read_text()
+    assert html.count('<figure class="branch">') == 1
+    assert f'src="branch/{Path(worst["episode"]["tape"]).stem}/branch.png"' in html
     # A budget thins the grid and says so.
     code = main(["branch", str(ledge_run.path), "--episodes", "worst:1", "--branches", "2",
                  "--every", "1", "--budget", "150", "--env", LEDGE, "--overwrite", "-q"])

@@ -19,7 +19,8 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.limits", "rolltape.executors.base", "rolltape.config", "rolltape.flags",
          "rolltape.cli_options", "rolltape.pass1.ahead", "rolltape.pass1.dealer",
          "rolltape.pass1.inflight", "rolltape.pass2.export",
-         "rolltape.datasets.lerobot", "rolltape.pass1.branches", "rolltape.branch_command"]
+         "rolltape.datasets.lerobot", "rolltape.pass1.branches",
+         "rolltape.outputs.branch_chart"]
 CHEAP += ["rolltape.policy_server.wire"]  # served policies: the codec and ws:// sources
 SRC = Path(__file__).resolve().parent.parent / "src"
 

@@ -1,18 +1,19 @@
 """The ``rolltape branch`` verb: parse its flags, call :func:`rolltape.branching.branch`,
 print one line per episode.
 
-May import: cli_options, errors; the orchestrator lazily (``--help`` stays fast). Never:
-torch, GL.
+May import: cli_options, outputs.branch_chart; the orchestrator lazily (``--help`` stays
+fast). Never: torch, GL.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import typer
 
 from rolltape.cli_options import PanelCommand
+from rolltape.outputs.branch_chart import summary_line
 
 
 def register(app: typer.Typer, say: Callable[[str], None]) -> None:
@@ -62,30 +63,6 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
             say(result.thinned)
         for record in result.episodes:
             say(summary_line(record))
+        for note in result.notes:
+            say(f"note: {note}")
         say(f"branch.json and branch.png per episode in {result.out}")
-
-
-def summary_line(record: dict[str, Any]) -> str:
-    """One episode's result in a line.
-
-    >>> summary_line({"episode": {"tape": "tapes/policy-0003.npz", "success": False},
-    ...               "success_rule": "at_end", "point_of_no_return": 40, "crossing": 41,
-    ...               "grid": [0, 5], "branches": 8})
-    'tapes/policy-0003.npz (failed): point of no return at step 40 (estimate below the threshold from step 41); 2 grid steps x 8 branches'
-    """
-    ep = record["episode"]
-    size = f"{len(record['grid'])} grid steps x {record['branches']} branches"
-    if record.get("success_rule") is None:
-        return f"{ep['tape']}: expected return from each grid step; {size}"
-    failed = ep["success"] is False
-    name = "point of no return" if failed else "point of safety"
-    point = record.get("point_of_no_return" if failed else "point_of_safety")
-    where = f"at step {point}" if point is not None else "not reached"
-    crossing = record.get("crossing")
-    side = "below" if failed else "above"
-    cross = (f" (estimate {side} the threshold from step {crossing})"
-             if crossing is not None else "")
-    extra = "" if "replays_source" not in record else \
-        f"; replays the tape bit for bit: {'yes' if record['replays_source'] else 'NO'}"
-    return (f"{ep['tape']} ({'failed' if failed else 'succeeded'}): {name} {where}{cross}; "
-            f"{size}{extra}")

@@ -45,6 +45,7 @@ from rolltape.executors.base import ShareWork
 from rolltape.executors.launch import per_core
 from rolltape.files import atomic_folder, write_json
 from rolltape.interpreter import NO_GL
+from rolltape.outputs.branch_chart import branch_label, draw_branch_chart
 from rolltape.pass1.branches import BranchJob, BranchUnit, branch_refusal
 from rolltape.pass1.dealer import Dealer
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
@@ -104,6 +105,7 @@ class BranchResult:
     out: Path
     episodes: list[dict[str, Any]] = field(default_factory=list)
     thinned: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -143,9 +145,23 @@ def branch(run: str, **options: Any) -> BranchResult:
             record = _record(s, units, rows, tmp, out, cfg, rule, noise, deterministic,
                              every, thinned)
             write_json(tmp / s.label / "branch.json", record)
-            _chart(record, tmp / s.label / "branch.png")
+            draw_branch_chart(record, tmp / s.label / "branch.png")
             result.episodes.append(record)
+    if out == loaded.path / "branch" and (loaded.path / "report.html").is_file():
+        _rebuild_report(loaded, result)
     return result
+
+
+def _rebuild_report(run: Run, result: BranchResult) -> None:
+    """Draw the curves under the run's videos (report.html reads ``branch/``); a report
+    that cannot be rebuilt is a note, never a lost branch run."""
+    from rolltape.outputs.report import build_report
+
+    try:
+        build_report(run)
+    except (UsageError, OSError) as exc:
+        result.notes.append(f"report.html was not rebuilt ({exc}); run `rolltape report "
+                            f"{run.path}`.")
 
 
 def _policy_of(run: Run, cfg: BranchConfig) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -201,7 +217,7 @@ def _sources(run: Run, cfg: BranchConfig) -> list[_Source]:
         refusal = branch_refusal(tape, path)
         if refusal:
             raise UsageError(refusal)
-        label = Path(ep.tape).stem if ep.tape else f"policy-{ep.key.index:04d}"
+        label = branch_label(ep.tape) if ep.tape else f"policy-{ep.key.index:04d}"
         sources.append(_Source(ep, path, tape, [], label))
     return sources
 
@@ -419,7 +435,3 @@ def same_as_source(branch_tape: Tape, source: Tape, t: int) -> bool:
             and np.array_equal(branch_tape.truncated, source.truncated[first:]))
 
 
-def _chart(record: dict[str, Any], path: Path) -> None:
-    from rolltape.outputs.branch_chart import draw_branch_chart
-
-    draw_branch_chart(record, path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from rolltape.outputs.branch_chart import draw_branch_chart
+from rolltape.outputs.branch_chart import draw_branch_chart, summary_line
 
 
 def _record(success: bool | None) -> dict:
@@ -30,3 +30,12 @@ def test_the_chart_is_a_png_that_shows_the_drop(tmp_path):
     # An env without success: the expected return, against the recorded one.
     path = draw_branch_chart(_record(None), tmp_path / "returns.png")
     assert Image.open(path).size == Image.open(tmp_path / "branch.png").size
+
+
+def test_the_summary_line_names_the_point():
+    record = {"episode": {"tape": "tapes/policy-0001.npz", "success": True},
+              "success_rule": "at_end", "point_of_safety": None, "crossing": None,
+              "grid": [0], "branches": 4, "replays_source": True}
+    assert summary_line(record) == ("tapes/policy-0001.npz (succeeded): point of safety not "
+                                    "reached; 1 grid steps x 4 branches; replays the tape bit "
+                                    "for bit: yes")

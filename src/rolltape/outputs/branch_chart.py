@@ -1,5 +1,7 @@
 """The picture of a branch run: P(success | state at t) (or the expected return from t)
-along one episode, with its band, the threshold, and the point of no return or of safety.
+along one episode, with its band, the threshold, and the point of no return or of safety;
+its line of text; and where an episode's branch results live in a run (``branch_label``),
+which ``rolltape branch`` writes and the report reads.
 
 Drawn with matplotlib's Agg backend (a file, no display, no GL).
 
@@ -8,7 +10,7 @@ May import: matplotlib, the standard library. Never: the work, policies, GL.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rolltape.files import atomic_file
@@ -54,3 +56,40 @@ def draw_branch_chart(record: dict[str, Any], path: str | Path) -> Path:
     with atomic_file(path) as f:
         fig.savefig(f, format="png")
     return path
+
+
+def branch_label(tape: str) -> str:
+    """The folder, under a run's ``branch/``, of the episode whose tape is ``tape`` (relative
+    to the run): its path under ``tapes/`` without the suffix, a suite's folders joined by -.
+
+    >>> branch_label("tapes/policy-0003.npz"), branch_label("tapes/mazes/umaze/policy-0001.npz")
+    ('policy-0003', 'mazes-umaze-policy-0001')
+    """
+    parts = PurePosixPath(tape).with_suffix("").parts
+    return "-".join(parts[1:] if parts[:1] == ("tapes",) else parts)
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One episode's result in a line.
+
+    >>> summary_line({"episode": {"tape": "tapes/policy-0003.npz", "success": False},
+    ...               "success_rule": "at_end", "point_of_no_return": 40, "crossing": 41,
+    ...               "grid": [0, 5], "branches": 8})
+    'tapes/policy-0003.npz (failed): point of no return at step 40 (estimate below the threshold from step 41); 2 grid steps x 8 branches'
+    """
+    ep = record["episode"]
+    size = f"{len(record['grid'])} grid steps x {record['branches']} branches"
+    if record.get("success_rule") is None:
+        return f"{ep['tape']}: expected return from each grid step; {size}"
+    failed = ep["success"] is False
+    name = "point of no return" if failed else "point of safety"
+    point = record.get("point_of_no_return" if failed else "point_of_safety")
+    where = f"at step {point}" if point is not None else "not reached"
+    crossing = record.get("crossing")
+    side = "below" if failed else "above"
+    cross = (f" (estimate {side} the threshold from step {crossing})"
+             if crossing is not None else "")
+    extra = "" if "replays_source" not in record else \
+        f"; replays the tape bit for bit: {'yes' if record['replays_source'] else 'NO'}"
+    return (f"{ep['tape']} ({'failed' if failed else 'succeeded'}): {name} {where}{cross}; "
+            f"{size}{extra}")

@@ -29,6 +29,7 @@ from urllib.parse import quote, urlsplit
 from rolltape.errors import UsageError
 from rolltape.files import write_text
 from rolltape.outputs import plots
+from rolltape.outputs.branch_chart import branch_label, summary_line
 from rolltape.outputs.summary import interval, num, role_cells, success_rule_text
 from rolltape.pass2.formats import by_suffix
 from rolltape.record import Episode, EpisodeKey, Metadata, Results, Run, Video
@@ -202,8 +203,25 @@ def _videos(run: Run, report: Path, config: Mapping[str, Any]) -> list[dict[str,
             shown = by_suffix(target)
             entry["kind"] = "img" if shown is not None and shown.shown_as == "img" else "video"
             entry["missing"] = not target.is_file()
+        entry["branch"] = _branch(run, episode, report)
         out.append(entry)
     return out
+
+
+def _branch(run: Run, episode: Episode | None, report: Path) -> dict[str, str] | None:
+    """The episode's ``rolltape branch`` curve (``RUN/branch/<episode>/``), when there is
+    one: its picture and its line. A damaged branch.json shows nothing."""
+    if episode is None or not episode.tape:
+        return None
+    folder = run.path / "branch" / branch_label(episode.tape)
+    try:
+        record = json.loads((folder / "branch.json").read_text())
+        line = summary_line(record)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not (folder / "branch.png").is_file():
+        return None
+    return {"src": _href(folder / "branch.png", report), "line": line}
 
 
 def _drawn(results: Results, task: tuple[Any, Any]) -> tuple[list[EpisodeKey], str]:
