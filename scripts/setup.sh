@@ -67,6 +67,12 @@ if [ "$want_test" = 1 ]; then
     "${lrpip[@]}" install "lerobot[dataset]==0.6.1"
   fi
 fi
+# serve-policy in LeRobot's venv (the README's install: msgpack and websockets beside it)
+if [ "$want_test" = 1 ]; then
+  "${lr:-.venv-lerobot}/bin/python" -c "import msgpack, websockets" 2>/dev/null || \
+    "${lr:-.venv-lerobot}/bin/python" -m pip --disable-pip-version-check -q install \
+      "msgpack>=1,<2" "websockets>=13,<18"
+fi
 # <<< lerobot
 # >>> openpi-client, for the served-policy test (openpi's own client against serve-policy):
 # it pins numpy < 2, which rolltape's environment does not share, so it gets a small venv of

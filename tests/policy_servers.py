@@ -54,9 +54,11 @@ class PolicyServer:
     """`rolltape serve-policy` in a subprocess; ``address`` is the ws:// it printed."""
 
     def __init__(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                 bind: str = "127.0.0.1:0") -> None:
+                 bind: str = "127.0.0.1:0", command: list[str] | None = None) -> None:
+        # ``command``: how the server starts (default: the `rolltape serve-policy` command)
+        command = command or [sys.executable, "-m", "rolltape.cli", "serve-policy"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.cli", "serve-policy", *args, "--bind", bind],
+            [*command, *args, "--bind", bind],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
             env={**os.environ, **(env or {})})
         ready, _, _ = select.select([self.proc.stdout], [], [], 90)

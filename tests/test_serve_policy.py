@@ -146,6 +146,29 @@ def test_malformed_requests_get_one_sentence_and_the_server_serves_on(policies: 
     assert refused.returncode == 2 and "--token-file" in refused.stderr
 
 
+def test_the_server_runs_in_lerobot_s_environment_unchanged(policies: Path, tmp_path: Path):
+    """The README's install for a LeRobot venv is rolltape without its dependencies plus
+    msgpack and websockets (LeRobot's pins untouched: pip check); here rolltape's source is
+    on PYTHONPATH, as `pip install --no-deps rolltape` would put it."""
+    lerobot = ROOT / ".venv-lerobot" / "bin" / "python"
+    assert lerobot.exists(), f"{lerobot} is missing: run `bash scripts/setup.sh --test`"
+    check = subprocess.run([str(lerobot), "-m", "pip", "check"], capture_output=True,
+                           text=True, timeout=120)
+    assert check.returncode == 0, check.stdout
+    server = PolicyServer("pols.py:Chunky", cwd=policies,
+                          command=[str(lerobot), "-m", "rolltape.serve_policy"],
+                          env={"PYTHONPATH": str(ROOT / "src")})
+    try:
+        env = gym.make("Pendulum-v1", max_episode_steps=STEPS)
+        policy = load_policy(f"{server.address}?execute_steps=2", env)
+        fields = record_episode(env, policy, 3)
+        assert fields["actions"].tobytes() == reference_actions(2, seed=3)[0].tobytes()
+        policy.close()  # type: ignore[attr-defined]
+        env.close()
+    finally:
+        server.stop()
+
+
 # -- openpi's own client -------------------------------------------------------------
 
 OPENPI_VENV = Path(os.environ.get("OPENPI_VENV", ROOT / ".venv-openpi"))

@@ -20,9 +20,10 @@ one at a time.
 It imports numpy, msgpack, websockets and what the policy needs (SB3 and torch for ``sb3:``,
 the user's module for a callable): never a simulator (the test reads ``sys.modules``).
 
-Run as ``python -m rolltape.serve_policy CONFIG_JSON``: what ``rolltape serve-policy``
-becomes (``os.execv``) once it has checked its flags, so that the server process holds
-none of the CLI's imports.
+Run as ``python -m rolltape.serve_policy SOURCE [flags]``: what ``rolltape serve-policy``
+becomes (``os.execv``) once it has checked its flags, so that the server process holds none
+of the CLI's imports; in another project's environment (LeRobot's, openpi's) it runs with
+numpy, msgpack and websockets beside the policy's own framework, no CLI library needed.
 
 May import: policy_server.wire, policies (lazily), zoo (lazily), address, errors,
 server.protocol. Never: gymnasium's simulators, mujoco, pass 1, pass 2, executors.
@@ -320,10 +321,13 @@ def serve_policy(cfg: ServePolicyConfig) -> str | None:
     loaded = load_source(cfg)
     server = PolicyServer(cfg, loaded, log=lambda line: print(line, flush=True))
     stopped: list[str] = []
+    stopping: list[threading.Thread] = []
 
     def stop(signum: int, frame: Any) -> None:
+        # serve_forever blocks this thread: another one closes the socket and the sessions
         stopped.append(signal.Signals(signum).name)
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        stopping.append(threading.Thread(target=server.shutdown, daemon=True))
+        stopping[-1].start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -333,22 +337,58 @@ def serve_policy(cfg: ServePolicyConfig) -> str | None:
     try:
         server.serve_forever()
     finally:
+        for thread in stopping:  # its shutdown must finish before this interpreter does
+            thread.join(10)
+        server.shutdown()  # idempotent: every session closed, every handler returned
         sys.stdout.flush()
     return stopped[0] if stopped else None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rolltape.policy_server``: what ``rolltape serve-policy`` runs after it
-    has checked its flags, so that the server process imports no more than it needs."""
-    import argparse
-    import json
+def to_argv(cfg: ServePolicyConfig) -> list[str]:
+    """The arguments of ``python -m rolltape.serve_policy`` that :func:`parse_args` reads
+    back as ``cfg``.
 
-    parser = argparse.ArgumentParser(prog="rolltape serve-policy")
-    parser.add_argument("config", help="the checked config as JSON")
-    args = parser.parse_args(argv)
-    cfg = ServePolicyConfig(**json.loads(args.config))
+    >>> to_argv(ServePolicyConfig("sb3:ppo.zip", execute_steps=2))[:4]
+    ['sb3:ppo.zip', '--bind', '127.0.0.1:8000', '--max-sessions']
+    >>> parse_args(to_argv(ServePolicyConfig("m:f", deterministic=False))).deterministic
+    False
+    """
+    argv = [cfg.source, "--bind", cfg.bind, "--max-sessions", str(cfg.max_sessions),
+            "--max-payload", str(cfg.max_payload), "--device", cfg.device]
+    for flag, value in (("--token-file", cfg.token_file), ("--vecnormalize", cfg.vecnormalize),
+                        ("--algo", cfg.algo), ("--execute-steps", cfg.execute_steps)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + ([] if cfg.deterministic else ["--stochastic"])
+
+
+def parse_args(argv: list[str] | None = None) -> ServePolicyConfig:
+    """``python -m rolltape.serve_policy``'s flags (``rolltape serve-policy``'s, read
+    without the CLI's libraries: this is how a LeRobot or openpi environment runs it)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rolltape.serve_policy",
+        description="Serve a policy over openpi's websocket protocol (rolltape serve-policy).")
+    parser.add_argument("source", help="sb3:PATH.zip, zoo:FOLDER, MODULE:ATTR or FILE.py:ATTR")
+    parser.add_argument("--bind", default=DEFAULT_BIND)
+    parser.add_argument("--token-file")
+    parser.add_argument("--vecnormalize")
+    parser.add_argument("--algo")
+    parser.add_argument("--stochastic", dest="deterministic", action="store_false")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--execute-steps", type=int)
+    parser.add_argument("--max-sessions", type=int, default=8)
+    parser.add_argument("--max-payload", type=int, default=DEFAULT_MAX_PAYLOAD)
+    return ServePolicyConfig(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rolltape.serve_policy SOURCE [flags]``: what ``rolltape serve-policy``
+    runs after it has checked its flags, so that the server process imports no more than
+    it needs; also the entry point where rolltape's CLI libraries are not installed."""
     try:
-        stopped = serve_policy(cfg)
+        stopped = serve_policy(parse_args(argv))
     except UsageError as exc:
         print(f"Error: {exc}", file=sys.stderr, flush=True)
         return 2

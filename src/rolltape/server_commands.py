@@ -81,8 +81,6 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
     ) -> None:
         """Serve a policy over openpi's websocket protocol for `eval --policy ws://HOST:PORT`
         (and openpi's own client); the server imports no simulator."""
-        import dataclasses
-        import json
         import os
 
         try:
@@ -92,7 +90,7 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
             raise UsageError("serve-policy needs msgpack and websockets, which a plain install "
                              "lacks; install them with `pip install 'rolltape[server]'`.") \
                 from None
-        from rolltape.serve_policy import ServePolicyConfig
+        from rolltape.serve_policy import ServePolicyConfig, to_argv
 
         cfg = ServePolicyConfig(
             source=source, bind=bind, token_file=str(token_file) if token_file else None,
@@ -104,7 +102,7 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
         sys.stderr.flush()
         # A fresh interpreter with only the server's imports (not this CLI's), in this process.
         os.execv(sys.executable, [sys.executable, "-m", "rolltape.serve_policy",
-                                  json.dumps(dataclasses.asdict(cfg))])
+                                  *to_argv(cfg)])
 
     @app.command(cls=PanelCommand)
     @takes(options_of(EvalConfig, only=("episodes", "seed", "vecnormalize", "algo",
