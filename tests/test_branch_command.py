@@ -46,3 +46,8 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     # A policy that is code, named only in the run's files; an env without MuJoCo states.
     assert "is code named in its files" in refused(cartpole)
     assert "holds no MuJoCo or ALE state" in refused(cartpole, "--policy", BALANCE)
+    # eval --branch with what it cannot branch: one sentence before any work.
+    assert main(["eval", LEDGE, "--branch", "--until", "decided", "--max-episodes", "4",
+                 "-o", str(out), "-q"]) == 2
+    assert "--branch branches one policy's rendered episodes" in capsys.readouterr().err
+    assert not out.exists()

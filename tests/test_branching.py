@@ -2,7 +2,8 @@
 
 On Ledge-v0 (tests/assets/ledge.py) the first kick at step k carries the block over the
 ledge, so P(success | state at t) drops from >= 0.8 to 0 between t = k and t = k + 1: the
-curve's 0.5 crossing must lie within 2 steps of k. (Restoring itself:
+curve's 0.5 crossing must lie within 2 steps of k. The run is made by ``eval --branch``,
+which branches the rendered episode and draws its curve under the video. (Restoring itself:
 tests/pass1/test_branches.py; bad input: tests/test_branch_command.py.)
 """
 
@@ -14,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rolltape import evaluate
 from rolltape.cli import main
+from rolltape.record import Run
 from rolltape.tape import Tape
 
 ASSETS = Path(__file__).parent / "assets"
@@ -25,8 +26,18 @@ LEDGE = f"{ASSETS / 'ledge.py'}:Ledge-v0"
 @pytest.fixture(scope="module")
 def ledge_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ledge") / "run"
-    return evaluate(LEDGE, "random", episodes=20, seed=0, max_episode_steps=20,
-                    video="worst:1", baseline=None, out=out)
+    assert main(["eval", LEDGE, "-n", "20", "--seed", "0", "--max-episode-steps", "20",
+                 "--video", "worst", "--branch", "-o", str(out), "-q"]) == 0
+    return Run.load(out)
+
+
+def test_eval_branch_draws_the_curve_under_the_rendered_episode(ledge_run):
+    [video] = ledge_run.results.videos
+    label = Path(video.tape).stem
+    assert [p.name for p in (ledge_run.path / "branch").iterdir()] == [label]
+    html = (ledge_run.path / "report.html").read_text()
+    assert html.count('<figure class="branch">') == 1
+    assert f'src="branch/{label}/branch.png"' in html
 
 
 def _first_kick(tape: Tape) -> int:
@@ -38,7 +49,7 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
     failed = [e for e in ledge_run.results.of_role("policy") if e.success_at_end is False]
     assert len(failed) >= 2  # seeds 0..19: several episodes were kicked off the ledge
     code = main(["branch", str(ledge_run.path), "--episodes", "worst:2", "--branches", "8",
-                 "--every", "1", "--env", LEDGE, "-q"])
+                 "--every", "1", "--env", LEDGE, "--overwrite", "-q"])
     shown = capsys.readouterr().out
     assert code == 0
     assert shown.count("point of no return at step") == 2

@@ -65,7 +65,7 @@ class BranchConfig:
     """What ``rolltape branch`` was asked for (checked by :meth:`check`)."""
 
     run: str
-    episodes: str = "worst:3"
+    episodes: str | tuple[int, ...] = "worst:3"  # as --video picks, or episode indices
     branches: int = 16
     every: int = 10
     noise: float | None = None  # None: DEFAULT_NOISE for a deterministic policy, else 0

@@ -142,6 +142,10 @@ def eval_(
         None, rich_help_panel=UNTIL,
         help="With --until on returns: LO,HI, the least and most one episode can return (the "
              "anytime-valid interval of a mean needs bounds), e.g. 0,500."),
+    branch: bool = typer.Option(
+        False, "--branch", rich_help_panel=VIDEO,
+        help="Then branch the rendered episodes (`rolltape branch`: 16 branches every 10 "
+             "steps) and draw P(success | state at t) under their videos."),
     **config: Any,
 ) -> None:
     """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
@@ -187,7 +191,11 @@ def eval_(
                                             ("render_gpus", ray_render_gpus)) if v},
         overwrite=overwrite, resume=resume, show_progress=not quiet, command=sys.argv,
     )
-    if until is not None or recipe or max_episodes is not None or return_bounds or margin:
+    evidence = until is not None or recipe or max_episodes is not None or return_bounds or margin
+    if branch and (many or evidence or suite):
+        raise UsageError("--branch branches one policy's rendered episodes of one env; run "
+                         "`rolltape branch RUN` on each run instead.")
+    if evidence:
         # batches until decided, or recipes of several runs
         from rolltape.compare.evidence import eval_evidence
 
@@ -203,10 +211,32 @@ def eval_(
     if run is None:  # several policies: _eval_many printed them
         return
     print_run(run.results, run.path)
+    if branch:
+        _branch_rendered(run, policies[0], env, values.get("vecnormalize"), quiet)
     failed = run.results.failed
     if failed:  # the numbers are written, but they are not all the numbers asked for
         raise RunFailed(f"{len(failed)} episode(s) failed (see the warning above); rerun "
                         "with --resume to play them again.")
+
+
+def _branch_rendered(run: Any, policy: str, env: str | None, vecnormalize: str | None,
+                     quiet: bool) -> None:
+    """``eval --branch``: branch the policy's rendered episodes with ``rolltape branch``'s
+    defaults; the policy and env are the ones named on this command line."""
+    from rolltape.branching import branch
+    from rolltape.outputs.branch_chart import summary_line
+
+    shown = sorted({v.key.index for v in run.results.videos
+                    if v.path and v.key.role == "policy"})
+    if not shown:
+        raise UsageError("--branch draws its curves under the rendered episodes, and none was "
+                         "rendered; give --video (worst, for one).")
+    own = env if env is not None and ":" in env else None  # a module or file the user named
+    result = branch(str(run.path), episodes=tuple(shown), policy=policy,
+                    vecnormalize=vecnormalize, env=own, overwrite=True, quiet=quiet)
+    for line in [*([result.thinned] if result.thinned else []),
+                 *(summary_line(r) for r in result.episodes), *result.notes]:
+        out.print(line, highlight=False, markup=False)
 
 
 def _eval_many(env: str | None, policies: list[str], **options: Any) -> None:
