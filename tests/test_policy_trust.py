@@ -164,6 +164,23 @@ def test_a_zoo_wrapper_must_be_a_wrapper_class(trained: Path, tmp_path: Path) ->
         wrap(recording_tap(gym.make("CartPole-v1")), wrapper_entries(options["wrappers"]))
 
 
+def test_real_zoo_wrappers_are_admitted(trained: Path, tmp_path: Path) -> None:
+    """What rl-zoo3's own configs name (Gymnasium's, SB3's, sb3-contrib's and rl-zoo3's
+    wrappers) passes the checks and wraps a real env."""
+    import gymnasium as gym
+
+    from rolltape.pass1.wrappers import recording_tap, wrap, wrapper_entries
+    from rolltape.zoo import zoo_options
+
+    folder = repo(trained, tmp_path / "repo", "env_wrapper:\n"
+                  "  - rl_zoo3.wrappers.MaskVelocityWrapper\n"
+                  "  - sb3_contrib.common.wrappers.TimeFeatureWrapper:\n      max_steps: 500\n"
+                  "  - gymnasium.wrappers.ClipReward:\n      min_reward: -1\n")
+    _, _, options = zoo_options(f"zoo:{folder}", None, {})
+    env = wrap(recording_tap(gym.make("CartPole-v1")), wrapper_entries(options["wrappers"]))
+    assert env.observation_space.shape == (5,)  # CartPole's 4 and the time feature
+
+
 def sb3_played(model: Path, seeds: list[int], steps: int) -> list[tuple[float, int]]:
     """SB3's own evaluation of the clean checkpoint: its load, its predict, seeded resets."""
     import gymnasium as gym

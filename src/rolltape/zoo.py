@@ -153,6 +153,24 @@ def _frame_stack(value: Any, where: Path) -> int:
     return value
 
 
+def _sb3_package(top: str) -> bool:
+    """True for an installed distribution of SB3 wrappers (sb3-contrib's TimeFeatureWrapper,
+    in many rl-zoo3 configs): one named as ``top`` that requires stable-baselines3 (SB3
+    itself requires Gymnasium, so :func:`rolltape.envs.env_package` admits it). Read from
+    installed metadata; nothing is imported."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    from rolltape.envs import env_package
+
+    try:
+        needs = requires(top) or []
+    except PackageNotFoundError:
+        return False
+    return env_package("stable_baselines3") and any(
+        re.split(r"[\s\[(<>=!~;]", n, maxsplit=1)[0].lower().replace("-", "_")
+        == "stable_baselines3" and "extra" not in n.partition(";")[2] for n in needs)
+
+
 def _check_module(module: str, what: str, where: Path, trusted: tuple[str, ...]) -> None:
     """Refuse, from installed metadata and before anything is imported, a module a zoo folder
     names that is neither an installed package of Gymnasium envs (or wrappers) nor one the
@@ -166,7 +184,7 @@ def _check_module(module: str, what: str, where: Path, trusted: tuple[str, ...])
                          "module name.")
     if top in trusted:
         return
-    if top != "rolltape" and env_package(top):
+    if top != "rolltape" and (env_package(top) or _sb3_package(top)):
         return
     import importlib.util
 
