@@ -44,7 +44,7 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     assert "--episodes asks for episode 40" in refused(ledge, "--episodes", "1,40", "--env", LEDGE)
     assert "cannot hold even one grid point" in refused(ledge, "--budget", "5", "--env", LEDGE)
     # A policy that is code, named only in the run's files; an env without MuJoCo states.
-    assert "is code named in its files" in refused(cartpole)
+    assert "is code (or a server) named only in its files" in refused(cartpole)
     assert "holds no MuJoCo or ALE state" in refused(cartpole, "--policy", BALANCE)
     # eval --branch with what it cannot branch: one sentence before any work.
     assert main(["eval", LEDGE, "--branch", "--until", "decided", "--max-episodes", "4",

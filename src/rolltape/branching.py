@@ -179,9 +179,9 @@ def _policy_of(run: Run, cfg: BranchConfig) -> tuple[dict[str, Any], dict[str, A
                          "name it with --policy.")
     if cfg.policy is None and not (source == "random" or source.startswith(("sb3:", "zoo:"))
                                    or source.endswith(".zip")):
-        raise UsageError(f"The run's policy '{source[:200]}' is code named in its files, which "
-                         "rolltape does not run unasked; if you trust it, name it with "
-                         f"--policy {source[:200]}.")
+        raise UsageError(f"The run's policy '{source[:200]}' is code (or a server) named only "
+                         "in its files, which rolltape does not run (or connect to) unasked; if "
+                         f"you trust it, name it with --policy {source[:200]}.")
     if config.get("wrappers") or config.get("frame_stack"):
         raise UsageError("rolltape branch cannot yet rebuild policy-side wrappers' state (a "
                          "frame stack, AtariWrapper's counters); branch a run made without "
