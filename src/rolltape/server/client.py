@@ -232,6 +232,17 @@ class RemotePhysicsLog:
         return split_physics(np.stack(self.rows), nq, nv)
 
 
+class ServedLives:
+    """The part of ALE's interface SB3's EpisodicLifeEnv reads from a served game: its
+    lives, as the server's last reply said."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def lives(self) -> int:
+        return self.count
+
+
 class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
     """A Gymnasium env whose steps run on a ``rolltape serve`` session."""
 
@@ -251,6 +262,14 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         self.last_physics: Any = None
         self.physics_dims: tuple[int, int] | None = None
         self._pending = 0  # the request id of the step sent by step_async
+        # An Atari game: SB3's Atari wrappers (--wrapper atari) ask the env itself for its
+        # action names (NoopReset, FireReset), lives (EpisodicLife) and np_random (the
+        # no-op count): names from the local build, lives from each reply's info (ALE puts
+        # them there), np_random seeded as ale-py's AtariEnv seeds its own.
+        meanings = getattr(local.unwrapped, "get_action_meanings", None)
+        self._meanings = list(meanings()) if callable(meanings) else None
+        if self._meanings is not None:
+            self.ale = ServedLives()
         try:
             reply = self._ok(self.conn.call("open", expect=self.descriptor,
                                             env=served_name(spec)), "open")
@@ -279,6 +298,25 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
     def unwrapped(self) -> RemoteEnv:
         return self
 
+    def get_action_meanings(self) -> list[str]:
+        """An Atari game's action names, as ale-py's ``AtariEnv`` gives them."""
+        if self._meanings is None:
+            raise AttributeError(f"env '{self.spec_dict['id']}' is not an Atari game, so it "
+                                 "has no action meanings")
+        return list(self._meanings)
+
+    def _saw(self, info: dict[str, Any], seed: int | None = None) -> None:
+        """An Atari game's lives from a reply, and at a seeded reset its np_random as
+        ``AtariEnv.seed_game`` derives it (so that SB3's NoopResetEnv draws the no-op
+        counts a local game would)."""
+        if self._meanings is None:
+            return
+        if seed is not None:
+            np_seed = np.random.SeedSequence(seed).generate_state(n_words=2)[0]
+            self._np_random, _ = gym.utils.seeding.np_random(int(np_seed))
+        if "lives" in info:
+            self.ale.count = int(info["lives"])
+
     def physics_log(self) -> RemotePhysicsLog | None:
         return RemotePhysicsLog(self) if self.physics_dims is not None else None
 
@@ -291,7 +329,9 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
                                         options=options), "reset")
         self.gen = reply["gen"]
         self.last_physics = reply.get("physics")
-        return reply["obs"], reply.get("info") or {}
+        info = reply.get("info") or {}
+        self._saw(info, seed)
+        return reply["obs"], info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         self.step_async(action)
@@ -309,8 +349,9 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         if reply.get("status") != P.OK:
             self._ok(reply, "step")  # raises what the status calls for
         self.last_physics = reply.get("physics")
-        return (reply["obs"], reply["reward"], reply["terminated"], reply["truncated"],
-                reply.get("info") or {})
+        info = reply.get("info") or {}
+        self._saw(info)
+        return reply["obs"], reply["reward"], reply["terminated"], reply["truncated"], info
 
     def state(self) -> np.ndarray | None:
         return self._ok(self.conn.call("state", sid=self.sid, gen=self.gen), "state")["physics"]

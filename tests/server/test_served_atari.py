@@ -1,0 +1,51 @@
+"""`--wrapper atari` on a served Atari game (issue 34, item 13): SB3's Atari wrappers ask
+the env itself for its action names, lives and np_random; a served game answers them as
+the local one does, so the served run's tapes are the local run's, action for action."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+from tests.conftest import Server
+
+from rolltape import Tape, evaluate
+
+GAME = "BreakoutNoFrameskip-v4"
+STEPS = 150
+
+
+class AtariServer(Server):
+    """`rolltape serve GAME`, past the banner ALE's emulator prints when a game is built."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rolltape.cli", "serve", GAME, "--max-episode-steps",
+             str(STEPS), "--bind", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self._line(60)
+        while line.startswith(("A.L.E:", "[Powered by Stella]")):
+            line = self._line(60)
+        assert line.startswith("serving"), line
+        self.address = next(w for w in line.split() if w.startswith("tcp://"))
+
+
+def test_atari_wrappers_on_a_served_game_play_the_local_games(tmp_path) -> None:
+    kw = dict(wrappers=("atari",), frame_stack=4, episodes=2, seed=21,
+              max_episode_steps=STEPS, report=False)
+    local = evaluate(GAME, "random", out=tmp_path / "local", **kw)
+    server = AtariServer()
+    try:
+        served = evaluate(f"{server.address}/{GAME}", "random", out=tmp_path / "served", **kw)
+    finally:
+        server.stop()
+    for name in ("policy-0000.npz", "policy-0001.npz"):
+        a = Tape.load(local.path / "tapes" / name)
+        b = Tape.load(served.path / "tapes" / name)
+        # The no-op starts (NoopResetEnv draws them from the game's np_random), FIRE on
+        # reset and the life-loss resets all happened as in the local games.
+        assert np.array_equal(a.actions, b.actions) and np.array_equal(a.rewards, b.rewards)
+        assert np.array_equal(a.obs_digest, b.obs_digest)
+    assert (a.actions[:5] == 0).any()  # (the game began with no-ops, as noop_max allows)
+    assert served.metadata.facts["policy"]["wrappers"] == ["atari", "frame_stack=4"]
