@@ -34,7 +34,7 @@ import numpy as np
 
 from rolltape.envs import make_env, mujoco_data, split_physics
 from rolltape.errors import UsageError
-from rolltape.pass1.fields import kept_obs, success_flag, tape_fields
+from rolltape.pass1.fields import kept_obs, reset_forms, success_flag, tape_fields
 from rolltape.pass1.rollout import EpisodeJob, PolicyJob, refuse_if_it_cannot_draw, save_episode
 from rolltape.pass1.vectors import open_vector
 from rolltape.pass1.wrappers import WrappedEnv
@@ -51,6 +51,7 @@ class _Playing:
     steps: list[tuple[Any, ...]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     once: bool | None = None  # the success key was true at some step (None: never reported)
+    forms: dict[str, dict[str, str]] | None = None  # the reset observation's, for `diff`
 
 
 def run_batched_job(jobs: list[PolicyJob], num_envs: int, send: Callable[[Any], None]) -> None:
@@ -121,6 +122,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                         fail(int(s), facts[s].error)
                     elif (fresh := playing[s]) is not None:
                         fresh.first_obs = kept_obs(rows[s])
+                        fresh.forms = reset_forms(rows[s]) or None
                         fresh.states.append(facts[s].state)
                 if not again.any():
                     return obs, rows
@@ -159,6 +161,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                         episode.job.seed, None, episode.first_obs, episode.steps,
                         physics, fact.success, fact.metrics, episode.started)
                     fields["success_once"] = episode.once
+                    fields["obs_reset"] = episode.forms
                     save_episode(job, episode.job, description, fields, send)
             if done.any():
                 obs, rows = reset(done)
