@@ -24,13 +24,15 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
         run: Path = typer.Argument(..., help="A run folder (what `rolltape eval` wrote)."),
         episodes: str = typer.Option(
             "worst:3", "--episodes", "-n",
-            help="Which episodes: worst:N, best:N, median, all, or indices like 0,3."),
+            help="Which episodes: worst:N, best:N, median, all, a count N (the first N), or "
+                 "indices like 0,3."),
         branches: int = typer.Option(16, help="Branches K played from each grid step."),
         every: int = typer.Option(10, help="Grid: a branch point every N steps from step 0."),
         noise: Optional[float] = typer.Option(
             None, help="Gaussian action noise, in half-widths of the action range, added to "
-                       "a deterministic policy's actions (default 0.1; a stochastic policy "
-                       "samples, default 0). 0 with a deterministic policy replays the tape."),
+                       "a deterministic policy's actions (discrete actions: the probability "
+                       "of a random one); default 0.1, or 0 for a stochastic policy (its own "
+                       "sampling). 0 with a deterministic policy replays the tape."),
         budget: Optional[int] = typer.Option(
             None, help="At most this many env steps in all: the grid is thinned to fit."),
         threshold: float = typer.Option(
