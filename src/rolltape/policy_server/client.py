@@ -28,7 +28,12 @@ class PolicyServerError(RuntimeError):
 
 
 class PolicyServerGone(ConnectionError):
-    """The server cannot be reached at all: the run stops, its finished episodes kept."""
+    """The server cannot be reached at all: the run stops, its finished episodes kept (an
+    OSError, which pass 1 does not pin on one episode; said by its sentence alone)."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__(sentence)
+        self.strerror = sentence  # what the pass-1 worker reports of an OSError
 
 
 class PolicySession:
@@ -57,21 +62,21 @@ class PolicySession:
                 raise UsageError(f"The policy server at {self.uri} refused this client's token; "
                                  f"set {TOKEN_FILE_VARIABLE} to the file given to its "
                                  "--token-file.") from None
-            raise PolicyServerGone(f"the policy server at {self.uri} refused the connection "
+            raise PolicyServerGone(f"The policy server at {self.uri} refused the connection "
                                    f"(HTTP {status})") from None
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             why = getattr(exc, "strerror", None) or type(exc).__name__
-            raise PolicyServerGone(f"the policy server at {self.uri} cannot be reached ({why}); "
+            raise PolicyServerGone(f"The policy server at {self.uri} cannot be reached ({why}); "
                                    "start it with `rolltape serve-policy SOURCE --bind "
                                    "HOST:PORT`") from None
         try:
             metadata = self._receive("its metadata")
         except PolicyServerError as exc:
             self.close()
-            raise PolicyServerGone(str(exc)) from None
+            raise PolicyServerGone(f"T{str(exc)[1:]}") from None
         if not isinstance(metadata, dict):
             self.close()
-            raise PolicyServerGone(f"the policy server at {self.uri} sent metadata that is not "
+            raise PolicyServerGone(f"The policy server at {self.uri} sent metadata that is not "
                                    "a map")
         self.metadata: dict[str, Any] = metadata
 
@@ -126,7 +131,7 @@ def check_policy_server(source: str, specs: list[dict[str, Any]] | None = None
     try:
         session = PolicySession(wire.parse_source(source))
     except PolicyServerGone as exc:
-        raise UsageError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
+        raise UsageError(f"{exc}.") from None
     session.close()
     theirs = session.metadata.get("action_space")
     if specs and theirs is not None:
