@@ -1,5 +1,7 @@
-"""The 3-D tape viewer: exported next to a run, served on localhost, driven in Debian's
-chromium through Playwright (no browser download), and checked to pose the recorded qpos."""
+"""The 3-D tape viewer: exported next to a run (its own files only: the vendor assets are
+served from the installation), served on localhost, driven in Debian's chromium through
+Playwright (no browser download), and checked to pose the recorded qpos, on every built-in
+MuJoCo suite too (issue 34, item 15)."""
 
 from __future__ import annotations
 
@@ -62,10 +64,12 @@ def test_export_writes_page_assets_model_and_qpos(cheetah_run: Path) -> None:
                     "models_ok": {"HalfCheetah-v5": True},
                     "tapes": ["policy-0000", "policy-0001"]}
     folder = cheetah_run / "viewer"
-    for rel in ("index.html", "viewer.js", "style.css", "vendor/mujoco_wasm.js",
-                "vendor/three.module.js", "vendor/three.core.js",
-                "vendor/addons/controls/OrbitControls.js"):
+    for rel in ("index.html", "viewer.js", "style.css"):
         assert (folder / rel).is_file(), rel
+    # The 13 MB of vendor assets stay in the installation (served by `rolltape view`): the
+    # run holds only its own files.
+    assert not (folder / "vendor").exists()
+    assert sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) < 300_000
     manifest = json.loads((folder / "manifest.json").read_text())
     (model,) = manifest["models"].values()
     assert model["env_id"] == "HalfCheetah-v5" and model["main"] == "half_cheetah.xml"
@@ -388,3 +392,33 @@ def test_describe_envs_soon_hands_its_answer_to_the_next_describe_envs():
     assert viewer._soon == {}  # taken, not probed again
     assert soon == viewer.describe_envs(specs, trusted=True)  # the same as a fresh probe
     assert soon[0]["fullpath"].endswith("pusher_v5.xml") and soon[0]["nq"] == 11
+
+
+# Every task of each built-in MuJoCo suite, in one run of a manifest of them (a few steps:
+# the test is of the viewer), opened in chromium on each of its tapes.
+MUJOCO_SUITES = ("mazes", "adroit", "locomotion")
+
+
+@needs_assets
+def test_every_builtin_mujoco_suite_opens_in_the_viewer(browser, tmp_path: Path) -> None:
+    from rolltape.suites.builtin import BUILTIN
+
+    manifest = tmp_path / "mujoco-suites.yaml"
+    manifest.write_text(json.dumps({name: {"max_episode_steps": 5, "tasks": dict(
+        BUILTIN[name]["tasks"])} for name in MUJOCO_SUITES}))  # JSON is YAML
+    tasks = sum(len(BUILTIN[name]["tasks"]) for name in MUJOCO_SUITES)
+    out = tmp_path / "run"
+    rolltape.evaluate(None, "random", suite=str(manifest), episodes=1, out=out,
+                      show_progress=False)
+    info = export_viewer(out, overwrite=True)  # every tape of the run, as `rolltape view`
+    assert info["href"] == "viewer/index.html" and info["note"] is None, info
+    assert len(info["tapes"]) == tasks, info
+    view = Page(browser, out)
+    try:
+        got = view.js("""async () => { const v = rolltapeViewer, out = [];
+            for (const name of v.tapes) { const ok = await v.selectTape(name);
+              out.push([name, ok, v.error, v.geomsDrawn > 0]); }
+            return out; }""")
+    finally:
+        view.close()
+    assert len(got) == tasks and all(row[1:] == [True, None, True] for row in got), got

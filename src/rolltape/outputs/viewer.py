@@ -2,13 +2,16 @@
 drawn with three.js, playing the recorded ``qpos`` with play/pause, scrubbing and speed.
 
 :func:`export_viewer` writes ``RUN/viewer/``: the page (``index.html``, ``viewer.js``,
-``style.css``), its assets copied from ``viewer/node_modules`` (npm ``mujoco-js``, whose one
-JS file embeds the wasm, and ``three``; ``viewer/package-lock.json`` pins both and
-``npm ci --prefix viewer`` installs them), the env's model files (the MJCF and every file
-it includes or references) and each MuJoCo tape's ``qpos`` as raw little-endian float64
-(``tapes/NAME.f64``, frames x nq) described by ``manifest.json``. Nothing is fetched from
-anywhere but the page's own origin. WebAssembly and ES modules do not load from
-``file://``, so :func:`serve` (and ``rolltape view RUN``) serves the run on localhost.
+``style.css``), the env's model files (the MJCF and every file it includes or references;
+an env that builds its MJCF in a temporary file, as Gymnasium-Robotics' mazes do, gets the
+model MuJoCo compiled, saved back as XML) and each MuJoCo tape's ``qpos`` as raw
+little-endian float64 (``tapes/NAME.f64``, frames x nq) described by ``manifest.json``:
+the run's own files only. The page's vendor assets (npm ``mujoco-js``, whose one JS file
+embeds the wasm, and ``three``: 13 MB; ``viewer/package-lock.json`` pins both and
+``npm ci --prefix viewer`` installs them) stay in the installation, one copy, and
+:func:`serve` answers ``viewer/vendor/...`` from there. Nothing is fetched from anywhere
+but the page's own origin. WebAssembly and ES modules do not load from ``file://``, so
+:func:`serve` (and ``rolltape view RUN``) serves the run on localhost.
 
 The page draws recorded states (like ``restore`` mode): it sets ``qpos``, calls
 ``mj_forward`` and places each geom from ``geom_xpos``/``geom_xmat``. It runs mujoco-js
@@ -55,7 +58,7 @@ SOURCE_DIR = Path(__file__).resolve().parents[3] / "viewer"
 NODE_MODULES_ENV = "ROLLTAPE_VIEWER_NODE_MODULES"
 INSTALL_HINT = "run `npm ci --prefix viewer` in the rolltape checkout (or `bash scripts/setup.sh`)"
 PAGE_FILES = ("index.html", "viewer.js", "style.css")
-#: (package, file inside it, where it goes under RUN/viewer/)
+#: (package, file inside it, the URL under RUN's viewer/ that :func:`serve` answers with it)
 ASSETS = (
     ("mujoco-js", "dist/mujoco_wasm.js", "vendor/mujoco_wasm.js"),
     ("three", "build/three.module.js", "vendor/three.module.js"),
@@ -64,7 +67,7 @@ ASSETS = (
     ("three", "LICENSE", "vendor/three.LICENSE"),
 )
 #: Bumped when the layout of RUN/viewer/ changes, so `rolltape view` rebuilds old ones.
-FORMAT = 1
+FORMAT = 2  # 2: vendor assets served from the installation, not copied into the run
 BROWSER_MUJOCO = "3.3.8"  # what mujoco-js 0.0.7 reports (mj_versionString)
 
 #: Gymnasium MuJoCo v5 models in mujoco-js 0.0.7 (MuJoCo 3.3.8), checked by
@@ -254,9 +257,12 @@ def _describe_envs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for spec in specs:
         env = make_env(spec)
         try:
-            base = env.unwrapped
+            base = _mujoco_env(env.unwrapped)
             fullpath = getattr(base, "fullpath", None)
             model = getattr(base, "model", None)
+            generated = bool(model is not None and fullpath and not Path(fullpath).is_file())
+            if generated:
+                fullpath = _saved_model(model)  # built in a temporary file, gone now
             renderer = getattr(base, "mujoco_renderer", None)
             cam = getattr(renderer, "default_cam_config", None) if renderer else None
             out.append({
@@ -265,10 +271,43 @@ def _describe_envs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "render_fps": env.metadata.get("render_fps"),
                 "nq": int(model.nq) if model is not None else None,
                 "camera": json_safe(dict(cam)) if cam else None,
+                "generated": generated,
             })
         finally:
             env.close()
     return out
+
+
+def _mujoco_env(base: Any) -> Any:
+    """The MuJoCo env that draws ``base``: itself, or the one a goal env holds
+    (Gymnasium-Robotics' PointMaze keeps its MujocoEnv in ``point_env``)."""
+    if getattr(base, "fullpath", None) is not None:
+        return base
+    for value in vars(base).values():
+        if getattr(value, "fullpath", None) is not None and hasattr(value, "model"):
+            return value
+    return base
+
+
+def _saved_model(model: Any) -> str | None:
+    """The model an env compiled from an MJCF file that is gone, saved as XML (MuJoCo's
+    ``mj_saveLastXML``: the last model parsed, this env's own, just made) into a fresh
+    temporary folder the caller removes; None when what was saved is another model."""
+    import tempfile
+
+    import mujoco
+
+    path = Path(tempfile.mkdtemp(prefix="rolltape-model-")) / "model.xml"
+    try:
+        mujoco.mj_saveLastXML(str(path), model)
+        again = mujoco.MjModel.from_xml_path(str(path))
+    except Exception:
+        shutil.rmtree(path.parent, ignore_errors=True)
+        return None
+    if (again.nq, again.ngeom, again.nbody) != (model.nq, model.ngeom, model.nbody):
+        shutil.rmtree(path.parent, ignore_errors=True)
+        return None
+    return str(path)
 
 
 def describe_envs_soon(specs: list[dict[str, Any]], trusted: bool = False) -> None:
@@ -333,14 +372,28 @@ def _run_tapes(run_dir: Path, tape_paths: Sequence[str | os.PathLike[str]] | Non
             (run_dir / "results.json").is_file() or (run_dir / "metadata.json").is_file()):
         raise UsageError(f"'{run_dir}' is not a rolltape run (no tapes/ and results.json); "
                          "give the folder `rolltape eval --out` wrote.")
-    if tape_paths is None:
-        return sorted((run_dir / "tapes").glob("*.npz"))
+    if tape_paths is None:  # a suite's are in tapes/SUITE/TASK/
+        return sorted((run_dir / "tapes").rglob("*.npz"))
     return [Path(p) if Path(p).is_absolute() or Path(p).exists() else run_dir / p
             for p in tape_paths]
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "model"
+
+
+def _tape_name(run_dir: Path, path: Path) -> str:
+    """A tape's name in the viewer: its path under ``tapes/`` (a suite's tapes of two
+    tasks share a file name), as one slug."""
+    try:
+        rel = path.resolve().relative_to((run_dir / "tapes").resolve())
+    except ValueError:
+        rel = Path(path.name)
+    return _slug(str(rel.with_suffix("")).replace(os.sep, "-"))
+
+
+class _NoViewer(Exception):
+    """Nothing to show (raised inside the staging folder, so that it is removed)."""
 
 
 def export_viewer(run_dir: str | os.PathLike[str],
@@ -382,24 +435,28 @@ def export_viewer(run_dir: str | os.PathLike[str],
     if not loaded:
         why = "; ".join(note_parts) or f"the run '{run_dir}' has no tapes"
         return {"href": None, "note": f"No 3D viewer: {why}.", "models_ok": {}, "tapes": []}
-    assets = check_assets(node_modules)
+    check_assets(node_modules)  # served with the page (serve): there when the page is
 
     specs: dict[str, dict[str, Any]] = {}
     for _, tape in loaded:
         specs.setdefault(json.dumps(tape.env, sort_keys=True), tape.env)
     described = dict(zip(specs, describe_envs(list(specs.values()), trusted)))
 
-    with atomic_folder(final) as staging:
-        return _write(staging, assets, loaded, specs, described, note_parts)
+    try:
+        with atomic_folder(final) as staging:
+            return _write(staging, run_dir, loaded, specs, described, note_parts)
+    except _NoViewer as nothing:
+        return {"href": None, "note": str(nothing), "models_ok": {}, "tapes": []}
+    finally:
+        for info in described.values():  # models saved from a temporary MJCF
+            if info.get("generated") and info.get("fullpath"):
+                shutil.rmtree(Path(info["fullpath"]).parent, ignore_errors=True)
 
 
-def _write(out: Path, assets: Path, loaded: list[tuple[Path, Tape]],
+def _write(out: Path, run_dir: Path, loaded: list[tuple[Path, Tape]],
            specs: dict[str, dict[str, Any]], described: dict[str, dict[str, Any]],
            note_parts: list[str]) -> dict[str, Any]:
     (out / "tapes").mkdir(parents=True)
-    for pkg, rel, target in ASSETS:
-        (out / target).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(assets / pkg / rel, out / target)
     for name in PAGE_FILES:
         shutil.copyfile(SOURCE_DIR / name, out / name)
 
@@ -440,14 +497,15 @@ def _write(out: Path, assets: Path, loaded: list[tuple[Path, Tape]],
             not_mujoco.append(tape.env_id)
             continue
         qpos = np.ascontiguousarray(tape.qpos, dtype="<f8")
-        name = _slug(path.stem)
+        name = _tape_name(run_dir, path)
         (out / "tapes" / f"{name}.f64").write_bytes(qpos.tobytes())
         dt = info.get("dt")
         fps = 1.0 / dt if dt else float(info.get("render_fps") or 30)
         meta = tape.meta or {}
+        task = f"{meta['suite']}/{meta['task']} " if meta.get("task") else ""
         entries.append({
             "name": name,
-            "label": f"{meta.get('role', '')} episode {meta['index']}".strip()
+            "label": f"{task}{meta.get('role', '')} episode {meta['index']}".strip()
             if "index" in meta else name,
             "role": meta.get("role"),  # the page opens on the first "policy" tape
             "env_id": tape.env_id,
@@ -465,9 +523,7 @@ def _write(out: Path, assets: Path, loaded: list[tuple[Path, Tape]],
         note_parts.append(f"tapes of {', '.join(sorted(set(not_mujoco)))} have qpos but no "
                           "MuJoCo model file (env.unwrapped.fullpath) to draw them with")
     if not entries:
-        shutil.rmtree(out, ignore_errors=True)
-        return {"href": None, "note": f"No 3D viewer: {'; '.join(note_parts)}.",
-                "models_ok": {}, "tapes": []}
+        raise _NoViewer(f"No 3D viewer: {'; '.join(note_parts)}.")
     models_ok = {m["env_id"]: m["checked"] for m in models.values()}
     bad = sorted(e for e, ok in models_ok.items() if ok is False)
     if bad:
@@ -497,18 +553,31 @@ def viewer_is_current(run_dir: str | os.PathLike[str]) -> bool:
             return False
     except (OSError, ValueError):
         return False
-    if not all((folder / dest).is_file() for _, _, dest in ASSETS):
-        return False
     shown = {t["name"] for t in manifest.get("tapes", [])
              if (folder / t.get("qpos", "-")).is_file()}
-    for path in sorted((run_dir / "tapes").glob("*.npz")):
-        if _slug(path.stem) not in shown and Tape.load(path).qpos is not None:
+    for path in sorted((run_dir / "tapes").rglob("*.npz")):
+        if _tape_name(run_dir, path) not in shown and Tape.load(path).qpos is not None:
             return False
     return bool(shown)
 
 
 # -- serving --------------------------------------------------------------------------
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    """The run's files, and ``/viewer/vendor/...`` from the installation's assets (one
+    copy for every run: :data:`ASSETS` names the only files answered there)."""
+
+    assets: Path | None = None  # the node_modules folder, set per server
+
+    def translate_path(self, path: str) -> str:
+        url = path.split("?", 1)[0].split("#", 1)[0]
+        if self.assets is not None and url.startswith("/viewer/vendor/"):
+            wanted = url[len("/viewer/"):]
+            for pkg, rel, target in ASSETS:
+                if target == wanted:
+                    return str(self.assets / pkg / rel)
+            return str(Path(self.directory) / "viewer" / "vendor" / "-missing-")
+        return super().translate_path(path)
+
     extensions_map = {
         **http.server.SimpleHTTPRequestHandler.extensions_map,
         ".wasm": "application/wasm",
@@ -535,7 +604,8 @@ def serve(run_dir: str | os.PathLike[str], port: int = 0,
     ``url`` opens the viewer. Stop it with ``server.shutdown(); server.server_close()``."""
     run_dir = Path(run_dir)
     _run_tapes(run_dir, None)
-    handler = functools.partial(_Handler, directory=str(run_dir.resolve()))
+    handler_cls = type("RunHandler", (_Handler,), {"assets": check_assets().resolve()})
+    handler = functools.partial(handler_cls, directory=str(run_dir.resolve()))
     try:
         server = http.server.ThreadingHTTPServer((host, port), handler)
     except OSError as exc:
