@@ -268,8 +268,9 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         # them there), np_random seeded as ale-py's AtariEnv seeds its own.
         meanings = getattr(local.unwrapped, "get_action_meanings", None)
         self._meanings = list(meanings()) if callable(meanings) else None
-        if self._meanings is not None:
+        if self._meanings is not None:  # (only then: wrappers test for them with hasattr)
             self.ale = ServedLives()
+            self.get_action_meanings = self._action_meanings
         try:
             reply = self._ok(self.conn.call("open", expect=self.descriptor,
                                             env=served_name(spec)), "open")
@@ -298,12 +299,9 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
     def unwrapped(self) -> RemoteEnv:
         return self
 
-    def get_action_meanings(self) -> list[str]:
+    def _action_meanings(self) -> list[str]:
         """An Atari game's action names, as ale-py's ``AtariEnv`` gives them."""
-        if self._meanings is None:
-            raise AttributeError(f"env '{self.spec_dict['id']}' is not an Atari game, so it "
-                                 "has no action meanings")
-        return list(self._meanings)
+        return list(self._meanings or ())
 
     def _saw(self, info: dict[str, Any], seed: int | None = None) -> None:
         """An Atari game's lives from a reply, and at a seeded reset its np_random as
