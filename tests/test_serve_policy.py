@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import textwrap
 from pathlib import Path
@@ -208,3 +209,76 @@ def test_openpi_client_gets_the_local_policy_s_actions_bit_for_bit(
                     str(tmp_path / "got.npy")], check=True, timeout=120)
     got = np.load(tmp_path / "got.npy")
     assert got.dtype == np.stack(actions).dtype and got.tobytes() == np.stack(actions).tobytes()
+
+
+OPENPI_STYLE_SERVER = textwrap.dedent("""
+    # openpi's serving loop in small: metadata on connect, infer, a traceback as text on error
+    import asyncio, sys, traceback
+    import numpy as np
+    import websockets
+    import websockets.asyncio.server as server
+    from openpi_client import msgpack_numpy
+
+    def infer(obs):  # a chunk of 3 of the same action; NaN observations are an error
+        state = np.asarray(obs["observation"], dtype=np.float32)
+        if np.isnan(state).any():
+            raise ValueError("the observation holds NaN")
+        return {"actions": np.tile(np.tanh(state[:1]), (3, 1)), "note": "from openpi"}
+
+    async def handler(ws):
+        packer = msgpack_numpy.Packer()
+        await ws.send(packer.pack({"robot": "pendulum"}))
+        while True:
+            try:
+                await ws.send(packer.pack(infer(msgpack_numpy.unpackb(await ws.recv()))))
+            except websockets.ConnectionClosed:
+                break
+            except Exception:
+                await ws.send(traceback.format_exc())
+                await ws.close(1011, "Internal server error")
+                break
+
+    async def main():
+        async with server.serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as s:
+            print("serving", s.sockets[0].getsockname()[1], flush=True)
+            await s.serve_forever()
+
+    asyncio.run(main())
+""")
+
+
+def test_rolltape_s_client_plays_an_openpi_style_server(tmp_path: Path):
+    """rolltape's client against a server written with openpi's own codec and serving
+    loop: chunks of 3 executed 2 at a time, and its traceback-as-text is one sentence."""
+    python = OPENPI_VENV / "bin" / "python"
+    assert python.exists(), f"{python} is missing: run `bash scripts/setup.sh --test`"
+    proc = subprocess.Popen([str(python), "-c", OPENPI_STYLE_SERVER], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the openpi-style server printed nothing"
+        address = f"ws://127.0.0.1:{proc.stdout.readline().split()[1]}"  # type: ignore[union-attr]
+        env = gym.make("Pendulum-v1", max_episode_steps=STEPS)
+        policy = load_policy(f"{address}?execute_steps=2", env)
+        fields = record_episode(env, policy, 7)
+        obs, _ = env.reset(seed=7)
+        expected, done = [], False
+        while not done:  # the reference: ask every 2 steps, repeat the first action
+            if len(expected) % 2 == 0:
+                action = np.tanh(np.asarray(obs, dtype=np.float32)[:1])
+            expected.append(action)
+            obs, _, term, trunc, _ = env.step(action)
+            done = term or trunc
+        assert fields["actions"].tobytes() == np.stack(expected).tobytes()
+        assert fields["chunk_starts"].tolist() == list(range(0, STEPS, 2))
+        policy.reset(8)  # no reset message: an openpi server knows none
+        with pytest.raises(RuntimeError) as exc:
+            policy.act(np.full(3, np.nan, dtype=np.float32))
+        said = str(exc.value)
+        assert said.startswith(f"the policy server at {address} answered the observation of "
+                               "step 0 with an error: ValueError: the observation holds NaN"), said
+        policy.close()  # type: ignore[attr-defined]
+        env.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
