@@ -107,7 +107,19 @@ def test_a_plain_checkpoint_path_keeps_its_steps() -> None:
     assert entry == Entry("steps-5000", "sb3:ckpt/rl_model_5000_steps.zip", "vn.pkl", 5000)
 
 
-def test_equal_labels_are_numbered_in_order() -> None:
+def test_equal_labels_are_told_apart_by_their_folders() -> None:
     entries = expand_policies(["sb3:a/ppo.zip", "sb3:b/ppo.zip", "sb3:c/ppo.zip"])
-    assert [e.label for e in entries] == ["ppo", "ppo-2", "ppo-3"]
+    assert [e.label for e in entries] == ["ppo-a", "ppo-b", "ppo-c"]
     assert len({e.label for e in entries}) == 3
+
+
+def test_two_checkpoints_of_the_same_step_count_get_names_that_say_which(tmp_path: Path) -> None:
+    # "steps-4096" against "steps-4096-2" read as two step counts (a verdict "steps-4096
+    # better"); the labels now name the folders that differ.
+    touch(tmp_path / "run_a", "rl_model_4096_steps.zip")
+    touch(tmp_path / "run_b", "rl_model_4096_steps.zip")
+    entries = expand_policies([f"sb3:{tmp_path}/run_a/rl_model_4096_steps.zip",
+                               f"sb3:{tmp_path}/run_b/rl_model_4096_steps.zip"])
+    assert [e.label for e in entries] == ["steps-4096-run_a", "steps-4096-run_b"]
+    twice = expand_policies([f"sb3:{tmp_path}/run_a/rl_model_4096_steps.zip"] * 2)
+    assert [e.label for e in twice] == ["steps-4096-copy1", "steps-4096-copy2"]

@@ -65,6 +65,17 @@ def test_a_hard_pair_runs_to_max_episodes(tmp_path):
     assert [lk["episodes"] for lk in result["looks"]] == [10, 20, 30]
     assert "ran to --max-episodes 30" in result["reason"]
     assert result["looks"][-1]["tasks"]["CartPole-v1"]["verdict"] == "not decided"
+    # The direction is named everywhere (which minus which), and the page's verdict is the
+    # anytime-valid one: the fixed-n table follows, labelled, with no green or red verdict.
+    assert result["difference"] == "cartpole_left − cartpole_right"
+    assert result["verdict"] == {"CartPole-v1": "not decided"}
+    assert "not decided: difference cartpole_left − cartpole_right = " in done.stdout
+    assert "not valid after looking" in done.stdout
+    page = (out / "comparison.html").read_text()
+    first = page.index("Verdict (--until decided: 95% anytime-valid)")
+    assert first < page.index("Fixed-n intervals (not valid after looking)")
+    assert "difference cartpole_left − cartpole_right" in page
+    assert 'class="better"' not in page and 'class="worse"' not in page
 
 
 def _toy_until(out: Path, env: str, *extra: str) -> list[str]:

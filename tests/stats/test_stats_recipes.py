@@ -98,3 +98,17 @@ def test_few_runs_are_said_plainly():
     assert "at least 3" in two["note"]
     with pytest.raises(ValueError, match="same seeds"):
         recipe_comparison({"t": [[1.0, 2.0]]}, {"t": [[1.0]]})
+
+
+def test_p_of_improvement_from_few_runs_says_how_few_and_never_reads_as_certainty():
+    # 3 runs against 3, every run of A above every run of B: the bootstrap over runs is the
+    # point [1, 1], which is not shown; the note says how few runs it rests on.
+    won = recipe_comparison({"t": [[5.0, 6.0], [5.5, 6.5], [6.0, 7.0]]},
+                            {"t": [[1.0, 2.0], [1.5, 2.5], [2.0, 3.0]]}, n_resamples=200)
+    poi = won["probability_of_improvement"]
+    assert poi["p"] == 1.0 and poi["ci"] is None and poi["runs"] == [3, 3]
+    assert poi["note"].startswith("3 vs 3 runs: no interval")
+    mixed = recipe_comparison({"t": [[5.0, 6.0], [1.0, 2.0], [6.0, 7.0]]},
+                              {"t": [[1.5, 2.5], [5.5, 6.5], [2.0, 3.0]]}, n_resamples=200)
+    poi = mixed["probability_of_improvement"]
+    assert poi["ci"][0] < poi["ci"][1] and poi["note"] == "3 vs 3 runs: few, the interval is rough"

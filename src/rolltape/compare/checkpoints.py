@@ -113,10 +113,31 @@ def expand_policies(policies: list[str], vecnormalize: str | None = None) -> lis
         stats = str(own) if own is not None and own.is_file() else (
             vecnormalize if e.policy.startswith("sb3:") else None)
         resolved.append(Entry(e.label, e.policy, stats, e.steps))
-    labels: dict[str, int] = {}
-    unique = []
-    for e in resolved:
-        labels[e.label] = labels.get(e.label, 0) + 1
-        label = e.label if labels[e.label] == 1 else f"{e.label}-{labels[e.label]}"
-        unique.append(Entry(label, e.policy, e.vecnormalize, e.steps))
-    return unique
+    return [Entry(label, e.policy, e.vecnormalize, e.steps)
+            for e, label in zip(resolved, _distinct(resolved))]
+
+
+def _distinct(entries: list[Entry]) -> list[str]:
+    """Each entry's label, told apart where several share one: by the parts of their paths
+    that differ (``steps-4096-run_a``, ``steps-4096-run_b``). A bare ``-2`` read as another
+    step count (``steps-4096`` "better" than ``steps-4096-2``); the same file twice is
+    ``-copy2``."""
+    labels = [e.label for e in entries]
+    for label in dict.fromkeys(labels):
+        same = [k for k, x in enumerate(labels) if x == label]
+        if len(same) < 2:
+            continue
+        parts = [Path(entries[k].policy.partition(":")[2] or entries[k].policy).with_suffix("")
+                 .parts for k in same]
+        width = max(len(p) for p in parts)
+        padded = [("",) * (width - len(p)) + p for p in parts]  # aligned from the file name
+        differ = [i for i in range(width) if len({p[i] for p in padded}) > 1]
+        seen: dict[str, int] = {}
+        for k, p in zip(same, padded):
+            tail = re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(p[i] for i in differ if p[i]))
+            tail = tail.strip("-.")
+            seen[tail] = seen.get(tail, 0) + 1
+            if seen[tail] > 1 or not tail:
+                tail = (tail + "-" if tail else "") + f"copy{seen[tail]}"
+            labels[k] = f"{label}-{tail}"
+    return labels

@@ -284,5 +284,6 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"  {p['a']} vs {p['b']}: {p['verdict']}; difference "
                      f"{_fmt(p['difference']['value'])} {_ci(p['difference']['ci'])} "
                      f"(two-level bootstrap), P({p['a']} > {p['b']}) over runs "
-                     f"{_fmt(p['probability_of_improvement']['p'])}")
+                     f"{_fmt(p['probability_of_improvement']['p'])} "
+                     f"({p['probability_of_improvement']['note']})")
     return lines

@@ -409,10 +409,11 @@ def _html(result: dict[str, Any], out: Path) -> str:
     else:
         strip = None
     return _environment().get_template("comparison.html.j2").render(
-        r=result, ident=ident, entries=entries, strip=strip, charts=_charts(result),
+        r=result, until=result.get("until"), ident=ident, entries=entries, strip=strip,
+        charts=_charts(result),
         written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), rolltape_version=_version(),
         g=_g, gi=_gi, num=num, interval=interval, percent_interval=_percent_interval,
-        verdict_class=_verdict_class)
+        verdict_class=_verdict_class if not result.get("until") else lambda v: "none")
 
 
 def write_comparison(runs: list[LoadedRun], out: str | os.PathLike[str], *,
@@ -445,6 +446,22 @@ def write_comparison(runs: list[LoadedRun], out: str | os.PathLike[str], *,
         raise UsageError(f"Cannot write the comparison to '{root}' ({exc.strerror}); free "
                          "some space or choose a writable --out.") from None
     return result
+
+
+def sequential_page(out: str | os.PathLike[str], result: dict[str, Any],
+                    until: dict[str, Any]) -> None:
+    """Rewrite ``out/comparison.html`` of an ``--until decided`` run so that it leads with
+    the sequential (anytime-valid) verdict, the difference's direction named; the fixed-n
+    verdicts follow, labelled as not valid after looking (the run stopped on its looks)."""
+    root = Path(out)
+    html_result = {**result, "until": until,
+                   "entries": [{**e, "folder": str(root / e["folder"])}
+                               for e in result["entries"]]}
+    try:
+        write_text(root / "comparison.html", _html(html_result, root))
+    except OSError as exc:
+        raise UsageError(f"Cannot write the comparison to '{root}' ({exc.strerror}); free "
+                         "some space or choose a writable --out.") from None
 
 
 def _json_safe(value: Any) -> Any:

@@ -41,7 +41,8 @@ from rolltape.record import Episode, Results, Run
 from rolltape.stats import bootstrap_ci, wilson_interval
 from rolltape.stats.sequential import bernoulli_cs, betting_cs
 
-__all__ = ["Until", "evaluate_until", "parse_until", "parse_bounds", "summary_lines"]
+__all__ = ["Until", "direction", "evaluate_until", "parse_until", "parse_bounds",
+           "summary_lines"]
 
 ANYTIME = "95% anytime-valid"
 _WIDTH = re.compile(r"^\s*width\s*<\s*(?P<w>[0-9.eE+-]+)\s*$")
@@ -195,9 +196,16 @@ def _paired(measure: str, a: np.ndarray, b: np.ndarray, bounds: tuple[float, flo
     verdict = (f"{names[0]} better" if lo_ > 0 else f"{names[1]} better" if hi_ < 0 else
                f"equivalent within {margin:g}" if margin and -margin <= lo_ and hi_ <= margin
                else "not decided")
-    return {"measure": measure, "estimate": float(d.mean()) * k, "anytime": [lo_, hi_],
+    return {"measure": measure, "difference": direction(names),
+            "estimate": float(d.mean()) * k, "anytime": [lo_, hi_],
             "fixed_n": [float(fixed[0]) * k, float(fixed[1]) * k], "width": hi_ - lo_,
             "verdict": verdict}
+
+
+def direction(names: tuple[str, str] | list[str]) -> str:
+    """Which minus which, by name: 'steps-10000 − steps-30000' (A − B)."""
+    return f"{names[0]} − {names[-1]}"
+
 
 
 def look(until: Until, runs: list[Results], n: int, bounds: tuple[float, float] | None,
@@ -327,6 +335,10 @@ def evaluate_until(env: str | None, policies: list[str], until: Until, *,
     write_json(root / "until.json", result)
     chart = width_chart(result)
     write_text(root / "until.svg", chart)
+    if comparison is not None:  # its page leads with this verdict, not the fixed-n one
+        from rolltape.compare.report import sequential_page
+
+        sequential_page(root, comparison, result)
     # The picture where the numbers are: the comparison's page, or the one run's report.
     page = root / ("comparison.html" if comparison is not None else "report.html")
     text = page.read_text() if page.is_file() else ""
@@ -360,7 +372,11 @@ def _record(until: Until, trace: list[dict[str, Any]], labels: list[str],
             "reason": reason, "episodes": n, "episodes_spent": spent,
             "saved": {task: (until.max_episodes - n) * len(labels) for task in last["tasks"]},
             "interval": ANYTIME, "looks": trace,
-            "verdict": None if comparison is None else "see comparison.json"}
+            # The verdict of a sequential run is the anytime-valid one (the fixed-n
+            # intervals of comparison.json are not valid after looking).
+            **({"difference": direction(labels),
+                "verdict": {t: v["verdict"] for t, v in last["tasks"].items()}}
+               if until.rule == "decided" else {"verdict": None})}
 
 
 def width_chart(result: dict[str, Any]) -> str:
@@ -380,11 +396,11 @@ def width_chart(result: dict[str, Any]) -> str:
         rows = [lk["tasks"][task] for lk in looks]
         hollow = [False] * (len(ns) - 1) + [True]
         if decided:
-            series.append(Series(f"{task}: difference, band {ANYTIME}", ns,
+            series.append(Series(f"{task}: {direction(result['policies'])}, band {ANYTIME}", ns,
                                  [r["estimate"] for r in rows], color, hollow=hollow,
                                  band=([r["anytime"][0] for r in rows],
                                        [r["anytime"][1] for r in rows]), end_tip=stop))
-            for side, name in ((0, "fixed-n"), (1, None)):
+            for side, name in ((0, "fixed-n (not valid after looking)"), (1, None)):
                 series.append(Series(name or "", ns, [r["fixed_n"][side] for r in rows],
                                      color, dash=True, markers=False))
         else:
@@ -406,7 +422,8 @@ def width_chart(result: dict[str, Any]) -> str:
              else "Interval width against episodes")
     return line_chart([s for s in series], title=title, desc=stop,
                       xlabel=f"episodes per policy (ringed: {stop.split(':')[0]})",
-                      ylabel="difference (A - B)" if decided else "width of the 95% interval",
+                      ylabel=f"difference ({direction(result['policies'])})" if decided
+                      else "width of the 95% interval",
                       integer_x=True, uid="until")
 
 
@@ -414,12 +431,13 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     """What the CLI prints after an --until run."""
     lines = [f"--until {result['until']}: {result['reason']}."]
     for task, t in result["looks"][-1]["tasks"].items():
-        what = "difference" if "verdict" in t else t["measure"]
+        what = (f"{t['verdict']}: difference {direction(result['policies'])} ="
+                if "verdict" in t else t["measure"])
         unit = " pts" if t["measure"] == "success" else ""
         lines.append(f"  {task}: {what} {t['estimate']:.4g}{unit}, {ANYTIME} "
-                     f"[{t['anytime'][0]:.4g}, {t['anytime'][1]:.4g}], fixed-n "
-                     f"[{t['fixed_n'][0]:.4g}, {t['fixed_n'][1]:.4g}]"
-                     + (f" ({t['verdict']})" if "verdict" in t else ""))
+                     f"[{t['anytime'][0]:.4g}, {t['anytime'][1]:.4g}] (fixed-n "
+                     f"[{t['fixed_n'][0]:.4g}, {t['fixed_n'][1]:.4g}], not valid after "
+                     "looking)")
         per = len(result["policies"])
         lines.append(f"    episodes spent: {result['episodes_spent'][task]}"
                      + (f" ({result['episodes']} per policy)" if per > 1 else "")

@@ -57,6 +57,24 @@ def few_runs_note(runs: int) -> str | None:
     return None
 
 
+FEW_RUNS = 5  # fewer runs than this per recipe: P(A > B)'s interval says how few
+
+
+def _improvement(poi: Mapping[str, Any], runs: tuple[int, int]) -> dict[str, Any]:
+    """P(A > B) over runs with its interval, which says how many runs it rests on. The
+    bootstrap over runs collapses to a point when every run of A beats every run of B (3
+    runs against 3 gave "1 [1, 1]", which reads as certainty): its interval is then not
+    shown, and the note says why."""
+    lo, hi = poi["ci"]
+    few = f"{runs[0]} vs {runs[1]} runs"
+    if lo == hi:
+        return {"p": poi["p"], "ci": None, "runs": list(runs),
+                "note": f"{few}: no interval (every bootstrap resample of so few runs gives "
+                        f"{poi['p']:.3g}, which is not certainty)"}
+    return {"p": poi["p"], "ci": poi["ci"], "runs": list(runs),
+            "note": f"{few}: few, the interval is rough" if min(runs) < FEW_RUNS else few}
+
+
 def _matrices(per_task: Mapping[str, ArrayLike], what: str) -> dict[str, np.ndarray]:
     if len(per_task) == 0:
         raise ValueError(f"{what}: no tasks; pass at least one task's (runs, episodes) scores.")
@@ -181,7 +199,7 @@ def recipe_comparison(a: Mapping[str, ArrayLike], b: Mapping[str, ArrayLike], *,
     verdict = ("A better" if ci[0] is not None and ci[0] > 0 else
                "B better" if ci[1] is not None and ci[1] < 0 else "not decided")
     return {
-        "probability_of_improvement": {"p": poi["p"], "ci": poi["ci"]},
+        "probability_of_improvement": _improvement(poi, runs),
         "difference": {"value": point, "ci": ci, "method": "two-level bootstrap (runs, then "
                        "seeds within each pair of runs), paired by seed"},
         "verdict": verdict, "runs": list(runs),
