@@ -204,6 +204,14 @@ def eval_(
                                   return_bounds=return_bounds, reference=reference, **options):
             out.print(line, highlight=False, markup=False)
         return
+    latency, execution = values.get("latency"), values.get("execution") or "sync"
+    if latency is not None and ("," in latency or "," in execution):
+        if many or evidence or suite is None and env is None:
+            raise UsageError("A latency sweep (several --latency or --execution values) "
+                             "evaluates one policy on one env or suite; give one --policy and "
+                             "drop --until and --recipe.")
+        _eval_latencies(env, policies[0], episodes=episodes, **options)
+        return
     run = (_eval_many if many else evaluate)(
         # The list goes to _eval_many, one policy to evaluate: one call, two signatures.
         env, policies if many else policies[0], episodes=episodes,  # type: ignore[arg-type]
@@ -236,6 +244,18 @@ def _branch_rendered(run: Any, policy: str, env: str | None, vecnormalize: str |
                     vecnormalize=vecnormalize, env=own, overwrite=True, quiet=quiet)
     for line in [*([result.thinned] if result.thinned else []),
                  *(summary_line(r) for r in result.episodes), *result.notes]:
+        out.print(line, highlight=False, markup=False)
+
+
+def _eval_latencies(env: str | None, policy: str, **options: Any) -> None:
+    """Several --latency or --execution values: one run each under --out, then the latency
+    report (rolltape.compare.latency)."""
+    from rolltape.compare.latency import evaluate_latencies, parse_sweep, summary_lines
+
+    latencies, executions = parse_sweep(options.pop("latency"), options.pop("execution", "sync"))
+    result = evaluate_latencies(env, policy, latencies=latencies, executions=executions,
+                                **options)
+    for line in summary_lines(result, Path(options["out"])):
         out.print(line, highlight=False, markup=False)
 
 

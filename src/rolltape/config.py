@@ -224,6 +224,18 @@ class EvalConfig(RenderOptions):
     policy_timeout: float | None = flag(  # folded into a ws:// source (policy_server.wire)
         None, "A served policy: seconds to wait for one answer before the episode fails "
         "(default 30).", panel=POLICY)
+    latency: str | None = flag(  # a simulated clock (pass1.clock): D steps, 'Dms', or a list
+        None, "Inference latency on a simulated clock: D control steps (or 'Dms', rounded up "
+        "to whole steps) between an observation and its chunk taking over; several (0,2,4) "
+        "evaluate each and chart success against latency.", panel=POLICY)
+    execution: str = flag(
+        "sync", "With --latency: sync (the next chunk is asked for when the current one is "
+        "done) or async (D steps before it is done); 'sync,async' evaluates both.",
+        panel=POLICY)
+    hold: str = flag("last", "With --latency: what plays while no chunk has an action left: "
+                             "last (the last action) or zero.", panel=POLICY)
+    blend: str = flag("none", "With --latency and async execution: none, or linear (mix the "
+                              "overlap of two chunks).", panel=POLICY)
     wrappers: tuple[Any, ...] = flag(  # presets, MODULE:CLASS or {target, kwargs}
         (), "Policy-side wrapper, repeatable: a preset (atari: SB3's AtariWrapper) or "
         "MODULE:CLASS[,KEY=VALUE...]; the tape records the base env.", panel=POLICY,
@@ -275,6 +287,29 @@ class EvalConfig(RenderOptions):
     served: str | None = flag(None, "With --suite: step its tasks on `rolltape serve --suite` "
                                     "at tcp://HOST:PORT.", panel=EPISODES)
 
+    def clock_request(self) -> dict[str, Any] | None:
+        """The simulated clock pass 1 plays the policy on (None: none, as at D = 0 sync).
+        ``latency`` stays text: milliseconds become steps in the worker, from its env's
+        control period."""
+        from rolltape.pass1.clock import Clock, latency_steps
+
+        if self.latency is None:
+            Clock(0, self.execution, self.hold, self.blend)
+            return None
+        if "," in self.latency or "," in self.execution:
+            raise UsageError("Several --latency or --execution values make a sweep, which "
+                             "`rolltape eval` runs; evaluate() takes one of each.")
+        if self.batched_inference:
+            raise UsageError("--latency plays each episode on its own clock; drop "
+                             "--batched-inference.")
+        steps = latency_steps(self.latency, 1.0)  # the syntax; the steps come from the env
+        clock = Clock(min(steps, 1) if self.latency.strip().endswith("ms") else steps,
+                      self.execution, self.hold, self.blend)
+        if clock.changes_nothing:
+            return None
+        return {"latency": self.latency.strip(), "execution": self.execution,
+                "hold": self.hold, "blend": self.blend}
+
     def check(self) -> list[str]:
         """Refuse bad values before any work; return notes (e.g. a clamped worker count)."""
         notes = []
@@ -319,6 +354,7 @@ class EvalConfig(RenderOptions):
             raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
                              f"{self.episode_timeout}.")
         parse_backends(self.backends)
+        self.clock_request()  # refuses a malformed --latency, --execution, --hold or --blend
         wrapper_entries(self.wrappers, self.frame_stack)  # refuses a malformed one
         from rolltape.policies import sb3_checkpoint
 

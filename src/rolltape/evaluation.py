@@ -358,7 +358,7 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
                     success_key="is_success" if task is None else task.success_key,
                     wrappers=wrapper_entries(cfg.wrappers, cfg.frame_stack) if mine else (),
-                    in_flight=in_flight))
+                    in_flight=in_flight, clock=cfg.clock_request() if mine else None))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}

@@ -65,10 +65,20 @@ class Policy:
         such as a global random generator)."""
         return None
 
+    def chunk(self, obs: Any) -> np.ndarray:
+        """This policy's answer to ``obs`` as a chunk of actions, ``[H, *action_shape]``
+        (the simulated clock, :mod:`rolltape.pass1.clock`, asks for these); a policy that
+        gives one action per call answers a chunk of one."""
+        return np.asarray(self.act(obs))[None]
+
     def chunk_starts(self) -> np.ndarray | None:
         """The steps of this episode at which a chunk of actions was requested, when some
         chunk ran more than one action (stored in the tape); None otherwise."""
         return None
+
+    def tape_fields(self) -> dict[str, np.ndarray]:
+        """Further per-step arrays this episode's tape records (the clock's schedule)."""
+        return {}
 
 
 def seed_generators(seed: int, *action_spaces: Any) -> None:
@@ -245,8 +255,19 @@ class CallablePolicy(Policy):
         if seed is not None:
             seed_generators(seed)
 
+    @property
+    def action_horizon(self) -> int | None:
+        """H, when the object the source named acts in chunks (``action_horizon`` > 1)."""
+        h = getattr(self.owner, "action_horizon", None)
+        return h if type(h) is int and h > 1 else None
+
     def act(self, obs: Any) -> Any:
         return self.fn(obs)
+
+    def chunk(self, obs: Any) -> np.ndarray:
+        if self.action_horizon is None:
+            return super().chunk(obs)
+        return np.asarray(self.fn(obs))
 
 
 class TapePolicy(Policy):
@@ -682,6 +703,9 @@ class ServedPolicy(Policy):
             self._starts.append(self._t)
         self._t += 1
         return self._queue.pop(0)
+
+    def chunk(self, obs: Any) -> np.ndarray:
+        return self._chunk(self._call({"observation": obs}, "an observation"))
 
     def _chunk(self, reply: Any) -> np.ndarray:
         """The answer's actions, checked: an array of H >= 1 rows of the env's action shape."""

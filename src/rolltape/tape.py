@@ -40,7 +40,7 @@ _RECENT: OrderedDict[tuple[Any, ...], Tape] = OrderedDict()  # see Tape.load
 _RECENT_TAPES = 16
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")
 # chunk_starts: a served policy's chunks (rolltape.policy_server.client)
-_OPTIONAL_ARRAYS = ("chunk_starts", "obs_digest", "obs_key_digest", "qpos", "qvel", "physics",
+_OPTIONAL_ARRAYS = ("chunk_starts", "chunk_index", "chunk_offset", "obs_digest", "obs_key_digest", "qpos", "qvel", "physics",
                     "ale_state", "ale_state_offsets")
 
 # A tape is untrusted data. Real tapes barely compress (float64 physics states are most of
@@ -133,6 +133,10 @@ class Tape:
     # A served policy's action chunks: the step at which each was requested (ascending,
     # from 0), when some chunk ran more than one action open loop; None otherwise.
     chunk_starts: np.ndarray | None = None
+    # Under a simulated clock (rolltape.pass1.clock): per step, which chunk (in the order
+    # they took over) and which action of it played; -1 for a hold.
+    chunk_index: np.ndarray | None = None
+    chunk_offset: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         _check_shapes(self, where="tape")
@@ -508,6 +512,12 @@ def _check_shapes(tape: Tape, where: str) -> None:
                              or starts[-1] >= max(n, 1)))):
         raise UsageError(f"{where} chunk_starts must be ascending int64 steps from 0 below "
                          f"{n}, got {starts.dtype}{starts.shape}.")
+    for name in ("chunk_index", "chunk_offset"):
+        arr = getattr(tape, name)
+        if arr is not None and (arr.dtype != np.int32 or arr.shape != (n,) or (
+                n and int(arr.min()) < -1)):
+            raise UsageError(f"{where} {name} must be {n} int32 values of -1 or more, got "
+                             f"{arr.dtype}{arr.shape}.")
     digest = tape.obs_digest
     if digest is not None and (digest.dtype != np.uint64 or digest.shape != (n + 1,)):
         raise UsageError(f"{where} obs_digest must be {n + 1} uint64 digests, got "

@@ -7,12 +7,16 @@ what is left, then play the new chunk", on PushT (pymunk) and a MuJoCo env.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
+from conftest import run_cli
+from policy_servers import PolicyServer, write_policies
 from rolltape.errors import UsageError
 from rolltape.pass1.clock import Clock, ClockedPolicy, control_period, latency_steps
 from rolltape.pass1.rollout import record_episode
@@ -158,3 +162,53 @@ def test_async_latency_beyond_the_chunk_is_refused() -> None:
     with pytest.raises(UsageError, match="chunks longer than 4 actions"):
         for _ in range(6):
             policy.act(None)
+
+
+def _tape(run: Path, i: int) -> tuple[dict[str, bytes], dict[str, Any]]:
+    with np.load(run / "tapes" / f"policy-{i:04d}.npz") as npz:
+        header = json.loads(npz["header"].tobytes())
+        return {k: npz[k].tobytes() for k in npz.files if k != "header"}, header
+
+
+def test_a_served_policy_on_the_clock_gives_the_local_tapes_which_verify(tmp_path: Path) -> None:
+    policies = write_policies(tmp_path)
+    server = PolicyServer("pols.py:Chunky", cwd=policies)
+    try:
+        common = ["eval", "Pendulum-v1", "-n", "2", "--max-episode-steps", "20", "--no-report",
+                  "--latency", "2", "--execution", "async", "--hold", "zero"]
+        served = run_cli(*common, "--policy", server.address, "--out", str(tmp_path / "s"))
+        assert served.returncode == 0, served.stderr
+        local = run_cli(*common, "--policy", f"{policies}/pols.py:Chunky",
+                        "--out", str(tmp_path / "l"))
+        assert local.returncode == 0, local.stderr
+    finally:
+        server.stop()
+    for i in range(2):
+        arrays, header = _tape(tmp_path / "s", i)
+        assert arrays == _tape(tmp_path / "l", i)[0]
+        assert header["policy"]["clock"] == {"latency_steps": 2, "execution": "async",
+                                             "hold": "zero", "blend": "none"}
+        index = np.frombuffer(arrays["chunk_index"], np.int32)
+        assert (index[:2] == -1).all() and index[2] == 0  # held until the first chunk
+    verified = run_cli("verify", *map(str, sorted((tmp_path / "s" / "tapes").glob("*.npz"))))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_latency_zero_sync_tapes_equal_a_run_without_the_flags(tmp_path: Path) -> None:
+    policies = write_policies(tmp_path)
+    common = ["eval", "Pendulum-v1", "-n", "2", "--max-episode-steps", "15", "--no-report",
+              "--policy", f"{policies}/pols.py:Chunky"]
+    for name, extra in (("plain", []), ("zero", ["--latency", "0", "--execution", "sync"])):
+        done = run_cli(*common, *extra, "--out", str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+    for i in range(2):
+        (a, ha), (b, hb) = _tape(tmp_path / "plain", i), _tape(tmp_path / "zero", i)
+        assert a == b
+        ha.pop("wall_s"), hb.pop("wall_s")
+        assert ha == hb
+    bad = run_cli(*common, "--latency", "4ms", "--out", str(tmp_path / "ms"))
+    assert bad.returncode == 0, bad.stderr  # Pendulum's 20 ms steps: 4 ms is one step
+    assert _tape(tmp_path / "ms", 0)[1]["policy"]["clock"]["latency_steps"] == 1
+    refused = run_cli(*common, "--latency", "soon", "--out", str(tmp_path / "no"))
+    assert refused.returncode == 2 and "--latency 'soon'" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "no").exists()

@@ -92,7 +92,7 @@ def evaluate_recipes(env: str | None, texts: list[str], *, out: str | os.PathLik
                      **options: Any) -> dict[str, Any]:
     """Evaluate every run of every recipe on the same seeds, then compare the recipes.
     ``options`` are :func:`rolltape.evaluate`'s. Returns comparison.json's content."""
-    from rolltape.compare.sweep import _evaluate_all, prepare_root
+    from rolltape.compare.sweep import evaluate_runs, prepare_root
 
     if vecnormalize is not None:
         raise UsageError("--vecnormalize applies to one checkpoint; a recipe's runs use the "
@@ -113,7 +113,7 @@ def evaluate_recipes(env: str | None, texts: list[str], *, out: str | os.PathLik
     try:
         for name, entries in recipes.items():
             runs: list[Any] = []
-            _evaluate_all(env, [(e.label, e.policy, e.vecnormalize, opts) for e in entries],
+            evaluate_runs(env, [(e.label, e.policy, e.vecnormalize, opts) for e in entries],
                           root / name, runs, overwrite=overwrite, resume=resume,
                           show_progress=show, command=command, on_run=None)
     except UsageError:

@@ -93,7 +93,7 @@ def evaluate_many(env: str | None, policies: list[str], *, out: str | os.PathLik
     write_json(root / "sweep.json", _manifest(env, entries, baseline, options))
     runs: list[Any] = []  # filled as each run finishes
     try:
-        _evaluate_all(env, jobs, root, runs, overwrite=overwrite, resume=resume,
+        evaluate_runs(env, jobs, root, runs, overwrite=overwrite, resume=resume,
                       show_progress=show_progress, command=command, on_run=on_run)
     except UsageError:
         if created is not None and not runs:
@@ -132,7 +132,7 @@ def prepare_root(out: str | os.PathLike[str], *, overwrite: bool, resume: bool
     return root, created
 
 
-def _evaluate_all(env: str | None, jobs: list[tuple[str, str, str | None, dict[str, Any]]],
+def evaluate_runs(env: str | None, jobs: list[tuple[str, str, str | None, dict[str, Any]]],
                   root: Path, runs: list[Any], *, overwrite: bool, resume: bool,
                   show_progress: bool, command: list[str] | None,
                   on_run: Callable[[str, Any], None] | None) -> None:

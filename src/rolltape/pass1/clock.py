@@ -134,15 +134,6 @@ def control_period(env: Any) -> float | None:
     return 1.0 / fps if isinstance(fps, (int, float)) and fps > 0 else None
 
 
-def chunk_of(policy: Policy, obs: Any) -> np.ndarray:
-    """A policy's answer to ``obs`` as a chunk: ``policy.chunk(obs)`` when it acts in chunks,
-    else its one action as a chunk of one."""
-    chunk = getattr(policy, "chunk", None)
-    if chunk is not None:
-        return np.asarray(chunk(obs))
-    return np.asarray(policy.act(obs))[None]
-
-
 class ClockedPolicy(Policy):
     """``inner`` played on a simulated clock (see the module's docstring).
 
@@ -157,11 +148,13 @@ class ClockedPolicy(Policy):
         self.execute_steps = getattr(inner, "execute_steps", None) or execute_steps
         self.description = {**inner.description, "clock": clock.describe(),
                             "execute_steps": self.execute_steps}
-        self.reset(None)
+        self._clear()
 
     def reset(self, seed: int | None) -> None:
-        if seed is not None:
-            self.inner.reset(seed)
+        self.inner.reset(seed)
+        self._clear()
+
+    def _clear(self) -> None:
         self.t = 0
         self.current: np.ndarray | None = None  # the chunk playing, its start step and base
         self.started = self.base = 0
@@ -175,7 +168,7 @@ class ClockedPolicy(Policy):
 
     def _request(self, obs: Any) -> None:
         if self.pending is None and self.t >= self.next_request:
-            chunk = chunk_of(self.inner, obs)
+            chunk = np.asarray(self.inner.chunk(obs))
             if chunk.ndim < 1 or len(chunk) < 1:
                 raise UsageError("The policy returned an empty chunk of actions.")
             self.requests.append(self.t)
@@ -255,8 +248,30 @@ class ClockedPolicy(Policy):
         return {"chunk_index": np.asarray(self.index, dtype=np.int32),
                 "chunk_offset": np.asarray(self.offset, dtype=np.int32)}
 
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
     def fork(self) -> ClockedPolicy | None:
         inner = self.inner.fork()
         if inner is None:
             return None
         return ClockedPolicy(inner, self.clock, self.action_space, self.execute_steps)
+
+
+def with_clock(policy: Policy, clock: dict[str, Any] | None, env: Any) -> Policy:
+    """``policy`` as pass 1 plays it on ``env``: on the clock ``clock`` asks for
+    (:meth:`rolltape.config.EvalConfig.clock_request`; milliseconds become steps of this
+    env's control period here), and a local policy that acts in chunks (a callable whose
+    object declares ``action_horizon``) on a clock of D = 0, which executes its chunks open
+    loop. A served policy executes its own chunks when there is no clock."""
+    if clock is None:
+        if getattr(policy, "action_horizon", None) is None:
+            return policy
+        return ClockedPolicy(policy, Clock(0), env.action_space,
+                             getattr(getattr(policy, "owner", None), "execute_steps", None))
+    steps = latency_steps(clock["latency"], control_period(env))
+    owner = getattr(policy, "owner", None)
+    return ClockedPolicy(policy, Clock(steps, clock["execution"], clock["hold"], clock["blend"]),
+                         env.action_space, getattr(owner, "execute_steps", None))

@@ -32,6 +32,7 @@ from rolltape.envs import (
 from rolltape.errors import EnvRaised, UsageError
 from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
+from rolltape.pass1.clock import with_clock
 from rolltape.pass1.inflight import play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, load_policy
@@ -93,6 +94,7 @@ class PolicyJob:
     success_key: str | None = "is_success"  # the info key that says success (None: none)
     wrappers: tuple[dict[str, Any], ...] = ()  # policy-side wrappers (pass1.wrappers entries)
     in_flight: int = 1  # a served env: episodes played at once, one per session (pass1.inflight)
+    clock: dict[str, Any] | None = None  # inference latency (pass1.clock.Clock.describe())
 
     def play(self, opened: Opened, ep: EpisodeJob) -> dict[str, Any]:
         """Play episode ``ep`` on ``opened``'s env and policy; return its tape's fields (a
@@ -171,6 +173,7 @@ def play_episode(env: Any, policy: Policy, seed: int | None,
     starts = policy.chunk_starts()
     if starts is not None:  # a served policy's chunks: when each was requested
         fields["chunk_starts"] = starts
+    fields.update(policy.tape_fields())  # the clock's schedule, under a latency
     fields["obs_reset"] = forms
     if ale is not None:
         fields["ale_state"], fields["ale_state_offsets"] = ale.arrays()
@@ -305,6 +308,7 @@ class OpenJobs:
             policy = load_policy(job.policy, wrapped.env if wrapped else env,
                                  vecnormalize=job.vecnormalize, algo=job.algo,
                                  deterministic=job.deterministic)
+            policy = with_clock(policy, job.clock, (wrapped.env if wrapped else env).action_space)
         except BaseException:
             (wrapped or env).close()
             raise
