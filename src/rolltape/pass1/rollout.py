@@ -30,9 +30,9 @@ from rolltape.envs import (
     make_env,
 )
 from rolltape.errors import EnvRaised, UsageError
+from rolltape.pass1.clock import with_clock
 from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
-from rolltape.pass1.clock import with_clock
 from rolltape.pass1.inflight import play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, load_policy
