@@ -126,7 +126,6 @@ def branch(run: str, **options: Any) -> BranchResult:
     cfg.check()
     loaded = Run.load(cfg.run)
     policy, made = _policy_of(loaded, cfg)
-    rule = loaded.results.success_rule if loaded.results.success_rule != "per task" else "at_end"
     sources = _sources(loaded, cfg)
     deterministic = bool(made.get("deterministic", True))
     noise = cfg.noise if cfg.noise is not None else (DEFAULT_NOISE if deterministic else 0.0)
@@ -140,8 +139,9 @@ def branch(run: str, **options: Any) -> BranchResult:
     result = BranchResult(out=out, thinned=thinned)
     with atomic_folder(out) as tmp:
         units = _units(sources, tmp, cfg, noise)
-        rows = _play(units, sources, policy, made, cfg)
+        rows = _play(units, sources, policy, cfg, _success_keys(loaded))
         for s in sources:
+            rule = loaded.results.rule_of(s.episode.key.task_key)
             record = _record(s, units, rows, tmp, out, cfg, rule, noise, deterministic,
                              every, thinned)
             write_json(tmp / s.label / "branch.json", record)
@@ -280,8 +280,17 @@ def branch_seed(base: int, episode_seed: int, t: int, k: int) -> int:
     return int(np.random.SeedSequence([base, episode_seed, t, k]).generate_state(1)[0] >> 1)
 
 
+def _success_keys(run: Run) -> dict[tuple[Any, Any], str | None]:
+    """The info key that says success, per task of a suite run (its resolved manifest's);
+    a task not listed (or a one-env run) uses ``is_success``."""
+    tasks = (run.results.manifest or {}).get("tasks") or []
+    return {(t.get("suite"), t.get("name")): t.get("success_key", "is_success")
+            for t in tasks if isinstance(t, dict)}
+
+
 def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dict[str, Any],
-          made: dict[str, Any], cfg: BranchConfig) -> dict[int, dict[str, Any] | None]:
+          cfg: BranchConfig, success_keys: dict[tuple[Any, Any], str | None]
+          ) -> dict[int, dict[str, Any] | None]:
     """Play every branch on the executor's workers; each branch's row (None: it failed)."""
     jobs: list[PolicyJob] = []
     for s, mine in zip(sources, units):
@@ -290,7 +299,9 @@ def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dic
             spec["id"] = cfg.env
         jobs.append(BranchJob(env=spec, policy=policy["policy"], episodes=mine,
                               vecnormalize=policy["vecnormalize"], algo=policy["algo"],
-                              deterministic=policy["deterministic"]))
+                              deterministic=policy["deterministic"],
+                              success_key=success_keys.get(s.episode.key.task_key,
+                                                           "is_success")))
     total = sum(len(m) for m in units)
     workers = min(per_core(cfg.workers), max(1, total))
     chunks = split_jobs(jobs, workers)
