@@ -232,6 +232,7 @@ from matplotlib.ticker import MaxNLocator
 
 from rolltape import Tape
 from rolltape.outputs.notebook import Table
+from rolltape.outputs.suite_view import headline_text, task_rows
 from rolltape.outputs.summary import improvement_line, num, summary_rows, summary_title
 from rolltape.pass2.formats import by_suffix
 from rolltape.record import Run
@@ -280,11 +281,16 @@ print(f"{results.env_id}: {results.n_episodes} episodes, run folder {RUN.resolve
 '''
 
 _SUMMARY = '''\
-header, rows = summary_rows(results.summary)
-display(Table(header, rows, title=summary_title(results)))
-line = improvement_line(results)
-if line:
-    print(line)
+if results.suite is not None:  # success per task: returns of different tasks do not pool
+    header, rows = task_rows(results.suite)
+    display(Table(header, rows, title=f"{results.env_id}: success per task (95% Wilson)"))
+    print(headline_text(results.suite))
+else:
+    header, rows = summary_rows(results.summary)
+    display(Table(header, rows, title=summary_title(results)))
+    line = improvement_line(results)
+    if line:
+        print(line)
 '''
 
 _EPISODES = '''\
