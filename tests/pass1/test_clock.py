@@ -212,3 +212,11 @@ def test_latency_zero_sync_tapes_equal_a_run_without_the_flags(tmp_path: Path) -
     refused = run_cli(*common, "--latency", "soon", "--out", str(tmp_path / "no"))
     assert refused.returncode == 2 and "--latency 'soon'" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "no").exists()
+
+
+def test_async_beyond_a_declared_chunk_is_refused_before_any_episode(tmp_path: Path) -> None:
+    done = run_cli("eval", "Pendulum-v1", "-n", "2", "--latency", "2", "--execution", "async",
+                   "--out", str(tmp_path / "r"))  # the random policy: a chunk of one
+    assert done.returncode == 2 and "needs chunks longer than 2 actions" in done.stderr
+    assert "returns 1" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "r").exists()

@@ -272,6 +272,13 @@ def with_clock(policy: Policy, clock: dict[str, Any] | None, env: Any) -> Policy
         return ClockedPolicy(policy, Clock(0), env.action_space,
                              getattr(getattr(policy, "owner", None), "execute_steps", None))
     steps = latency_steps(clock["latency"], control_period(env))
+    # A chunk's length as the policy declares it (a served one in its metadata); else 1.
+    horizon = (getattr(policy, "action_horizon", None)
+               or policy.description.get("action_horizon") or 1)
+    if clock["execution"] == "async" and steps >= horizon:
+        raise UsageError(f"--latency {steps} with --execution async needs chunks longer than "
+                         f"{steps} actions, and this policy returns {horizon}; lower "
+                         "--latency or use --execution sync.")
     owner = getattr(policy, "owner", None)
     return ClockedPolicy(policy, Clock(steps, clock["execution"], clock["hold"], clock["blend"]),
                          env.action_space, getattr(owner, "execute_steps", None))
