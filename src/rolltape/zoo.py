@@ -27,8 +27,8 @@ judged from installed metadata, never by importing) or be named by the user
 (``--trust-module``); a wrapper must then be a ``gymnasium.Wrapper`` class, checked in the
 pass-1 worker after its package is imported and before it is called.
 
-May import: errors, files, limits, envs (metadata only), suites.manifest (its YAML caps),
-pass1.wrappers (names only), yaml. Never: SB3, torch, rl-zoo3
+May import: errors, files, limits, address, envs (metadata only), suites.manifest (its YAML
+caps), pass1.wrappers (names only), yaml. Never: SB3, torch, rl-zoo3
 (the orchestrator reads folders; the pass-1 worker loads the model), the render side.
 """
 
@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rolltape.address import is_served, parse_served
 from rolltape.errors import UsageError
 from rolltape.files import sha256_of
 from rolltape.limits import MAX_FRAME_STACK
@@ -347,6 +348,9 @@ def zoo_options(policy: str, env: str | None, options: dict[str, Any]
     against them."""
     checkpoint = str(options.pop("checkpoint", None) or "last")
     trusted = tuple(options.pop("trust_module", None) or ())
+    served = None
+    if env is not None and is_served(env):  # the folder's env, stepped on `rolltape serve`
+        served, env = env, parse_served(env)[1]
     zoo = read_zoo(policy[len("zoo:"):], checkpoint, trusted, env)
     if env is not None and env != zoo.env_id:
         raise UsageError(f"--policy {policy} was trained on '{zoo.env_id}', not '{env}'; leave "
@@ -368,4 +372,4 @@ def zoo_options(policy: str, env: str | None, options: dict[str, Any]
         zoo=zoo.provenance(checkpoint))
     if zoo.atari and "deterministic" not in options:
         options["deterministic"] = False  # enjoy.py samples Atari actions by default
-    return zoo.env_id, f"sb3:{zoo.model}", options
+    return served or zoo.env_id, f"sb3:{zoo.model}", options

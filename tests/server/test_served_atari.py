@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from tests.conftest import Server
 
-from rolltape import Tape, evaluate
+from rolltape import Tape, UsageError, evaluate
 
 GAME = "BreakoutNoFrameskip-v4"
 STEPS = 150
@@ -49,3 +50,25 @@ def test_atari_wrappers_on_a_served_game_play_the_local_games(tmp_path) -> None:
         assert np.array_equal(a.obs_digest, b.obs_digest)
     assert (a.actions[:5] == 0).any()  # (the game began with no-ops, as noop_max allows)
     assert served.metadata.facts["policy"]["wrappers"] == ["atari", "frame_stack=4"]
+
+
+def test_a_zoo_folder_plays_its_env_served(tmp_path) -> None:
+    """`--policy zoo:FOLDER` with the folder's env served (it was refused with advice that
+    ran it locally); another env than the folder's is still refused."""
+    from stable_baselines3 import PPO
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    PPO("MlpPolicy", "CartPole-v1", seed=0).save(repo / "ppo-CartPole-v1.zip")
+    (repo / "config.yml").write_text("{}\n")
+    (repo / "args.yml").write_text("env: CartPole-v1\nalgo: ppo\n")
+    server = Server(what=("CartPole-v1",))
+    try:
+        with pytest.raises(UsageError, match="was trained on 'CartPole-v1', not 'Acrobot-v1'"):
+            evaluate(f"{server.address}/Acrobot-v1", f"zoo:{repo}", out=tmp_path / "no")
+        served = evaluate(f"{server.address}/CartPole-v1", f"zoo:{repo}", episodes=2,
+                          seed=40, out=tmp_path / "served", report=False)
+    finally:
+        server.stop()
+    assert len(served.results.episodes) == 2
+    assert served.metadata.facts["config"]["zoo"]["env"] == "CartPole-v1"
