@@ -5,6 +5,9 @@ shown as it is."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,7 @@ from rolltape.compare.classify import classify, first_divergence
 from rolltape.pass1.fields import reset_forms
 from rolltape.tape import Tape
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # diff_knobs: a user's own env
 RNG = np.random.default_rng(3)
 ACTIONS = RNG.uniform(-1, 1, (12, 3)).astype(np.float32)
 IMAGE = RNG.integers(0, 255, (6, 5, 3), dtype=np.uint8)
@@ -97,3 +101,27 @@ def test_another_reward_for_the_same_everything_is_the_reward_function():
     rewards[7] = 0.5
     d = judged(tape(), tape(rewards=rewards))
     assert (d.kind, d.step, d.field) == ("reward", 7, "reward")
+
+
+def test_a_camera_mounted_upside_down_is_named_on_its_key_in_real_episodes():
+    """Dot-v0 (tests/compare/diff_knobs.py) played here by pass 1's own loop: the env's
+    upside_down kwarg flips the picture, and the diff names the key and the flip."""
+    import diff_knobs  # registers Dot-v0
+    import gymnasium as gym
+
+    from rolltape.pass1.rollout import record_episode
+    from rolltape.policies import CallablePolicy
+
+    tapes = []
+    for kwargs in ({}, {"upside_down": True}):
+        env = gym.make("Dot-v0", **kwargs)
+        try:
+            fields = record_episode(env, CallablePolicy(diff_knobs.look, {}), seed=4)
+        finally:
+            env.close()
+        tapes.append(Tape(env={"id": "Dot-v0"}, **fields))
+    a, b = tapes
+    assert a.obs_keys == ("pixels", "state")
+    d = judged(a, b, {"envs.env.kwargs.upside_down": (None, True)})
+    assert (d.kind, d.step, d.field, d.detail["form"]) == (
+        "obs_transform", None, "obs['pixels']", "flip_vertical")

@@ -119,7 +119,7 @@ def classify(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[Any, A
     if d.field.startswith("obs") and d.step is None:
         return _reset_obs(d, a, b)
     if d.field == "action":
-        return _action(d, a, b)
+        return _action(d, a, b, card_diffs)
     if d.field.startswith("obs"):
         return _after_same_action(d, card_diffs)
     if d.field == "reward":
@@ -226,7 +226,8 @@ def _reset_obs(d: Divergence, a: Tape, b: Tape) -> Divergence:
                   "differ: another env, kwargs or reset)")
 
 
-def _action(d: Divergence, a: Tape, b: Tape) -> Divergence:
+def _action(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[Any, Any]]
+            ) -> Divergence:
     t = d.step
     assert t is not None
     x = np.asarray(a.actions[t], dtype=np.float64).ravel()
@@ -237,8 +238,10 @@ def _action(d: Divergence, a: Tape, b: Tape) -> Divergence:
         return _named(d, "time_shift", f"{later}'s actions are the other's delayed by {k} "
                                        f"step(s) from {d.where} on", shift=k, later=later)
     if a.actions.dtype.kind == "f" and np.allclose(x, y, rtol=ROUNDING_RTOL, atol=ROUNDING_ATOL):
+        how = "".join(f"; the cards differ in {k} ({v[0]} vs {v[1]})"
+                      for k, v in card_diffs.items() if k.startswith("execution.batch"))
         return _named(d, "rounding", f"actions differ by at most {np.max(np.abs(x - y)):.3g} "
-                                     f"at {d.where}: float rounding")
+                                     f"at {d.where}: float rounding{how}")
     dims = np.flatnonzero(x != y)
     ratios = y[dims] / np.where(x[dims] == 0, np.nan, x[dims])
     if dims.size and np.isfinite(ratios).all() and np.allclose(ratios, ratios[0], rtol=1e-6):

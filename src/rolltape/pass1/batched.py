@@ -34,6 +34,7 @@ import numpy as np
 
 from rolltape.envs import make_env, mujoco_data, split_physics
 from rolltape.errors import UsageError
+from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import kept_obs, reset_forms, success_flag, tape_fields
 from rolltape.pass1.rollout import EpisodeJob, PolicyJob, refuse_if_it_cannot_draw, save_episode
 from rolltape.pass1.vectors import open_vector
@@ -78,6 +79,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
         try:
             act_batch, description = _batch_actor(job, wrapped.env if wrapped else probe,
                                                   envs.num_envs)
+            facts = env_facts(probe, wrapped.env if wrapped else None)  # the protocol card's
         except BaseException:
             envs.close()
             raise
@@ -88,6 +90,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
     num_envs = envs.num_envs
     role = job.episodes[0].role if job.episodes else None
     send(("policy", {"role": role, **description}))
+    send(("env_facts", {"role": role, **job.extra_meta, **facts}))
     try:
         space = envs.single_observation_space
         waiting = deque(job.episodes)
