@@ -19,9 +19,11 @@ import pytest
 
 from conftest import ROOT, run_cli
 from policy_servers import STEPS, H, PolicyServer, reference_actions, write_policies
+from rolltape.envs import env_spec, make_env
 from rolltape.pass1.rollout import record_episode
 from rolltape.policies import load_policy
 from rolltape.policy_server import wire
+from rolltape.tape import Tape
 
 
 @pytest.fixture(scope="module")
@@ -38,32 +40,34 @@ def policies(tmp_path: Path) -> Path:
     return write_policies(tmp_path)
 
 
-def tape_arrays(run: Path, name: str) -> dict[str, bytes]:
-    with np.load(run / "tapes" / name) as npz:
+def tape_arrays(folder: Path, name: str) -> dict[str, bytes]:
+    with np.load(folder / name) as npz:
         return {k: npz[k].tobytes() for k in npz.files if k != "header"}
 
 
 def test_served_sb3_policy_gives_the_local_tapes_and_parity_finds_no_difference(
         ppo_checkpoint: tuple[Path, Path], sb3_server: PolicyServer, tmp_path: Path):
     model, stats = ppo_checkpoint
-    common = ["HalfCheetah-v5", "-n", "3", "--max-episode-steps", "30", "--no-report"]
-    served = run_cli("eval", *common, "--policy", sb3_server.address, "--out",
+    served = run_cli("eval", "HalfCheetah-v5", "-n", "3", "--max-episode-steps", "30",
+                     "--no-report", "--policy", sb3_server.address, "--out",
                      str(tmp_path / "served"))
     assert served.returncode == 0, served.stderr
-    local = run_cli("eval", *common, "--policy", f"sb3:{model}", "--vecnormalize", str(stats),
-                    "--out", str(tmp_path / "local"))
-    assert local.returncode == 0, local.stderr
+    # the local run's tapes: pass 1's own episode loop, here, on the env eval builds
+    env = make_env(env_spec("HalfCheetah-v5", {}, 30))
+    local = load_policy(f"sb3:{model}", env, vecnormalize=str(stats))
     for i in range(3):
         name = f"policy-{i:04d}.npz"
-        assert tape_arrays(tmp_path / "served", name) == tape_arrays(tmp_path / "local", name)
+        Tape(env={}, **record_episode(env, local, i)).save(tmp_path / name)
+        assert tape_arrays(tmp_path / "served" / "tapes", name) == tape_arrays(tmp_path, name)
+    env.close()
     parity = run_cli("parity", "HalfCheetah-v5", "--policy", sb3_server.address,
                      "--local-policy", f"sb3:{model}", "--vecnormalize", str(stats),
-                     "-n", "2", "--max-episode-steps", "30", "--out",
+                     "-n", "1", "--max-episode-steps", "30", "--out",
                      str(tmp_path / "parity.json"))
     assert parity.returncode == 0, parity.stderr
     assert "0 differing steps" in parity.stdout
     report = json.loads((tmp_path / "parity.json").read_text())
-    assert report["differing_steps"] == 0 and report["steps"] == 60
+    assert report["differing_steps"] == 0 and report["steps"] == 30
     assert report["outcomes_differ"] == [] and report["first_difference"] is None
     maps = Path(f"/proc/{sb3_server.proc.pid}/maps").read_text()
     assert "torch" in maps and "mujoco" not in maps  # SB3's stack, never a simulator
