@@ -21,7 +21,8 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.pass1.inflight", "rolltape.pass2.export",
          "rolltape.datasets.lerobot", "rolltape.pass1.branches",
          "rolltape.outputs.branch_chart"]
-CHEAP += ["rolltape.policy_server.wire",  # served policies: the codec and ws:// sources
+CHEAP += ["rolltape.pass1.clock",  # the simulated clock's schedule
+          "rolltape.policy_server.wire",  # served policies: the codec and ws:// sources
           "rolltape.serve_policy"]
 SRC = Path(__file__).resolve().parent.parent / "src"
 

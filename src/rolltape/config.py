@@ -302,6 +302,13 @@ class EvalConfig(RenderOptions):
         if self.batched_inference:
             raise UsageError("--latency plays each episode on its own clock; drop "
                              "--batched-inference.")
+        if self.latency.strip() == "measured":
+            if not self.policy.startswith("ws://"):
+                raise UsageError("--latency measured times a policy server's answers; give "
+                                 "--policy ws://HOST:PORT, or the latency in steps or ms.")
+            Clock(1, self.execution, self.hold, self.blend)
+            return {"latency": "measured", "execution": self.execution, "hold": self.hold,
+                    "blend": self.blend}  # made steps before pass 1 (evaluation)
         steps = latency_steps(self.latency, 1.0)  # the syntax; the steps come from the env
         clock = Clock(min(steps, 1) if self.latency.strip().endswith("ms") else steps,
                       self.execution, self.hold, self.blend)

@@ -144,6 +144,9 @@ def evaluate(env: str | None = None, policy: str = "random", *,
             from rolltape.policy_server.client import check_policy_server
 
             check_policy_server(config.policy, [t.spec for t in targets])
+            if (config.latency or "").strip() == "measured":  # one clock for every episode
+                config, note = _measured_latency(config, targets[0].spec)
+                notes.append(note)
         # torch imports there while the video is checked here (after the env's spec is
         # made: making it may set variables that the worker's environment must have)
         spawn_pass1_ahead(config.policy, local=config.runner.runs_workers)
@@ -194,6 +197,19 @@ def _kept(run: RunDir) -> str:
 def _os_error_text(exc: OSError) -> str:
     where = f" while writing '{exc.filename}'" if exc.filename else ""
     return f"{exc.strerror or type(exc).__name__}{where}"
+
+
+def _measured_latency(config: EvalConfig, spec: dict[str, Any]) -> tuple[EvalConfig, str]:
+    """``--latency measured`` made steps, timed once in a fresh interpreter (it builds the
+    env, which this process must not import)."""
+    from rolltape.interpreter import ChildFailed, run_once
+    from rolltape.pass1.clock import measure_latency
+
+    try:
+        steps, note = run_once(measure_latency, spec, config.policy, env=NO_GL, timeout=300)
+    except ChildFailed as exc:
+        raise UsageError(str(exc)) from None
+    return replace(config, latency=str(steps)), note
 
 
 def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str],

@@ -220,3 +220,20 @@ def test_async_beyond_a_declared_chunk_is_refused_before_any_episode(tmp_path: P
     assert done.returncode == 2 and "needs chunks longer than 2 actions" in done.stderr
     assert "returns 1" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_measured_latency_is_the_server_s_inference_time_in_steps(tmp_path: Path) -> None:
+    policies = write_policies(tmp_path)
+    server = PolicyServer("pols.py:slow", cwd=policies, env={"SLOW_S": "0.12"})
+    try:  # 120 ms a call at Pendulum's 50 ms a step: 3 steps
+        done = run_cli("eval", "Pendulum-v1", "-n", "1", "--max-episode-steps", "10",
+                       "--no-report", "--latency", "measured", "--policy", server.address,
+                       "--out", str(tmp_path / "m"))
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert "--latency measured: the server's median inference time" in done.stdout + done.stderr
+    header = _tape(tmp_path / "m", 0)[1]
+    assert header["policy"]["clock"]["latency_steps"] == 3
+    local = run_cli("eval", "Pendulum-v1", "--latency", "measured", "--out", str(tmp_path / "x"))
+    assert local.returncode == 2 and "give --policy ws://" in local.stderr

@@ -119,6 +119,44 @@ def latency_steps(text: str, control_period_s: float | None) -> int:
                          "e.g. 3 or '40ms'.") from None
 
 
+MEASURE_CALLS = 5  # inference calls timed for --latency measured (their median counts)
+
+
+def measure_latency(spec: dict[str, Any], source: str) -> tuple[int, str]:
+    """``--latency measured``: the median of the inference times a policy server reports
+    (``server_timing.infer_ms``, as openpi's server and ``serve-policy`` send) over
+    :data:`MEASURE_CALLS` calls on the env's first observation, in steps of its control
+    period (rounded up), and a sentence saying so. Run once, before pass 1 (in a fresh
+    interpreter: it builds the env), so every episode plays on the same clock."""
+    from rolltape.envs import make_env
+    from rolltape.policy_server import wire
+    from rolltape.policy_server.client import PolicySession
+
+    env = make_env(spec)
+    session = PolicySession(wire.parse_source(source))
+    try:
+        obs, _ = env.reset(seed=0)
+        times = []
+        for _ in range(MEASURE_CALLS):
+            reply = session.call({"observation": obs}, "an observation, to time it")
+            timing = reply.get("server_timing") if isinstance(reply, dict) else None
+            ms = timing.get("infer_ms") if isinstance(timing, dict) else None
+            if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+                raise UsageError(f"The policy server at {source} does not report its "
+                                 "inference time (server_timing.infer_ms); give --latency in "
+                                 "steps or milliseconds.")
+            times.append(float(ms))
+        period = control_period(env)
+    finally:
+        session.close()
+        env.close()
+    ms = float(np.median(times))
+    steps = latency_steps(f"{ms}ms", period)
+    return steps, (f"--latency measured: the server's median inference time over "
+                   f"{MEASURE_CALLS} calls was {ms:.3g} ms, {steps} step(s) of "
+                   f"{1000 * period:.3g} ms")  # type: ignore[operator]
+
+
 def control_period(env: Any) -> float | None:
     """Seconds between two actions: ``1 / control_hz`` where the env declares it (gym-pusht,
     whose ``dt`` is its physics substep), else Gymnasium MuJoCo's ``dt`` (timestep × frame
