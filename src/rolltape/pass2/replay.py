@@ -158,7 +158,7 @@ class RenderResult:
     rewards: tuple[float, ...] = ()  # the replay's rewards (to join segments' returns exactly)
     fps: float = 0.0  # frame rate the outputs were written at
     segments: int = 1  # how many workers drew parts of this episode
-    niceness: int = 0  # the worker's CPU priority (10 when it ran beside pass 1)
+    niceness: int = 0  # the worker's CPU priority as the job began (10: beside pass 1)
     cameras: tuple[str, ...] = ()  # the cameras that drew the frames ("default": env.render())
     camera_hint: str | None = None  # a --camera track:BODY suggestion when the view lost the robot
     # What a re-simulation compared with pass 1: "observations" (each frame's digest, with
@@ -298,6 +298,8 @@ class _Replayer:
         from rolltape.pass2.encode import open_writer
 
         start = time.perf_counter()
+        # when the job began: a worker niced beside pass 1 may be put back to 0 meanwhile
+        niceness = os.nice(0)
         tape = Tape.load(req.tape)
         spec = dict(tape.env)
         if req.env_id is not None:
@@ -386,7 +388,7 @@ class _Replayer:
             seconds=time.perf_counter() - start, warnings=tuple(mujoco_warnings()),
             torch_loaded="torch" in sys.modules, forbidden_loaded=forbidden_modules(),
             rewards=tuple(rewards or ()), fps=fps,
-            niceness=os.nice(0), cameras=tuple(rig.names) if rig is not None else (),
+            niceness=niceness, cameras=tuple(rig.names) if rig is not None else (),
             camera_hint=hint,
         )
 
