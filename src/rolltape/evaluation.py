@@ -309,7 +309,8 @@ def _write_card(root: Path, targets: list[Target], cfg: EvalConfig,
         specs=specs, rules=rules, config=cfg, policy=policy,
         env_facts=descriptions.get("env_facts") or {},
         wrappers=describe_wrappers(wrapper_entries(cfg.wrappers, cfg.frame_stack)),
-        gl_backend=render.get("backend_used")))
+        gl_backend=render.get("backend_used"),
+        served=any(t.spec.get("served") for t in targets)))
 
 
 def _without_counts(manifest: dict[str, Any]) -> dict[str, Any]:

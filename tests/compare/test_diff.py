@@ -5,7 +5,7 @@ damaged and foreign folders are one sentence and exit 2.
 
 Hopper-v5 episodes of at most 30 steps (a deterministic policy of the observation) and a
 dot on an 8x8 picture (a dict observation with is_success, a policy that reads the
-picture), and rolltape's demo PPO on Pusher per row and batched: 12 short evaluations, two
+picture), and rolltape's demo PPO on Pusher per row and batched: 13 short evaluations (one on `rolltape serve`), two
 at a time, ~55 s in all.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import rolltape
+from conftest import Server
 from rolltape.cli import main
 from rolltape.compare.diff import diff_runs, report_lines
 
@@ -44,6 +45,7 @@ RUNS: dict[str, list[str]] = {
     "dot": DOT,
     "flip": DOT + ["--wrapper", "diff_knobs:FlipPixels"],
     "once": DOT + ["--success", "once"],
+    "served": ["{served}/Hopper-v5", *HOPPER[1:]],  # the env stepped by `rolltape serve`
     "per_row": PUSHER,
     "batched": PUSHER + ["--batched-inference"],
 }
@@ -55,14 +57,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("diff")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     names = list(RUNS)
-    for k in range(0, len(names), 2):
-        procs = [(n, subprocess.Popen(
-            [sys.executable, "-m", "rolltape.cli", "eval", *RUNS[n], "--no-report",
-             "--out", str(root / n)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)) for n in names[k:k + 2]]
-        for n, p in procs:
-            out, _ = p.communicate(timeout=300)
-            assert p.returncode == 0, f"{n}: {out[-2000:]}"
+    server = Server(what=("Hopper-v5", "--max-episode-steps", "30"))
+    try:
+        for k in range(0, len(names), 2):
+            procs = [(n, subprocess.Popen(
+                [sys.executable, "-m", "rolltape.cli", "eval",
+                 *[a.replace("{served}", server.address) for a in RUNS[n]], "--no-report",
+                 "--out", str(root / n)], env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True)) for n in names[k:k + 2]]
+            for n, p in procs:
+                out, _ = p.communicate(timeout=300)
+                assert p.returncode == 0, f"{n}: {out[-2000:]}"
+    finally:
+        server.stop()
     return {n: root / n for n in names}
 
 
@@ -72,6 +79,15 @@ def _diff(runs: dict[str, Path], a: str, b: str) -> dict[str, Any]:
 
 def _fields(report: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {d["field"]: (d["a"], d["b"]) for d in report["card"]["differences"]}
+
+
+def test_the_same_config_locally_and_served_is_no_difference(runs):
+    report = _diff(runs, "hopper", "served")
+    assert report["verdict"] == "no difference"
+    assert _fields(report) == {"execution.env_process": ("local", "served (rolltape serve)")}
+    # the served env's simulator is on its server: its card does not say its control rate
+    assert any(n.startswith("envs.env.control") for n in report["card"]["not_compared"])
+    assert report["paired"] == 3 and not any(e["divergence"] for e in report["episodes"])
 
 
 def test_the_same_config_on_one_or_two_workers_is_no_difference(runs):

@@ -62,7 +62,7 @@ def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str],
     a, b = LoadedRun.load(a_path, "A"), LoadedRun.load(b_path, "B")
     card_a, unknown_a = read_card(a.run)
     card_b, unknown_b = read_card(b.run)
-    card_diffs = card_differences(card_a, card_b)
+    card_diffs, unknown = card_differences(card_a, card_b)
     keys = [k for k in a.rows if k in b.rows]
     other = _other_envs(card_a, card_b)
     if other:  # the walk would compare two games: the card says enough
@@ -83,7 +83,9 @@ def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str],
         "a": str(a.path), "b": str(b.path),
         "card": {"differences": [{"field": f, "a": _plain(x), "b": _plain(y)}
                                  for f, (x, y) in card_diffs.items()],
-                 "not_compared": sorted(set(unknown_a) | set(unknown_b)),
+                 # an older run's card lacks every env fact: said once, not per field
+                 "not_compared": sorted(set(unknown_a) | set(unknown_b))
+                 or unknown,
                  "a_has_card": not unknown_a, "b_has_card": not unknown_b},
         "episodes": [p.to_json() for p in pairs],
         "paired": len(pairs), "only_in": only,
@@ -103,12 +105,16 @@ def _other_envs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     return None
 
 
-def card_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Card fields whose values differ, in A's order then B's. A field one card lacks
-    while the other has it (an older run's card, a suite task only one run has) is one
-    difference for the whole part, not one per leaf."""
+def card_differences(a: dict[str, Any], b: dict[str, Any]
+                     ) -> tuple[dict[str, tuple[Any, Any]], list[str]]:
+    """(card fields whose values differ, in A's order then B's; the facts one card cannot
+    tell). A field one card lacks while the other has it (a suite task only one run has)
+    is one difference for the whole part, not one per leaf; a fact only a pass-1 worker
+    reads off its env (control rate, time limit, wrappers) that one card lacks (a served
+    env's simulator is on its server; an older run) is not compared, and said so."""
     fa, fb = dict(flatten(a)), dict(flatten(b))
     out: dict[str, tuple[Any, Any]] = {}
+    unknown: list[str] = []
     for name in list(fa) + [k for k in fb if k not in fa]:
         x, y = fa.get(name, _ABSENT), fb.get(name, _ABSENT)
         if x == y:
@@ -116,10 +122,21 @@ def card_differences(a: dict[str, Any], b: dict[str, Any]) -> dict[str, tuple[An
         if x is _ABSENT or y is _ABSENT:
             name = _present_part(name, a if x is _ABSENT else b)
             x, y = _at(a, name), _at(b, name)
+            parts = name.split(".")
+            if len(parts) == 3 and parts[0] == "envs" and parts[2].split("[")[0] in _ENV_FACTS:
+                said = f"{name} ({'A' if x is _ABSENT else 'B'}'s card does not say it)"
+                if said not in unknown:
+                    unknown.append(said)
+                continue
             if name in out:
                 continue
         out[name] = (x, y)
-    return out
+    return out, unknown
+
+
+# What a pass-1 worker reads off the env it built (rolltape.pass1.facts).
+_ENV_FACTS = ("horizon", "control", "env_wrappers", "render_fps", "observation", "action",
+              "policy_observation", "policy_action")
 
 
 _ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "(not in the card)"})()

@@ -44,13 +44,13 @@ EXECUTION = ("execution",)
 def build_card(*, specs: dict[str, dict[str, Any]], rules: dict[str, dict[str, Any]],
                config: Any, policy: dict[str, Any] | None,
                env_facts: dict[str, dict[str, Any]], wrappers: list[str],
-               gl_backend: list[str] | None) -> dict[str, Any]:
+               gl_backend: list[str] | None, served: bool = False) -> dict[str, Any]:
     """The card of a run. ``specs`` and ``rules`` are per task label ("env" for a single
     env, "suite/task" for a suite's), ``config`` the run's :class:`rolltape.config.EvalConfig`,
     ``policy`` what the worker said made the actions, ``env_facts`` what the worker read
     from each env (:func:`rolltape.pass1.facts.env_facts`, keyed "" for a single env),
     ``wrappers`` the policy-side wrappers as described, ``gl_backend`` the backends pass 2
-    drew with (None: no video)."""
+    drew with (None: no video), ``served`` whether a `rolltape serve` stepped the envs."""
     envs = {}
     for label, spec in specs.items():
         facts = env_facts.get("" if label == "env" else label) or {}
@@ -81,6 +81,7 @@ def build_card(*, specs: dict[str, dict[str, Any]], rules: dict[str, dict[str, A
         "execution": {
             "batch_size": config.workers if config.batched_inference else 1,
             "executor": config.executor,
+            "env_process": "served (rolltape serve)" if served else "local",
             "gl_backend": {"pass1": "none (rendering off)", "pass2": gl_backend},
         },
     })

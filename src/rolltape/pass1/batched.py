@@ -79,7 +79,8 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
         try:
             act_batch, description = _batch_actor(job, wrapped.env if wrapped else probe,
                                                   envs.num_envs)
-            facts = env_facts(probe, wrapped.env if wrapped else None)  # the protocol card's
+            # The protocol card's facts (the probe is built here even for a served env).
+            facts = env_facts(probe, wrapped.env if wrapped else None)
         except BaseException:
             envs.close()
             raise

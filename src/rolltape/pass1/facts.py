@@ -21,12 +21,17 @@ from rolltape.envs import json_safe
 _MAX_BOUNDS = 64  # per-dimension bounds kept for spaces this small; larger: min and max
 
 
-def env_facts(env: Any, seen: Any = None) -> dict[str, Any]:
+def env_facts(env: Any, seen: Any = None, served: bool = False) -> dict[str, Any]:
     """Facts of ``env`` (the base env the tape records) and, when the policy sees it through
     wrappers, of ``seen`` (the env the policy acts on: its spaces; the wrappers themselves
     are the run's ``--wrapper`` entries, arguments included). Never raises: a fact that cannot be
-    read is left out (a served env has spaces but no simulator here)."""
+    read is left out: a ``served`` env has its spaces here, its simulator (control rate,
+    time limit, wrappers) on its server, so only the spaces are said."""
     out: dict[str, Any] = {}
+    if served:
+        for name, space in (("observation", env.observation_space), ("action", env.action_space)):
+            out[name] = space_facts(space, name if name == "action" else "obs")
+        return json_safe(out)
     base = getattr(env, "unwrapped", env)
     dt = _number(getattr(base, "dt", None))
     frame_skip = getattr(base, "frame_skip", None)

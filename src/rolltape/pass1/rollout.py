@@ -317,7 +317,8 @@ class OpenJobs:
         send(("policy", {"role": role, **policy.description}))
         # What the env is (spaces, control rate, wrappers): the run's protocol card.
         send(("env_facts", {"role": role, **job.extra_meta,
-                            **env_facts(env, wrapped.env if wrapped else None)}))
+                            **env_facts(env, wrapped.env if wrapped else None,
+                                        served=bool(job.env.get("served")))}))
         self._open[key] = Opened(env, wrapped, policy)
         return self._open[key]
 
