@@ -49,6 +49,11 @@ class EnvRaised(RuntimeError):
         self.kind = kind
 
 
+class SessionReclaimed(Exception):
+    """An env server gave a worker's spare session to a client that had none: the episode
+    it was playing there is played again on another session (its tape is the same)."""
+
+
 class Interrupted(BaseException):
     """A signal stopped the work: SIGTERM (exit status 143), or Ctrl-C (130) once the
     message says what was kept and how to continue. A BaseException, as KeyboardInterrupt

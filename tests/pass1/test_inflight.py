@@ -2,19 +2,23 @@
 processes: the tapes equal a local run's bit for bit (a random policy and a deterministic
 SB3 one), the sessions really were several, an episode whose env raises fails alone while
 its slot plays on, a busy server gives fewer sessions, a policy that cannot fork plays
-one episode at a time, and a worker holds one job's further sessions at a time."""
+one episode at a time, a worker holds one job's further sessions at a time, and its further
+sessions are spares that a client with none takes (8 clients of an 8-session server)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("zmq")
 
 from conftest import Server, server_stats, tape_bytes  # noqa: E402
-from rolltape import evaluate  # noqa: E402
+from rolltape import Tape, evaluate  # noqa: E402
 from rolltape.envs import env_spec  # noqa: E402
 from rolltape.pass1.dealer import Dealer  # noqa: E402
 from rolltape.pass1.inflight import IN_FLIGHT, sessions_per_worker  # noqa: E402
@@ -23,6 +27,7 @@ from rolltape.pass1.rollout import (  # noqa: E402
     OpenJobs,
     PolicyJob,
     in_flight_sessions,
+    run_policy_job,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +145,51 @@ def test_a_worker_holds_one_jobs_further_sessions_at_a_time(server, tmp_path):
     finally:
         jobs.close()
     assert server_stats(server.address)["sessions"] == 0
+
+
+def test_eight_clients_of_an_eight_session_server_are_all_served(tmp_path):
+    """A worker's extra sessions are spares, given up to a client that has none: with one
+    worker holding its first session and 3 spares (as one playing 4 episodes at once
+    does), 7 `rolltape eval` processes started at once on a `--max-sessions 8` server are
+    all served (before, the third was answered BUSY). The worker whose spares were taken
+    plays its episodes on the session it kept, and every client's tapes are the same."""
+    s = Server("--max-sessions", "8", what=("CartPole-v1", "--max-episode-steps", "30"))
+    address, jobs, procs = s.address, OpenJobs(), []
+    holder = PolicyJob(env=env_spec(f"{address}/CartPole-v1", max_episode_steps=30),
+                       policy="random", in_flight=IN_FLIGHT,
+                       episodes=Episodes("policy", range(6), seed=0, tapes=str(tmp_path / "h")))
+    (tmp_path / "h").mkdir()
+    try:
+        assert len(in_flight_sessions(holder, jobs.get(holder, lambda m: None))) == IN_FLIGHT
+        assert server_stats(address)["spare"] == IN_FLIGHT - 1
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "rolltape.cli", "eval", f"{address}/CartPole-v1",
+             "--policy", "random", "--episodes", "6", "--seed", "0", "--max-episode-steps",
+             "30", "--workers", "1", "--no-report", "--out", str(tmp_path / f"c{k}")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(7)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 7, [err for _, err in outs]
+        assert server_stats(address)["reclaimed"] >= IN_FLIGHT - 1  # at least the holder's
+        messages: list = []
+        run_policy_job(holder, messages.append, jobs)  # on the session it kept
+        assert sorted(m[1]["index"] for m in messages if m[0] == "episode") == list(range(6))
+        assert not [m for m in messages if m[0] == "episode_failed"]
+    finally:
+        jobs.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        stats = server_stats(address)
+        s.stop()
+    assert stats["sessions"] == 0
+    for i in range(6):
+        name = f"policy-{i:04d}.npz"
+        mine = Tape.load(tmp_path / "h" / name)
+        for k in range(7):
+            theirs = Tape.load(tmp_path / f"c{k}" / "tapes" / name)
+            assert np.array_equal(mine.actions, theirs.actions), (k, name)
+            assert np.array_equal(mine.rewards, theirs.rewards), (k, name)
 
 
 def test_sessions_per_worker_leave_room_for_every_worker():

@@ -135,7 +135,7 @@ def test_what_the_env_raised_comes_back_as_its_own_type_and_message():
     assert last_line(info.value) == last_line(KeyError("no 'x': here"))
     for sentence in ("the env raised nothing", "the env raised not a name: x", "boom"):
         assert P.raised_from(sentence) is None
-        assert type(row_error(sentence)) is RuntimeError
+        assert type(row_error(sentence, "tcp://h:1")) is RuntimeError
 
 
 def test_an_ok_reply_is_returned_and_a_tape_keeps_the_local_spec():

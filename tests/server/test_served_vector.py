@@ -133,6 +133,38 @@ def test_a_raising_sub_env_fails_only_its_episode(tmp_path, fault, words):
             tape_bytes(tmp_path / "local" / "tapes" / name), name
 
 
+def test_a_hung_sub_env_fails_only_its_episode_with_one_sentence(tmp_path):
+    """Episode 2 (seed 12) hangs at its third step on a `--num-envs 4 --request-timeout 1`
+    server: the server cuts that sub-env's step and builds it again, so that episode alone
+    fails, in one sentence naming the server, and the other 7 finish as a local run's. A
+    one-env session's hung episode says the same."""
+    s = Server("--num-envs", "4", "--request-timeout", "1",
+               what=(TOY, "--env-kwargs", "fault='hang'", "--env-kwargs", "at_seed=12"))
+    kw = dict(episodes=8, seed=10, report=False, workers=1)
+    try:
+        runs = {how: evaluate(f"{s.address}/{TOY}", "random", batched_inference=batched,
+                              env_kwargs={"fault": "hang", "at_seed": 12},
+                              out=tmp_path / how, **kw)
+                for how, batched in (("vector", True), ("one-env", False))}
+        assert sessions(s.address) == 0
+    finally:
+        s.stop()
+    local = evaluate(TOY, "random", env_kwargs={"fault": "hang", "at_seed": 99},
+                     out=tmp_path / "local", **kw)  # no episode hangs here
+    sentence = (f"TimeoutError: the env served at {s.address} hung: it took more than 1 s "
+                "to answer step (the server's --request-timeout)")
+    for how, run in runs.items():
+        (failed,) = run.results.failed
+        assert (failed["index"], failed["seed"], failed["error"]) == (2, 12, sentence), how
+        rows = run.results.to_json()["episodes_rows"]
+        assert [r["index"] for r in rows] == [0, 1, 3, 4, 5, 6, 7], how
+        for r in rows:
+            name = Path(r["tape"]).name
+            mine, theirs = (Tape.load(p / "tapes" / name) for p in (run.path, local.path))
+            assert np.array_equal(mine.actions, theirs.actions), (how, name)
+            assert np.array_equal(mine.rewards, theirs.rewards), (how, name)
+
+
 def test_a_killed_server_stops_the_batched_run_and_resume_finishes(tmp_path):
     """Long episodes so the kill lands mid-run: finished episodes are kept, --resume on a
     new server plays the rest, and the tapes equal a local per-row run's (random actions)."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-from rolltape.errors import UsageError
+from rolltape.errors import SessionReclaimed, UsageError
 
 #: Sessions a worker plays at once: measured on 2 cores (HalfCheetah, PPO MLP, one
 #: worker), a served step cost 390 us alone, 210 us with 2 sessions, 150 us with 4 and
@@ -52,12 +52,14 @@ def sessions_per_worker(max_sessions: int, workers: int) -> int:
 
 
 Episode = Generator[Any, tuple[Any, ...], dict[str, Any]]
+_END = object()  # no episode is left
 
 
 def play_in_flight(slots: list[list[Any]], episodes: Iterable[Any],
                    play: Callable[[Any, Any, Any], Episode],
                    finished: Callable[[Any, dict[str, Any]], None],
-                   failed: Callable[[int, Any, Exception], None] | None) -> None:
+                   failed: Callable[[int, Any, Exception], None] | None,
+                   reclaimed: Callable[[int], None] | None = None) -> None:
     """Play ``episodes`` on ``slots`` (``[env, policy]`` each, the env with
     ``step_async``/``step_wait``); a slot whose episode ends takes the next one.
 
@@ -66,18 +68,55 @@ def play_in_flight(slots: list[list[Any]], episodes: Iterable[Any],
     and returns the tape's fields); ``finished(episode, fields)`` takes each finished
     episode; ``failed(slot, episode, exc)`` is told of an episode whose env or policy raised,
     and must put a fresh env in ``slots[slot]`` (the old one may be half-way through a
-    call). Bad input, a gone server (OSError) and interrupts stop it.
+    call), or raise SessionReclaimed when the server has no room for one. A slot whose spare session the server gave to another client
+    (:class:`SessionReclaimed`) plays no more: its episode is played again from its reset
+    on another slot (the same tape: it is reset with its own seed), and
+    ``reclaimed(slot)`` is told, to close it. Bad input, a gone server (OSError) and
+    interrupts stop it.
     """
     todo = iter(episodes)
+    again: list[Any] = []  # episodes of reclaimed slots, played again before the others
+    retired: set[int] = set()
     playing: dict[int, tuple[Any, Episode]] = {}
 
+    def take() -> tuple[bool, Any]:
+        """(True, the next episode), or (False, None) when none is left."""
+        if again:
+            return True, again.pop()
+        episode = next(todo, _END)
+        return episode is not _END, episode
+
     def fail(s: int, episode: Any, exc: Exception) -> None:
+        if isinstance(exc, SessionReclaimed) and len(retired) + 1 < len(slots):
+            retire(s, episode)
+            return
         if isinstance(exc, (UsageError, OSError, MemoryError)) or failed is None:
             raise exc  # not this episode's fault
-        failed(s, episode, exc)
+        try:
+            failed(s, episode, exc)
+        except SessionReclaimed:  # no spare session to replace the failed one: play on
+            if len(retired) + 1 >= len(slots):
+                raise
+            retire(s, None)
+
+    def retire(s: int, episode: Any) -> None:
+        """Slot ``s`` plays no more; ``episode`` (unless None) is played again elsewhere."""
+        retired.add(s)
+        if reclaimed is not None:
+            reclaimed(s)
+        if episode is None:
+            return
+        again.append(episode)
+        for idle in range(len(slots)):  # a slot with nothing left to play takes it
+            if idle not in playing and idle not in retired:
+                begin(idle)
+                break
 
     def begin(s: int) -> None:
-        for episode in todo:
+        while s not in playing and s not in retired:
+            more, episode = take()
+            if not more:
+                return
             env, policy = slots[s]
             steps = play(env, policy, episode)
             try:
@@ -86,7 +125,6 @@ def play_in_flight(slots: list[list[Any]], episodes: Iterable[Any],
                 fail(s, episode, exc)
                 continue
             playing[s] = (episode, steps)
-            return
 
     for s in range(len(slots)):
         begin(s)

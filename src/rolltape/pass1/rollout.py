@@ -29,7 +29,7 @@ from rolltape.envs import (
     check_render_mode,
     make_env,
 )
-from rolltape.errors import EnvRaised, UsageError
+from rolltape.errors import EnvRaised, SessionReclaimed, UsageError
 from rolltape.pass1.clock import with_clock
 from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
@@ -369,15 +369,26 @@ def _play_sessions(job: PolicyJob, opened: Opened, sessions: list[list[Any]], se
     def reopen(s: int, ep: EpisodeJob, exc: Exception) -> None:
         failed(ep, exc)
         sessions[s][0].close()  # it may be half-way through a call: a new session
-        sessions[s][0] = open_env(job.env)
         if s == 0:  # the job's own session (the others are opened.more's rows)
-            opened.env = sessions[0][0]
+            sessions[0][0] = opened.env = open_env(job.env)
+            return
+        try:  # a spare again: a client that has no session may need this room more
+            sessions[s][0] = opened.env.another()
+        except UsageError:  # the server is full now: play on without this slot
+            raise SessionReclaimed("the server has no room for a spare session") from None
+
+    def give_up(s: int) -> None:
+        """The server gave spare session ``s`` to another client: close it, play on
+        without it (a later piece opens spares again while the server has room)."""
+        sessions[s][0].close()
+        opened.more = [row for row in opened.more if row is not sessions[s]]
+
 
     play_in_flight(sessions, job.episodes,
                    lambda env, policy, ep: play_episode(env, policy, ep.seed, None,
                                                         job.success_key),
                    lambda ep, fields: save_episode(job, ep, opened.policy.description,
-                                                   fields, send), reopen)
+                                                   fields, send), reopen, give_up)
 
 
 def in_flight_sessions(job: PolicyJob, opened: Opened) -> list[list[Any]]:
@@ -393,7 +404,7 @@ def in_flight_sessions(job: PolicyJob, opened: Opened) -> list[list[Any]]:
         policy = opened.policy.fork()
         if policy is None:
             break
-        try:
+        try:  # a spare: only while the server has room; given up to a client with none
             env = opened.env.another()
         except UsageError:  # the server is busy: play on the sessions it gave
             break

@@ -96,7 +96,7 @@ class ServedVector:
     def _facts(self, reply: dict[str, Any]) -> list[Facts]:
         physics = reply.get("physics")
         return [Facts(None if physics is None else physics[k], info.get(self.key),
-                      info.get("metrics"), _said(error))
+                      info.get("metrics"), _said(error, self.remote.address))
                 for k, (info, error) in enumerate(zip(reply["info"], reply["errors"]))]
 
     def reset(self, seeds: list[int | None], mask: np.ndarray) -> tuple[Any, list[Any]]:
@@ -217,10 +217,11 @@ def _state_reader(env: Any) -> Callable[[], np.ndarray | None]:
     return state
 
 
-def _said(error: str | None) -> str | None:
-    """A row's error as a failed episode says it, 'ValueError: boom', as a local env's."""
+def _said(error: str | None, address: str) -> str | None:
+    """A row's error as a failed episode says it, 'ValueError: boom', as a local env's
+    (a hung sub-env's: 'TimeoutError: the env served at ADDRESS hung: ...')."""
     if error is None:
         return None
     from rolltape.server.client import row_error
 
-    return last_line(row_error(error))
+    return last_line(row_error(error, address))

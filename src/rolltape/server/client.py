@@ -31,7 +31,7 @@ import numpy as np
 
 from rolltape.address import DEFAULT_TIMEOUT, TOKEN_FILE_VARIABLE, read_token
 from rolltape.envs import make_env, split_physics
-from rolltape.errors import UsageError
+from rolltape.errors import SessionReclaimed, UsageError
 from rolltape.server import protocol as P
 
 
@@ -136,19 +136,24 @@ def expect_ok(reply: dict[str, Any], address: str, what: str) -> dict[str, Any]:
                          "or start it with a larger --max-sessions.")
     if status == P.UNAUTHORIZED:
         raise UsageError(f"The env server at {address} refused the request: {error}.")
+    if status == P.STALE and reply.get("reclaimed"):
+        raise SessionReclaimed(f"The env server at {address} gave this spare session to "
+                               "another client.")
     if status == P.STALE:
         raise ServerGone(f"The env server at {address} answered {what} STALE ({error}); the "
                          "episode cannot go on there.")
-    raised = P.raised_from(error)
+    raised = P.raised_from(error) or P.hung_from(error, address)
     if raised is not None:  # the env's own exception, as a local env would have raised it
         raise raised
     raise RuntimeError(f"the env server at {address} answered {what} with an error: {error}")
 
 
-def row_error(sentence: str) -> Exception:
+def row_error(sentence: str, address: str) -> Exception:
     """A vector row's error as the exception it stands for: what the env raised
-    (:class:`EnvRaised`), else a RuntimeError saying the server's sentence."""
-    return P.raised_from(sentence) or RuntimeError(sentence)
+    (:class:`EnvRaised`), a hung env's TimeoutError naming the server, else a RuntimeError
+    saying the server's sentence."""
+    return (P.raised_from(sentence) or P.hung_from(sentence, address)
+            or RuntimeError(f"the env server at {address} says: {sentence}"))
 
 
 def served_name(spec: dict[str, Any]) -> str | None:
@@ -246,7 +251,7 @@ class ServedLives:
 class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
     """A Gymnasium env whose steps run on a ``rolltape serve`` session."""
 
-    def __init__(self, spec: dict[str, Any], local: Any) -> None:
+    def __init__(self, spec: dict[str, Any], local: Any, spare: bool = False) -> None:
         self.served_spec = spec
         self.spec_dict = local_spec(spec)
         self.address = spec["served"]["address"]
@@ -273,7 +278,7 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
             self.get_action_meanings = self._action_meanings
         try:
             reply = self._ok(self.conn.call("open", expect=self.descriptor,
-                                            env=served_name(spec)), "open")
+                                            env=served_name(spec), spare=spare), "open")
         except BaseException:
             self.conn.close()
             raise
@@ -291,9 +296,11 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
             local.close()
 
     def another(self) -> RemoteEnv:
-        """A new session of the same env on the same server (a worker playing several
-        episodes at once holds one per episode); UsageError when the server is busy."""
-        return RemoteEnv(self.served_spec, self)
+        """A spare session of the same env on the same server (a worker playing several
+        episodes at once holds one per episode): opened only while the server has room
+        (else UsageError), and given up to a client that has no session when the server
+        is full (its next request raises SessionReclaimed)."""
+        return RemoteEnv(self.served_spec, self, spare=True)
 
     @property
     def unwrapped(self) -> RemoteEnv:

@@ -83,6 +83,32 @@ def raised_from(sentence: str) -> EnvRaised | None:
     return EnvRaised(kind, message) if colon and kind.isidentifier() else None
 
 
+_HUNG = "the env hung: "
+
+
+def env_hung(op: str, seconds: float) -> str:
+    """The sentence an ERROR reply (or a vector row's error) gives for an env call that the
+    server cut at its ``--request-timeout``.
+
+    >>> env_hung("step", 3)
+    "the env hung: it took more than 3 s to answer step (the server's --request-timeout)"
+    """
+    return f"{_HUNG}it took more than {seconds:g} s to answer {op} (the server's --request-timeout)"
+
+
+def hung_from(sentence: str, address: str) -> EnvRaised | None:
+    """A hung env's :func:`env_hung` sentence as its episode's failure (a TimeoutError of
+    the env served at ``address``, read as a local env's exception is); None for any other.
+
+    >>> str(hung_from(env_hung("step", 3), "tcp://h:1"))
+    "the env served at tcp://h:1 hung: it took more than 3 s to answer step (the server's --request-timeout)"
+    """
+    if not sentence.startswith(_HUNG):
+        return None
+    return EnvRaised("TimeoutError", f"the env served at {address} hung: "
+                                     f"{sentence[len(_HUNG):]}")
+
+
 class ProtocolError(ValueError):
     """A message that is not a well-formed request or reply (the server answers ERROR)."""
 

@@ -14,7 +14,13 @@ message gets an ERROR reply while the others keep being served.
 opens it): a vector session's reset and step requests carry one seed / one action row per
 sub-env and get one reply with the observations stacked, rewards and flags as arrays, an
 info, a physics row and an error (nil, or the sentence of a sub-env that raised) per
-sub-env. A sub-env that raises is rebuilt and must be reset; only its own row says so.
+sub-env. A sub-env that raises, or hangs past --request-timeout, is rebuilt and must be
+reset; only its own row says so, and the session's other sub-envs play on.
+
+A session opened as a ``spare`` (a pass-1 worker's extra session, to play several episodes
+at once) is opened only while the server has room, and is given up to a client that opens
+its first session on a full server: its owner is answered STALE with ``reclaimed`` and
+plays that episode again on a session it keeps.
 
 May import: envs, flags, server.protocol, server.address, server.frames, errors, suites (to read a
 manifest), and pass2.backends (to pick the GL backend of render requests). Never: policies, pass 1, the
@@ -29,6 +35,7 @@ import secrets
 import signal
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -166,7 +173,7 @@ class Session:
     """One client's env (or sub-envs): its generation, the last request id it used, when it
     was last seen."""
 
-    envs: list[Any]  # one, or a vector session's sub-envs
+    envs: list[Any]  # one, or a vector session's sub-envs (None: one gone, see _rebuild)
     served: Served
     vector: bool = False  # opened with num_envs: its requests carry a row per sub-env
     gen: int = 0
@@ -175,6 +182,7 @@ class Session:
     reset_done: bool = False
     drawer: FrameDrawer | None = None
     ready: list[bool] = field(default_factory=list)  # per sub-env: reset since built
+    spare: bool = False  # a worker's extra session: given up to a client that has none
 
     @property
     def env(self) -> Any:
@@ -197,6 +205,10 @@ class EnvServer:
         self.refused, self._refused_logged = 0, -1.0  # requests without the right token
         self.sessions: dict[str, Session] = {}
         self.opened = 0
+        # Spare sessions given to clients that had none (newest last), so that their
+        # owner's next request is told why (a bounded memory: a sid is never reused).
+        self.reclaimed: OrderedDict[str, None] = OrderedDict()
+        self.reclaimed_count = 0
         self.stopping = False
         self.stopped_by: int | None = None  # the signal that stopped serve_forever
         self._ops = {op: getattr(self, f"_op_{op}") for op in P.OPS}
@@ -309,8 +321,9 @@ class EnvServer:
         except _Timeout:  # the env may be half-way through a call: its session is not reused
             if message and message.get("sid") is not None:
                 self.sessions.pop(message["sid"], None)
-            reply = {"status": P.ERROR, "error": f"the env took more than "
-                     f"{self.cfg.request_timeout:g} s to answer; its session is closed"}
+            reply = {"status": P.ERROR,
+                     "error": P.env_hung(message["op"] if message else "the request",
+                                         self.cfg.request_timeout)}
         except Exception as exc:  # the env failed this call: say so, keep serving
             reply = {"status": P.ERROR, "error": P.env_raised(exc)}
         reply.setdefault("rid", rid)
@@ -338,6 +351,9 @@ class EnvServer:
         """The session a request names, or the STALE reply it gets."""
         sid = message.get("sid")
         session = self.sessions.get(sid) if sid is not None else None
+        if session is None and sid in self.reclaimed:
+            return {"status": P.STALE, "reclaimed": True, "error": "this spare session was "
+                    "given to another client, as the server was full"}
         if session is None:
             return {"status": P.STALE, "error": "the session is not open on this server (it "
                     "was closed, timed out, or the server restarted)"}
@@ -352,6 +368,23 @@ class EnvServer:
             session.last_rid = message["rid"]
         return session
 
+    def _reclaim(self) -> bool:
+        """Close the newest spare session, for a client that has no session yet; False when
+        every session is a client's first. A worker opens spares only while the server has
+        room (``open`` with ``spare``), to play several episodes at once; the one whose
+        spare is taken is answered STALE with ``reclaimed`` and plays that episode again on
+        a session it keeps, so every client that fits --max-sessions with one session is
+        served."""
+        spares = [sid for sid, session in self.sessions.items() if session.spare]
+        if not spares:
+            return False
+        self._close_session(spares[-1])
+        self.reclaimed[spares[-1]] = None
+        while len(self.reclaimed) > 4096:
+            self.reclaimed.popitem(last=False)
+        self.reclaimed_count += 1
+        return True
+
     def _drop_idle(self) -> None:
         now = time.monotonic()
         for sid, session in list(self.sessions.items()):
@@ -365,7 +398,8 @@ class EnvServer:
         if session is not None:
             try:
                 for env in session.envs:
-                    env.close()
+                    if env is not None:  # a sub-env that could not be built again
+                        env.close()
             finally:
                 if session.drawer is not None:
                     session.drawer.close()
@@ -447,14 +481,18 @@ class EnvServer:
                                   not 1 <= count <= self.cfg.num_envs):
             raise P.ProtocolError(f"'num_envs' must be nil or an integer from 1 to "
                                   f"{self.cfg.num_envs} (this server's --num-envs)")
-        if len(self.sessions) >= self.cfg.max_sessions:
+        spare = message.get("spare", False)
+        if type(spare) is not bool:
+            raise P.ProtocolError("'spare' must be true or false")
+        if len(self.sessions) >= self.cfg.max_sessions and (spare or not self._reclaim()):
             return {"status": P.BUSY, "error": f"the server already serves its "
                     f"--max-sessions {self.cfg.max_sessions} session(s)"}
         self.opened += 1
         sid = f"{self.boot}-{self.opened}-{secrets.token_hex(4)}"
         envs = [make_env(served.spec) for _ in range(count or 1)]
         self.sessions[sid] = Session(envs=envs, served=served, vector=count is not None,
-                                     last_rid=message["rid"], ready=[False] * len(envs))
+                                     last_rid=message["rid"], ready=[False] * len(envs),
+                                     spare=spare)
         return {"status": P.OK, "sid": sid, "gen": 0, "physics": served.nq_nv,
                 "num_envs": len(envs)}
 
@@ -508,14 +546,14 @@ class EnvServer:
         for i in rows:
             env = session.envs[i]
             try:
+                if env is None:  # it could not be built again after it failed: try again
+                    env = session.envs[i] = self._timed(lambda: make_env(session.served.spec))
                 results.append(self._timed(lambda: env.reset(seed=seeds[i])))
                 session.ready[i] = True
                 errors.append(None)
-            except _Timeout:
-                raise
-            except Exception as exc:  # this sub-env failed: only its row says so
+            except Exception as exc:  # this sub-env failed or hung: only its row says so
                 results.append((None, {}))
-                errors.append(self._rebuild(session, i, exc))
+                errors.append(self._rebuild(session, i, exc, "reset"))
         session.gen += 1
         session.reset_done = True
         return {"status": P.OK, "gen": session.gen, **self._rows(session, rows, results, errors)}
@@ -542,11 +580,9 @@ class EnvServer:
             action = actions[i]
             try:
                 obs, reward, term, trunc, info = self._timed(lambda: env.step(action))
-            except _Timeout:
-                raise
-            except Exception as exc:  # this sub-env failed: only its row says so
+            except Exception as exc:  # this sub-env failed or hung: only its row says so
                 results.append((None, {}))
-                errors.append(self._rebuild(session, i, exc))
+                errors.append(self._rebuild(session, i, exc, "step"))
                 continue
             # As AsyncVectorEnv stacks them: float64 (None becomes NaN), bools.
             rewards[i] = np.nan if reward is None else reward
@@ -556,15 +592,24 @@ class EnvServer:
         return {"status": P.OK, "reward": rewards, "terminated": terminated,
                 "truncated": truncated, **self._rows(session, range(n), results, errors)}
 
-    def _rebuild(self, session: Session, i: int, exc: Exception) -> str:
-        """Replace sub-env ``i`` after it raised (it may be half-way through a call); return
-        what its row's error says."""
-        try:
-            session.envs[i].close()
-        except Exception:  # a broken env may fail to close too: it is dropped anyway
-            pass
-        session.envs[i] = make_env(session.served.spec)
+    def _rebuild(self, session: Session, i: int, exc: Exception, op: str) -> str:
+        """Replace sub-env ``i`` after it raised or hung past --request-timeout (it may be
+        half-way through a call); return what its row's error says. Only that sub-env's
+        episode fails: the session and its other sub-envs serve on. One that cannot be
+        built again now is left None: its next reset tries again."""
+        old, session.envs[i] = session.envs[i], None
         session.ready[i] = False
+        if old is not None:
+            try:
+                self._timed(old.close)
+            except Exception:  # a broken env may fail (or hang) to close: dropped anyway
+                pass
+        try:
+            session.envs[i] = self._timed(lambda: make_env(session.served.spec))
+        except Exception:  # left None: its next reset tries again, and says why if it fails
+            pass
+        if isinstance(exc, _Timeout):
+            return P.env_hung(op, self.cfg.request_timeout)
         return P.env_raised(exc)
 
     def _rows(self, session: Session, rows: Any, results: list[tuple[Any, Any]],
@@ -628,7 +673,9 @@ class EnvServer:
         return {"status": P.OK}
 
     def _op_stats(self, message: dict[str, Any]) -> dict[str, Any]:
-        return {"status": P.OK, "sessions": len(self.sessions), "opened": self.opened}
+        return {"status": P.OK, "sessions": len(self.sessions), "opened": self.opened,
+                "spare": sum(session.spare for session in self.sessions.values()),
+                "reclaimed": self.reclaimed_count}
 
 
 def _obs(obs: Any) -> Any:
