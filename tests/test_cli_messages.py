@@ -24,3 +24,4 @@ def test_a_stopped_server_verb_is_not_told_to_rerun() -> None:
         said = interrupted_line(Interrupted(15), [verb, "runs/x"])
         assert said.startswith("Interrupted (SIGTERM)") and "rerun" not in said, said
     assert "rerun it to finish" in interrupted_line(Interrupted(15), ["eval", "--env", "X"])
+

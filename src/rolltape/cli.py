@@ -375,7 +375,8 @@ def fell_back(mode: str | None, verified: bool | None) -> bool:
 
 
 def gl_name(backend: str | None) -> str:
-    """The GL backend that drew a video, or "no GL" for frames the env draws itself (ALE)."""
+    """The GL backend that drew a video, or "no GL" for frames the env draws itself (ALE's
+    screens, pygame's classic control and Box2D)."""
     return backend or "no GL"
 
 

@@ -156,6 +156,7 @@ def _scenario(env_id: str, name: str, folder: Path) -> dict[str, Any]:
         pixels: dict[str, list[str]] = {}
         for (n, _, _), result in zip(jobs, results):
             assert result is not None and result.verified and result.checked == "observations"
+            assert result.backend is None  # pygame's or ALE's frames: no GL backend drew them
             pixels.setdefault(n, []).extend(_sha(f) for f in read_frames(result.outputs[0]))
         out["rt_pixels"] = pixels
     return out

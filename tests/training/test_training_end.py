@@ -93,4 +93,4 @@ def test_close_returns_in_about_its_timeout_with_videos_waiting(tmp_path: Path) 
     started = time.monotonic()
     with pytest.warns(RecordingWarning, match="rolltape render .* --out"):
         env.close()
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 0.5 + 5 + 2  # the timeout, the workers stopping

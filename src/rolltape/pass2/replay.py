@@ -294,7 +294,7 @@ class _Replayer:
         return obs
 
     def run(self, req: RenderRequest) -> RenderResult:
-        from rolltape.envs import is_atari, mujoco_warnings
+        from rolltape.envs import _may_load_mujoco, mujoco_warnings
         from rolltape.pass2.encode import open_writer
 
         start = time.perf_counter()
@@ -378,8 +378,9 @@ class _Replayer:
             raise
         return RenderResult(
             tape=req.tape, outputs=tuple(outputs), mode=mode,
-            # ALE draws its own screen: a worker's GL backend (a warm one's) drew nothing.
-            backend=self.backend if draw and not is_atari(spec["id"]) else None,
+            # Only MuJoCo draws with the worker's GL backend: ALE's screens and pygame's
+            # frames (classic control, Box2D) are drawn without it, so none is named.
+            backend=self.backend if draw and _may_load_mujoco(spec["id"]) else None,
             steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
             checked=None if req.mode == "restore" else checked_by(tape, req),

@@ -274,7 +274,7 @@ class BackgroundRenderer:
              "said again.")
 
 
-_STOP_WAIT = 1.0  # seconds close() waits, past its timeout, for the render thread to stop
+_STOP_WAIT = 5.0  # seconds close() waits, past its timeout, for the render workers to stop
 
 
 def render_command(job: VideoJob) -> str:
