@@ -106,3 +106,28 @@ def test_a_suite_task_its_env_cannot_build_is_refused_before_any_task_plays(tmp_
     text = refused(res, tmp_path / "r")
     assert "ALE/Pong-v5" in text and "frameskip" in text, text
     assert not (tmp_path / "played.txt").exists()
+
+
+PADDED = """\
+import gymnasium as gym
+import numpy as np
+
+
+class Padded(gym.ObservationWrapper):
+    \"\"\"Declares the env's observation space but returns one number more.\"\"\"
+
+    def observation(self, observation):
+        return np.append(observation, 0.0).astype(np.float32)
+"""
+
+
+def test_a_wrapper_chain_the_network_cannot_take_is_refused_before_pass_1(tmp_path) -> None:
+    """Its declared space fits the checkpoint; what it returns does not."""
+    from stable_baselines3 import PPO
+
+    PPO("MlpPolicy", "CartPole-v1", seed=0).save(tmp_path / "cp.zip")
+    (tmp_path / "badwrap.py").write_text(PADDED)
+    res = run_cli("eval", "CartPole-v1", "--policy", "sb3:cp.zip", "--wrapper",
+                  "badwrap:Padded", "-n", "3", "-o", "r", "-q", cwd=tmp_path)
+    text = refused(res, tmp_path / "r")
+    assert "cannot act on what its wrappers (badwrap:Padded)" in text and "1x5" in text

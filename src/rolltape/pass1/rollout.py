@@ -35,7 +35,7 @@ from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
 from rolltape.pass1.inflight import play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
-from rolltape.policies import Policy, load_policy
+from rolltape.policies import Policy, SB3Policy, load_policy
 from rolltape.record import Episode, EpisodeKey
 from rolltape.tape import Tape, finite_or_none
 
@@ -308,6 +308,8 @@ class OpenJobs:
             policy = load_policy(job.policy, wrapped.env if wrapped else env,
                                  vecnormalize=job.vecnormalize, algo=job.algo,
                                  deterministic=job.deterministic)
+            if wrapped is not None and isinstance(policy, SB3Policy) and job.episodes:
+                try_acting(job, wrapped, policy)
             policy = with_clock(policy, job.clock, (wrapped.env if wrapped else env).action_space)
         except BaseException:
             (wrapped or env).close()
@@ -325,6 +327,29 @@ class OpenJobs:
     def close(self) -> None:
         while self._open:
             self._open.popitem()[1].close()
+
+
+def try_acting(job: PolicyJob, wrapped: WrappedEnv, policy: Policy) -> None:
+    """Before any episode of a checkpoint behind wrappers: reset the chain once (with the
+    first episode's seed, which that episode resets with again) and let the policy act on
+    what it gives, so that a chain whose observations the network cannot take (a wrapper
+    that declares one shape and returns another) is one sentence before pass 1, not every
+    episode failing in it. The chain is built afresh for each episode, the tap restarted."""
+    seed = job.episodes[0].seed
+    try:
+        obs, _ = wrapped.fresh().reset(seed=seed)
+        policy.reset(seed)
+        policy.act(obs)
+    except (UsageError, OSError, MemoryError):
+        raise
+    except Exception as exc:
+        text = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise UsageError(f"--policy {job.policy} cannot act on what its wrappers "
+                         f"({', '.join(wrapped.names)}) make of env '{job.env['id']}' "
+                         f"({type(exc).__name__}: {text}); use the wrappers it was trained "
+                         "with.") from None
+    finally:
+        wrapped.tap.begin(None)
 
 
 def run_policy_job(job: PolicyJob, send: Any, opened: OpenJobs | None = None) -> None:
