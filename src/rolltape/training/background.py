@@ -101,6 +101,9 @@ class BackgroundRenderer:
         self._closed = False
         self._diverged_envs: set[str] = set()  # envs whose divergence was reported
         self.failed = 0  # videos that could not be rendered (the first is said, all counted)
+        # Set when a failure was said (here, or by the recorder for a tape it could not
+        # write): a full disk fails tapes and videos alike, and is said once, not per episode.
+        self.failure_said = False
 
     # -- the caller's side -------------------------------------------------------------
     def submit(self, job: VideoJob) -> bool:
@@ -164,9 +167,6 @@ class BackgroundRenderer:
         # Bounded: the thread stops its workers within a few seconds, on its own (a daemon;
         # at exit, _stop_at_exit waits for it), so close returns in about ``timeout``.
         self._thread.join(_STOP_WAIT)
-        if self.failed > 1:
-            warn(f"{self.failed} videos could not be rendered in all (the first said why); "
-                 "their tapes are kept for `rolltape render`.")
         return left_over
 
     # -- the render thread -------------------------------------------------------------
@@ -232,10 +232,12 @@ class BackgroundRenderer:
         if any(r is None for r in mine):
             done.error = error or "the render worker gave no result"
             self.failed += 1
-            if self.failed == 1:  # a full disk fails every video alike: said once, counted
+            if not self.failure_said:  # a full disk fails every video alike: said once
+                self.failure_said = True
                 warn(f"The video {job.name} could not be rendered ({done.error}); training "
-                     f"goes on and its tape is kept: `rolltape render {' '.join(job.tapes)}`. "
-                     "Later videos that fail are counted, and said at close.")
+                     f"goes on and its tape is kept: `{render_command(job)}`. Later videos "
+                     "or tapes that fail are counted (RecordTape.renderer.failed, "
+                     "write_failures), not said again.")
         else:
             results = [r for r in mine if r is not None]
             done.results = results

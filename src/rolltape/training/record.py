@@ -352,10 +352,13 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
             tape.save(path)
         except OSError as exc:  # a full disk: nothing half-written (atomic), training goes on
             self.write_failures += 1
-            if self.write_failures == 1:
+            said = self.renderer is not None and self.renderer.failure_said
+            if self.write_failures == 1 and not said:  # one sentence for a full disk
+                if self.renderer is not None:
+                    self.renderer.failure_said = True
                 warn(f"Could not write the tape {path} ({exc.strerror or exc}); training goes "
-                     "on without it, and later failures are counted in write_failures, not "
-                     "reported.")
+                     "on without it, and later tapes or videos that fail are counted "
+                     "(write_failures, renderer.failed), not said again.")
             return
         self._parts.append(str(path))
         self.tapes.append(str(path))
