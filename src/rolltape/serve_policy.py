@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stopped = serve_policy(parse_args(argv))
     except UsageError as exc:
-        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        print(f"rolltape: {exc}", file=sys.stderr, flush=True)  # as the CLI says it
         return 2
     if stopped is not None:
         print(f"Interrupted ({stopped}): stopped serving the policy; every session was closed.",
