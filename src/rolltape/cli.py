@@ -629,15 +629,19 @@ def diff_(
                                  help="Say where every parting episode parts, not only the first."),
     json_out: Optional[Path] = typer.Option(None, "--json",
                                             help="Also write the whole report to this file."),
+    html: Optional[Path] = typer.Option(None, "--html",
+                                        help="Also write the page (diff.html) to this file."),
 ) -> None:
     """Why two runs disagree: protocol card, first diverging step and field, its kind, the numbers."""
-    from rolltape.compare.diff import diff_runs, report_lines
+    from rolltape.compare.diff import diff_runs, report_lines, write_page
 
     report = diff_runs(run_a, run_b, episode=episode)
     if json_out is not None:
         from rolltape.outputs.artifacts import write_json
 
         write_json(json_out, report)
+    if html is not None:
+        write_page(report, html)
     for line in report_lines(report, explain=explain):
         out.print(line, highlight=False, markup=False)
 

@@ -161,8 +161,10 @@ def test_the_success_rule_counts_the_same_episodes_differently(runs):
 
 
 def test_the_cli_prints_the_card_then_the_first_divergence_then_the_numbers(runs, capsys):
+    page = runs["sign"].parent / "diff.html"
     assert main(["diff", str(runs["hopper"]), str(runs["sign"]), "--explain",
-                 "--episode", "1", "--json", str(runs["sign"].parent / "d.json")]) == 0
+                 "--episode", "1", "--json", str(runs["sign"].parent / "d.json"),
+                 "--html", str(page)]) == 0
     lines = capsys.readouterr().out.splitlines()
     text = "\n".join(lines)
     assert "policy.wrappers" in text
@@ -171,6 +173,9 @@ def test_the_cli_prints_the_card_then_the_first_divergence_then_the_numbers(runs
     assert lines[-1] == "verdict: differs"
     saved = json.loads((runs["sign"].parent / "d.json").read_text())
     assert saved["paired"] == 1
+    html = page.read_text()  # the cards side by side, the difference marked; the episode
+    assert '<span class="worse">policy.wrappers</span>' in html
+    assert "episode 1 (seed 1)" in html and "action_sign" in html and "<script" not in html
 
 
 def test_an_older_run_without_a_card_is_diffed_as_far_as_its_metadata_goes(runs, tmp_path):

@@ -22,6 +22,7 @@ import math
 import os
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rolltape import stats
@@ -86,7 +87,8 @@ def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str],
                  # an older run's card lacks every env fact: said once, not per field
                  "not_compared": sorted(set(unknown_a) | set(unknown_b))
                  or unknown,
-                 "a_has_card": not unknown_a, "b_has_card": not unknown_b},
+                 "a_has_card": not unknown_a, "b_has_card": not unknown_b,
+                 "a_card": card_a, "b_card": card_b},
         "episodes": [p.to_json() for p in pairs],
         "paired": len(pairs), "only_in": only,
         "kinds": dict(Counter(p.divergence.kind for p in pairs if p.divergence)),
@@ -238,6 +240,27 @@ def _verdict(pairs: list[Paired], card_diffs: dict[str, tuple[Any, Any]],
             and not any(p.outcome_differs for p in pairs):
         return "rounding only"
     return "differs"
+
+
+def write_page(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """diff.html: the cards side by side with their differences marked, where each episode
+    parts and what it is, and the numbers, in the run report's style (self-contained)."""
+    import time
+
+    from rolltape.files import write_text
+    from rolltape.outputs.report import _environment, _version
+
+    card = report["card"]
+    fa, fb = dict(flatten(card["a_card"])), dict(flatten(card["b_card"]))
+    differing = {d["field"] for d in card["differences"]}
+    rows = [{"field": name, "a": _short(fa.get(name)), "b": _short(fb.get(name)),
+             "differs": name in differing or any(name.startswith(f + ".") or
+                                                 name.startswith(f + "[") for f in differing)}
+            for name in list(fa) + [k for k in fb if k not in fa]]
+    html = _environment().get_template("diff.html.j2").render(
+        r=report, rows=rows, written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        rolltape_version=_version())
+    return write_text(path, html)
 
 
 def report_lines(report: dict[str, Any], explain: bool = False) -> list[str]:
