@@ -71,7 +71,7 @@ def env_spec(
         # script) does not have it on sys.path; pass-1 workers do.
         sys.path.insert(0, os.getcwd())
         try:
-            imported = importlib.import_module(module)
+            imported = import_env_module(module, name)
         except ImportError as exc:
             raise UsageError(f"Cannot import '{module}' for env '{env_id}' ({exc}); run "
                              "from the folder that holds it.") from None
@@ -172,7 +172,7 @@ def _module_factory(env_id: str) -> str:
     module, colon, attr = env_id.partition(":")
     if not colon or attr in gym.registry:
         return env_id
-    creator = getattr(importlib.import_module(module), attr, None)
+    creator = getattr(import_env_module(module, attr), attr, None)
     if attr in gym.registry or not callable(creator):  # the import registered it after all
         return env_id
     gym_id = f"rolltape-module/{module}.{attr}"
@@ -307,7 +307,7 @@ def make_env(
         _collect_mujoco_warnings()
     gym_id = _load_user_env(spec["id"])
     if ":" in gym_id:
-        importlib.import_module(gym_id.partition(":")[0])
+        import_env_module(*gym_id.split(":", 1))
     else:
         register_atari(gym_id)
     kwargs = decode_kwargs(dict(spec.get("kwargs") or {}))
@@ -454,6 +454,25 @@ def _accepts(env_id: str, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def import_env_module(module: str, env_name: str) -> Any:
+    """Import the module that registers ``module:env_name``. Gymnasium-Robotics prints a
+    notice about its Dense Adroit envs at import, in every process (the orchestrator, each
+    worker); it is kept for the envs it concerns (AdroitHandDoor-v1, ...) and left out for
+    the others (a maze suite printed it 4 times)."""
+    if module == "gymnasium_robotics" and "gymnasium_robotics" not in sys.modules:
+        try:
+            from farama_notifications import notifications
+        except ImportError:
+            notifications = {}
+        notes = notifications.get("gymnasium_robotics")
+        # It names the Dense variants, whose rewards AdroitHandDoor-v1 (etc.) now are.
+        names = (env_name, env_name.replace("-v", "Dense-v"))
+        if isinstance(notes, dict) and not any(
+                name in str(text) for text in notes.values() for name in names):
+            notifications.pop("gymnasium_robotics", None)
+    return importlib.import_module(module)
 
 
 def mujoco_data(env: Any) -> Any | None:
