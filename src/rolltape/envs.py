@@ -463,7 +463,7 @@ def import_env_module(module: str, env_name: str) -> Any:
     the others (a maze suite printed it 4 times)."""
     if module == "gymnasium_robotics" and "gymnasium_robotics" not in sys.modules:
         try:
-            from farama_notifications import notifications
+            from farama_notifications import notifications  # type: ignore[import-untyped]
         except ImportError:
             notifications = {}
         notes = notifications.get("gymnasium_robotics")
