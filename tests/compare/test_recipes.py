@@ -106,6 +106,7 @@ def test_compare_rebuilds_the_recipe_comparison(compared, tmp_path):
     ("fast", "not NAME=SOURCE"),
     ("a b=sb3:x*.zip", "not NAME=SOURCE"),
     ("fast=sb3:/nowhere/seed*/m.zip", "matches no file"),
+    ("r=random", "names no checkpoints"),  # issue 34: a policy, not training runs
 ])
 def test_bad_recipes_are_one_line_and_leave_nothing(tmp_path, recipe, needle):
     out = tmp_path / "bad"

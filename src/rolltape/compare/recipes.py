@@ -60,6 +60,11 @@ def parse_recipes(texts: list[str]) -> dict[str, list[Entry]]:
         source = source.strip()
         if not source.startswith("sb3:"):
             source = f"sb3:{source}" if source.endswith(".zip") else source
+        if not source.startswith("sb3:"):  # 'random', a zoo folder, FILE.py: no training run
+            raise UsageError(f"--recipe {name}={source[:80]} names no checkpoints; a recipe's "
+                             "runs are SB3 checkpoints of separate trainings, e.g. "
+                             f"--recipe {name}='sb3:runs/{name}/seed*/model.zip' (compare a "
+                             "policy with random by `rolltape eval --baseline random`).")
         # A recipe's runs in path order (seed0, seed1, ...): they are runs, not checkpoints.
         entries = sorted(expand_policies([source]), key=lambda e: e.policy)
         recipes[name] = [Entry(label, e.policy, e.vecnormalize, e.steps)
