@@ -48,10 +48,16 @@ def train(out: Path, recipe: str, seed: int, timesteps: int) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    # The docstring's first paragraph, whole (its first line alone stopped mid-sentence),
+    # and every default shown.
+    parser = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, default=argparse.SUPPRESS,
+                        help="folder for OUT/<recipe>/seed<k>/ checkpoints")
     parser.add_argument("--seeds", type=int, default=3, help="training runs per recipe")
-    parser.add_argument("--timesteps", type=int, default=4096)
+    parser.add_argument("--timesteps", type=int, default=4096,
+                        help="training steps of each run")
     args = parser.parse_args()
     for recipe in RECIPES:
         for seed in range(args.seeds):

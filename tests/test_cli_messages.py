@@ -41,3 +41,14 @@ def test_the_dense_adroit_notice_is_printed_only_for_the_envs_it_names(
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert ("AdroitHandRelocateDense-v1" in done.stderr) == noticed, done.stderr[-500:]
+
+
+def test_train_recipes_help_is_whole_and_shows_its_defaults() -> None:
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_recipes.py"
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                          text=True, timeout=60)
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 0 and "compares (training runs per recipe" in said, said
+    assert "(default: 3)" in said and "(default: 4096)" in said and "None" not in said, said
