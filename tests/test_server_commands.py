@@ -35,9 +35,9 @@ def run(app: typer.Typer, *args: str) -> None:
     app(args=list(args), prog_name="rolltape", standalone_mode=False)
 
 
-def test_both_verbs_are_registered_with_parity_s_own_defaults(app: typer.Typer) -> None:
+def test_the_verbs_are_registered_with_parity_s_own_defaults(app: typer.Typer) -> None:
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    assert sorted(commands) == ["parity", "serve"]
+    assert sorted(commands) == ["parity", "serve", "serve-policy"]
     params = {p.name: p for p in commands["parity"].params}
     assert params["episodes"].default == 5  # a few whole episodes, not eval's 10
     assert {"vecnormalize", "algo", "env_kwargs", "max_episode_steps"} <= set(params)
