@@ -1,6 +1,7 @@
 """`--wrapper atari` on a served Atari game (issue 34, item 13): SB3's Atari wrappers ask
 the env itself for its action names, lives and np_random; a served game answers them as
-the local one does, so the served run's tapes are the local run's, action for action."""
+the local one does, and sends its emulator states, so the served run's tapes are the local
+run's, action for action and state for state. A zoo folder plays its env served."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ def test_atari_wrappers_on_a_served_game_play_the_local_games(tmp_path) -> None:
         # reset and the life-loss resets all happened as in the local games.
         assert np.array_equal(a.actions, b.actions) and np.array_equal(a.rewards, b.rewards)
         assert np.array_equal(a.obs_digest, b.obs_digest)
+        # The server sends the emulator's state with each reply: the served tape holds the
+        # local tape's states, byte for byte (what --mode restore draws from).
+        assert b.has_ale_state and np.array_equal(a.ale_state, b.ale_state)
+        assert np.array_equal(a.ale_state_offsets, b.ale_state_offsets)
     assert (a.actions[:5] == 0).any()  # (the game began with no-ops, as noop_max allows)
     assert served.metadata.facts["policy"]["wrappers"] == ["atari", "frame_stack=4"]
 

@@ -243,9 +243,29 @@ class ServedLives:
 
     def __init__(self) -> None:
         self.count = 0
+        self.state = b""
 
     def lives(self) -> int:
         return self.count
+
+    def keep(self, state: bytes) -> None:
+        """The emulator state the server sent with its last reply (a server that sends
+        none leaves the game without ``cloneState``: its tapes then hold no states)."""
+        self.state = state
+        self.cloneState = self._clone  # noqa: N815 (ALE's name, which AleLog calls)
+
+    def _clone(self, include_rng: bool = True) -> ServedState:
+        return ServedState(self.state)
+
+
+class ServedState:
+    """One serialized ALE state, as ``ALEState.serialize`` gives it."""
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+    def serialize(self) -> bytes:
+        return self.blob
 
 
 class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
@@ -310,7 +330,8 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         """An Atari game's action names, as ale-py's ``AtariEnv`` gives them."""
         return list(self._meanings or ())
 
-    def _saw(self, info: dict[str, Any], seed: int | None = None) -> None:
+    def _saw(self, info: dict[str, Any], seed: int | None = None,
+             state: bytes | None = None) -> None:
         """An Atari game's lives from a reply, and at a seeded reset its np_random as
         ``AtariEnv.seed_game`` derives it (so that SB3's NoopResetEnv draws the no-op
         counts a local game would)."""
@@ -321,6 +342,8 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
             self._np_random, _ = gym.utils.seeding.np_random(int(np_seed))
         if "lives" in info:
             self.ale.count = int(info["lives"])
+        if state is not None:
+            self.ale.keep(bytes(state))
 
     def physics_log(self) -> RemotePhysicsLog | None:
         return RemotePhysicsLog(self) if self.physics_dims is not None else None
@@ -335,7 +358,7 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         self.gen = reply["gen"]
         self.last_physics = reply.get("physics")
         info = reply.get("info") or {}
-        self._saw(info, seed)
+        self._saw(info, seed, reply.get("ale_state"))
         return reply["obs"], info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -355,7 +378,7 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
             self._ok(reply, "step")  # raises what the status calls for
         self.last_physics = reply.get("physics")
         info = reply.get("info") or {}
-        self._saw(info)
+        self._saw(info, state=reply.get("ale_state"))
         return reply["obs"], reply["reward"], reply["terminated"], reply["truncated"], info
 
     def state(self) -> np.ndarray | None:

@@ -510,7 +510,7 @@ class EnvServer:
         session.gen += 1
         session.reset_done = True
         return {"status": P.OK, "gen": session.gen, "obs": _obs(obs), "info": _info(info),
-                "physics": self._physics(session)}
+                "physics": self._physics(session), "ale_state": _ale_state(session.env)}
 
     def _op_step(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=True)
@@ -526,7 +526,7 @@ class EnvServer:
         return {"status": P.OK, "obs": _obs(obs),
                 "reward": None if reward is None else float(reward),
                 "terminated": bool(term), "truncated": bool(trunc), "info": _info(info),
-                "physics": self._physics(session)}
+                "physics": self._physics(session), "ale_state": _ale_state(session.env)}
 
     # -- vector sessions -----------------------------------------------------------------
 
@@ -770,3 +770,14 @@ def serve(cfg: ServeConfig) -> int | None:
     sys.stdout.flush()
     server.serve_forever()
     return server.stopped_by
+
+
+def _ale_state(env: Any) -> bytes | None:
+    """An Atari game's emulator state, its RNG included, serialized as a local tape stores
+    it (:class:`rolltape.envs.AleLog`): sent with each reset and step of a one-env session,
+    so that a served game's tapes hold the states a local game's do (``--mode restore``).
+    None for any other env."""
+    ale = getattr(env.unwrapped, "ale", None)
+    if ale is None or not hasattr(ale, "cloneState"):
+        return None
+    return bytes(ale.cloneState(include_rng=True).serialize())
