@@ -281,6 +281,9 @@ def test_tapes_without_mujoco_state_get_a_note_not_a_viewer(cartpole_run: Path) 
     info = export_viewer(cartpole_run)
     assert info["href"] is None and info["models_ok"] == {}
     assert "CartPole-v1" in info["note"] and "MuJoCo state" in info["note"]
+    assert "1 of the 1 tapes (CartPole-v1)" in info["note"]  # counted against the run's
+    one = export_viewer(cartpole_run, [cartpole_run / "tapes" / "policy-0000.npz"])
+    assert "1 of the 1 tapes (CartPole-v1)" in one["note"], one
     assert not (cartpole_run / "viewer").exists()
     assert run_cli("view", str(cartpole_run)).returncode == 2
 

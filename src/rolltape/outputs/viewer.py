@@ -428,10 +428,12 @@ def export_viewer(run_dir: str | os.PathLike[str],
             check_tape_env_module(tape.env_id, str(path))
         (loaded if tape.qpos is not None else skipped).append((path, tape))
     note_parts = []
-    if skipped:
+    if skipped:  # counted among the tapes looked at, and those against the run's
         envs = sorted({t.env_id for _, t in skipped})
-        note_parts.append(f"{len(skipped)} tape(s) of {', '.join(envs)} hold no MuJoCo state "
-                          "(qpos), so the 3D viewer cannot show them")
+        total = len(_run_tapes(run_dir, None))
+        among = f" chosen ({total} in the run)" if total != len(tapes) else ""
+        note_parts.append(f"{len(skipped)} of the {len(tapes)} tapes{among} ({', '.join(envs)}) "
+                          "hold no MuJoCo state (qpos), so the 3D viewer cannot show them")
     if not loaded:
         why = "; ".join(note_parts) or f"the run '{run_dir}' has no tapes"
         return {"href": None, "note": f"No 3D viewer: {why}.", "models_ok": {}, "tapes": []}
