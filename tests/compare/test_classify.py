@@ -71,6 +71,11 @@ def test_another_action_without_a_pattern_is_shown_as_it_is():
     assert "0.1" in d.b and repr(float(ACTIONS[3, 0])) in d.a  # both values, in full
 
 
+def test_actions_of_another_dtype_say_so():
+    d = judged(tape(), tape(ACTIONS.astype(np.float64)))
+    assert d.kind == "unclassified" and "float32[3] in A, float64[3] in B" in d.sentence
+
+
 @pytest.mark.parametrize("form,array", [("flip_vertical", IMAGE[::-1]),
                                         ("channels_reversed", IMAGE[..., ::-1]),
                                         ("transpose", IMAGE.swapaxes(0, 1))])

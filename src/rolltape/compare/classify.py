@@ -230,6 +230,10 @@ def _action(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[Any, An
             ) -> Divergence:
     t = d.step
     assert t is not None
+    if a.actions.dtype != b.actions.dtype or a.actions.shape[1:] != b.actions.shape[1:]:
+        return _named(d, "unclassified", f"{unclassified_sentence(d)} (the actions are "
+                      f"{a.actions.dtype}{list(a.actions.shape[1:])} in A, "
+                      f"{b.actions.dtype}{list(b.actions.shape[1:])} in B)")
     x = np.asarray(a.actions[t], dtype=np.float64).ravel()
     y = np.asarray(b.actions[t], dtype=np.float64).ravel()
     shift = _time_shift(a, b, t)
@@ -300,8 +304,9 @@ def _episode_end(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[An
     s_tape = a if shorter == "A" else b
     if a.length != b.length and d.step == s_tape.length - 1 and bool(s_tape.truncated[-1]) \
             and not s_tape.terminated[-1]:
-        limits = {k: v for k, v in card_diffs.items() if k.endswith("max_episode_steps")}
-        said = "".join(f" (card: time limit A {x}, B {y})" for x, y in limits.values())
+        limits = [v for k, v in card_diffs.items()
+                  if k.endswith((".horizon", ".max_episode_steps"))][:1]
+        said = "".join(f" (card: time limit A {x}, B {y})" for x, y in limits)
         return _named(d, "horizon", f"the same steps until {shorter}'s time limit cuts it at "
                                     f"{s_tape.length} steps while {other}'s plays on to "
                                     f"{max(a.length, b.length)}: a different horizon{said}",

@@ -64,11 +64,10 @@ def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str],
     card_a, unknown_a = read_card(a.run)
     card_b, unknown_b = read_card(b.run)
     card_diffs, unknown = card_differences(card_a, card_b)
-    keys = [k for k in a.rows if k in b.rows]
+    keys = [k for group in a.tasks().values() for k in group if k in b.rows]  # task order
     other = _other_envs(card_a, card_b)
     if other:  # the walk would compare two games: the card says enough
         keys = []
-    keys.sort(key=lambda k: (str(k[0] or ""), str(k[1] or ""), a.rows[k].key.index))
     if episode is not None:
         keys = [k for k in keys if a.rows[k].key.index == episode]
         if not keys:
@@ -179,6 +178,10 @@ def _pair(a: LoadedRun, b: LoadedRun, key: Key, card_diffs: dict[str, tuple[Any,
     ea, eb = a.rows[key], b.rows[key]
     ta, tb = Tape.load(a.run.tape_path(ea)), Tape.load(b.run.tape_path(eb))
     success = (a.successes([key])[0], b.successes([key])[0])
+    # The card fields of this episode's task (and those of the whole run), not other tasks'.
+    label = "env" if key[0] is None else f"{key[0]}/{key[1]}"
+    card_diffs = {k: v for k, v in card_diffs.items()
+                  if not k.startswith("envs.") or k.startswith(f"envs.{label}.")}
     d = first_divergence(ta, tb)
     if d is not None:
         d = classify(d, ta, tb, card_diffs)
