@@ -31,7 +31,7 @@ import numpy as np
 
 from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog, env_spec, mujoco_data, rng_state
 from rolltape.errors import UsageError
-from rolltape.pass1.fields import compact, kept_obs, tape_fields
+from rolltape.pass1.fields import digest_all, kept_obs, tape_fields
 from rolltape.pass2.formats import file_suffixes
 from rolltape.tape import Tape
 from rolltape.training.background import (
@@ -243,7 +243,7 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
             # so a tape checks each frame, a window begun mid-episode included.
             steps.append((_kept(action), reward, terminated, truncated, kept_obs(obs)))
             if not len(steps) % DIGEST_BATCH:
-                compact(steps)
+                _digest_last_batch(steps)
         if self.recording:
             self._record_frame(obs, terminated or truncated, info)
         if terminated or truncated:
@@ -375,6 +375,18 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if self.renderer is not None:
             self.renderer.submit(VideoJob(name, tuple(parts),
                                           output_paths(self.video_folder, name, self.formats)))
+
+
+def _digest_last_batch(steps: list[tuple[Any, ...]]) -> None:
+    """Replace the kept observations of the last :data:`DIGEST_BATCH` steps by their
+    digests (the same digests, computed a batch at a time), whatever their size: a long
+    training episode then holds a number per step, not an observation."""
+    last = steps[-DIGEST_BATCH:]
+    if not all(isinstance(step[-1], np.ndarray) for step in last):
+        return  # already digests (kept_obs digests what is not an array)
+    start = len(steps) - len(last)
+    for k, digest in enumerate(digest_all([step[-1] for step in last])):
+        steps[start + k] = (*last[k][:-1], int(digest))
 
 
 def _kept(action: Any) -> Any:
