@@ -623,7 +623,8 @@ def compare(
 @app.command("diff", cls=PanelCommand)
 def diff_(
     run_a: Path = typer.Argument(..., help="A run folder written by `rolltape eval`."),
-    run_b: Path = typer.Argument(..., help="Another run of the same env or suite, same seeds."),
+    run_b: Optional[Path] = typer.Argument(None, help="Another run of the same env or suite, "
+                                                      "same seeds (or give --against)."),
     episode: Optional[int] = typer.Option(None, "--episode", help="Only this episode index."),
     explain: bool = typer.Option(False, "--explain",
                                  help="Say where every parting episode parts, not only the first."),
@@ -631,11 +632,14 @@ def diff_(
                                             help="Also write the whole report to this file."),
     html: Optional[Path] = typer.Option(None, "--html",
                                         help="Also write the page (diff.html) to this file."),
+    against: Optional[Path] = typer.Option(
+        None, "--against", help="A Minari dataset (its folder) to compare RUN_A's episodes "
+                                "with, paired by seed, instead of RUN_B."),
 ) -> None:
     """Why two runs disagree: protocol card, first diverging step and field, its kind, the numbers."""
     from rolltape.compare.diff import diff_runs, report_lines, write_page
 
-    report = diff_runs(run_a, run_b, episode=episode)
+    report = diff_runs(run_a, run_b, episode=episode, against=against)
     if json_out is not None:
         from rolltape.outputs.artifacts import write_json
 

@@ -23,7 +23,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rolltape import stats
 from rolltape.compare.classify import Divergence, classify, first_divergence
@@ -56,38 +56,85 @@ class Paired:
                 "divergence": self.divergence.to_json() if self.divergence else None}
 
 
-def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str],
-              episode: int | None = None) -> dict[str, Any]:
-    """Compare two runs (see the module); ``episode``: only that episode index. Returns a
+@dataclass
+class Side:
+    """One side of a diff: a run, or a dataset's episodes (:mod:`rolltape.compare.against`).
+    ``episodes`` maps each key to (label, index, success by ``rule_of`` its task, return,
+    a function that gives its tape)."""
+
+    path: str
+    card: dict[str, Any]
+    unknown: list[str]
+    episodes: dict[Key, tuple[str, int, bool | None, float | None, Callable[[], Tape]]]
+    order: list[Key]  # the keys in the order they are walked (task order, then seed)
+    silent: tuple[str, ...] = ()  # card fields (prefixes) this side cannot say (a dataset)
+
+
+def run_side(path: str | os.PathLike[str], name: str) -> Side:
+    """The run in ``path`` as a side (one UsageError when it is not a whole run)."""
+    run = LoadedRun.load(path, name)
+    card, unknown = read_card(run.run)
+    episodes = {k: (e.key.label, e.key.index, run.successes([k])[0], e.ret,
+                    _tape_of(run.run.tape_path(e)))
+                for k, e in run.rows.items()}
+    return Side(str(run.path), card, unknown, episodes,
+                [k for group in run.tasks().values() for k in group])
+
+
+def _tape_of(path: Path) -> Callable[[], Tape]:
+    return lambda: Tape.load(path)
+
+
+def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str] | None = None,
+              episode: int | None = None, against: str | os.PathLike[str] | None = None
+              ) -> dict[str, Any]:
+    """Compare two runs, or a run and a dataset (``against``: a Minari dataset folder; see
+    :mod:`rolltape.compare.against`); ``episode``: only that episode index. Returns a
     JSON-safe report; a folder that is not a whole run is one :class:`UsageError`."""
-    a, b = LoadedRun.load(a_path, "A"), LoadedRun.load(b_path, "B")
-    card_a, unknown_a = read_card(a.run)
-    card_b, unknown_b = read_card(b.run)
-    card_diffs, unknown = card_differences(card_a, card_b)
-    keys = [k for group in a.tasks().values() for k in group if k in b.rows]  # task order
-    other = _other_envs(card_a, card_b)
+    a = run_side(a_path, "A")
+    if (b_path is None) == (against is None):
+        raise UsageError("give a second run (rolltape diff RUN_A RUN_B) or a dataset "
+                         "(rolltape diff RUN --against DATASET), not both or neither.")
+    if against is not None:
+        from rolltape.compare.against import dataset_side
+
+        b = Side(**dataset_side(against, a.card, a.order,
+                                {k: e[2] is not None for k, e in a.episodes.items()}))
+    else:
+        assert b_path is not None
+        b = run_side(b_path, "B")
+    return diff_sides(a, b, episode)
+
+
+def diff_sides(a: Side, b: Side, episode: int | None = None) -> dict[str, Any]:
+    """The report of :func:`diff_runs` for two sides."""
+    card_diffs, unknown = card_differences(a.card, b.card)
+    silent = a.silent + b.silent  # said in `unknown` of that side, not differences
+    card_diffs = {k: v for k, v in card_diffs.items() if not k.startswith(silent)} \
+        if silent else card_diffs
+    keys = [k for k in a.order if k in b.episodes]
+    other = _other_envs(a.card, b.card)
     if other:  # the walk would compare two games: the card says enough
         keys = []
     if episode is not None:
-        keys = [k for k in keys if a.rows[k].key.index == episode]
+        keys = [k for k in keys if a.episodes[k][1] == episode]
         if not keys:
-            raise UsageError(f"--episode {episode}: neither run has an episode {episode} that "
-                             "the other has too; give an index both runs played.")
+            raise UsageError(f"--episode {episode}: neither side has an episode {episode} "
+                             "that the other has too; give an index both played.")
     pairs = [_pair(a, b, k, card_diffs) for k in keys]
-    only = {"A": sorted(str(k) for k in set(a.rows) - set(b.rows)),
-            "B": sorted(str(k) for k in set(b.rows) - set(a.rows))} if episode is None else \
-        {"A": [], "B": []}
+    only = {"A": sorted(str(k) for k in set(a.episodes) - set(b.episodes)),
+            "B": sorted(str(k) for k in set(b.episodes) - set(a.episodes))} \
+        if episode is None else {"A": [], "B": []}
     numbers = _numbers(pairs) if pairs else None
     return {
         "other_envs": other,
-        "a": str(a.path), "b": str(b.path),
+        "a": a.path, "b": b.path,
         "card": {"differences": [{"field": f, "a": _plain(x), "b": _plain(y)}
                                  for f, (x, y) in card_diffs.items()],
                  # an older run's card lacks every env fact: said once, not per field
-                 "not_compared": sorted(set(unknown_a) | set(unknown_b))
-                 or unknown,
-                 "a_has_card": not unknown_a, "b_has_card": not unknown_b,
-                 "a_card": card_a, "b_card": card_b},
+                 "not_compared": sorted(set(a.unknown) | set(b.unknown)) or unknown,
+                 "a_has_card": not a.unknown, "b_has_card": not b.unknown,
+                 "a_card": a.card, "b_card": b.card},
         "episodes": [p.to_json() for p in pairs],
         "paired": len(pairs), "only_in": only,
         "kinds": dict(Counter(p.divergence.kind for p in pairs if p.divergence)),
@@ -173,15 +220,15 @@ def _at(card: dict[str, Any], name: str) -> Any:
     return node
 
 
-def _pair(a: LoadedRun, b: LoadedRun, key: Key, card_diffs: dict[str, tuple[Any, Any]]
-          ) -> Paired:
-    ea, eb = a.rows[key], b.rows[key]
-    ta, tb = Tape.load(a.run.tape_path(ea)), Tape.load(b.run.tape_path(eb))
-    success = (a.successes([key])[0], b.successes([key])[0])
+def _pair(a: Side, b: Side, key: Key, card_diffs: dict[str, tuple[Any, Any]]) -> Paired:
+    label, index, success_a, ret_a, tape_a = a.episodes[key]
+    _, _, success_b, ret_b, tape_b = b.episodes[key]
+    ta, tb = tape_a(), tape_b()
+    success = (success_a, success_b)
     # The card fields of this episode's task (and those of the whole run), not other tasks'.
-    label = "env" if key[0] is None else f"{key[0]}/{key[1]}"
+    task = "env" if key[0] is None else f"{key[0]}/{key[1]}"
     card_diffs = {k: v for k, v in card_diffs.items()
-                  if not k.startswith("envs.") or k.startswith(f"envs.{label}.")}
+                  if not k.startswith("envs.") or k.startswith(f"envs.{task}.")}
     d = first_divergence(ta, tb)
     if d is not None:
         d = classify(d, ta, tb, card_diffs)
@@ -194,7 +241,7 @@ def _pair(a: LoadedRun, b: LoadedRun, key: Key, card_diffs: dict[str, tuple[Any,
                        f"the same episode step for step, counted differently: A says "
                        f"{_outcome(success[0])}, B {_outcome(success[1])} (the success rule "
                        f"differs{said})")
-    return Paired(key, ea.key.label, ea.key.index, d, success, (ea.ret, eb.ret))
+    return Paired(key, label, index, d, success, (ret_a, ret_b))
 
 
 def _outcome(success: bool | None) -> str:

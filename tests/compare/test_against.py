@@ -1,0 +1,24 @@
+"""`rolltape diff RUN --against DATASET`: a run against the Minari dataset rolltape exported
+from it is "no difference" (actions, rewards, flags and every observation's digest equal,
+paired by seed); a folder that is not a Minari dataset is one sentence and exit 2."""
+
+from __future__ import annotations
+
+from rolltape.cli import main
+from rolltape.compare.diff import diff_runs
+
+
+def test_a_run_against_its_own_minari_export_is_no_difference(random_run, tmp_path, capsys):
+    datasets = tmp_path / "minari"
+    assert main(["export", str(random_run.path), "--to", "minari", "--id", "test/cheetah-v0",
+                 "--out", str(datasets)]) == 0
+    report = diff_runs(random_run.path, against=datasets / "test" / "cheetah-v0")
+    assert report["verdict"] == "no difference", report["episodes"]
+    assert report["paired"] == 3 and report["card"]["differences"] == []
+    assert any("control rate" in n for n in report["card"]["not_compared"])
+    capsys.readouterr()
+    assert main(["diff", str(random_run.path), "--against", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rolltape: --against") and "is not a Minari dataset" in err
+    assert main(["diff", str(random_run.path)]) == 2  # neither a second run nor a dataset
+    assert "give a second run" in capsys.readouterr().err
