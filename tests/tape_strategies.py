@@ -23,10 +23,10 @@ from hypothesis.extra import numpy as hnp
 
 from rolltape import Tape, UsageError
 
-ARRAYS = ("actions", "rewards", "terminated", "truncated", "obs_digest", "qpos", "qvel",
-          "physics")
+ARRAYS = ("actions", "rewards", "terminated", "truncated", "obs_digest", "obs_key_digest",
+          "qpos", "qvel", "physics")
 HEADER_FIELDS = ("schema_version", "env", "seed", "options", "success_at_end", "metrics", "policy",
-                 "wall_s", "meta", "length", "return")
+                 "wall_s", "meta", "length", "return", "obs_keys", "obs_reset")
 ENV_FIELDS = ("id", "kwargs", "max_episode_steps", "versions")
 
 
@@ -50,6 +50,11 @@ def _valid_tapes() -> list[Tape]:
         seed=None, options={"low": -0.1}, actions=np.array([0, 1, 1]),
         rewards=np.ones(3), terminated=np.array([False, False, True]),
         truncated=np.zeros(3, bool), policy={"kind": "random"},
+        # a dict observation's per-key digests and its reset forms (rolltape diff reads them)
+        obs_digest=rng.integers(0, 2**63, 4, dtype=np.uint64), obs_keys=("pixels", "state"),
+        obs_key_digest=rng.integers(0, 2**63, (4, 2), dtype=np.uint64),
+        obs_reset={"pixels": {"value": "00ff", "flip_vertical": "0a0b", "seen": "0a0b"},
+                   "state": {"value": "1234", "negated": "4321"}},
     )
     empty = Tape(env={"id": "CartPole-v1"}, seed=0, actions=np.zeros((0, 2)),
                  rewards=np.zeros(0), terminated=np.zeros(0, bool), truncated=np.zeros(0, bool),
