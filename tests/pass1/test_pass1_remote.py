@@ -47,7 +47,8 @@ def test_a_task_returns_its_tapes_as_bytes_under_the_caller_s_paths(tmp_path: Pa
     caller = tmp_path / "run" / "tapes"  # never created here: the caller writes the files
     answer = play_shipped([_job(2, tapes=str(caller))])
     rows = [p for k, p in answer["messages"] if k == "episode"]
-    assert [k for k, _ in answer["messages"]] == ["policy", "episode", "episode", "done"]
+    assert [k for k, _ in answer["messages"]] == ["policy", "env_facts", "episode", "episode",
+                                                  "done"]
     assert sorted(answer["files"]) == sorted(r["tape"] for r in rows)
     assert all(Path(r["tape"]).parent == caller for r in rows)
     assert not caller.exists()

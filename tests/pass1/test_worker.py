@@ -60,12 +60,14 @@ def test_each_episode_is_reported_with_its_tape_then_done(tmp_path: Path):
     tapes.mkdir()
     pipe = _run([_job(tapes)])
     kinds = [k for k, _ in pipe.sent]
-    assert kinds == ["policy", "episode", "episode", "done"] and pipe.closed
-    for _, row in pipe.sent[1:3]:
+    # the env's facts follow the policy's description: the run's protocol card
+    assert kinds == ["policy", "env_facts", "episode", "episode", "done"] and pipe.closed
+    assert pipe.sent[1][1]["role"] == "policy" and "observation" in pipe.sent[1][1]
+    for _, row in pipe.sent[2:4]:
         tape = Tape.load(row["tape"])
         assert Path(row["tape"]).parent == tapes
         assert tape.length == row["length"] and tape.seed == row["seed"]
-    assert [row["seed"] for _, row in pipe.sent[1:3]] == [3, 4]
+    assert [row["seed"] for _, row in pipe.sent[2:4]] == [3, 4]
 
 
 def test_jobs_run_in_order(tmp_path: Path):
@@ -114,8 +116,8 @@ def test_a_dealt_worker_plays_each_piece_with_the_policy_it_loaded_once(tmp_path
     pipe = _Pipe(pieces)
     policy_worker([replace(job, episodes=job.episodes[:1])], 0, True, pipe)
     kinds = [k for k, _ in pipe.sent]
-    assert kinds == ["policy", "episode", "done", "episode", "episode", "done", "episode",
-                     "done", "policy", "episode", "done"]
+    assert kinds == ["policy", "env_facts", "episode", "done", "episode", "episode", "done",
+                     "episode", "done", "policy", "env_facts", "episode", "done"]
     rows = [p for k, p in pipe.sent if k == "episode"]
     assert [(r["role"], r["seed"]) for r in rows] == [("policy", s) for s in (3, 4, 5, 6)] + \
         [("baseline", 9)]
