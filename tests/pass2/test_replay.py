@@ -194,3 +194,12 @@ def test_atari_screens_are_verified_in_batches_and_drawn_without_gl(tmp_path):
     [result] = render([RenderRequest(str(bad), ())])
     assert not result.verified
     assert result.divergence.step == step and result.divergence.field == "observation"
+
+
+def test_a_frame_size_no_backend_can_draw_is_refused_on_construction() -> None:
+    from rolltape.pass2.replay import RenderOptions
+
+    for width, words in ((100000, "larger than a frame can be"), (0, "must be at least 1")):
+        with pytest.raises(UsageError, match=words):
+            RenderOptions(width=width)
+    assert RenderOptions(width=8192, height=64).width == 8192

@@ -46,6 +46,7 @@ from rolltape.envs import (
 )
 from rolltape.errors import UsageError, check_choice
 from rolltape.flags import VIDEO, flag
+from rolltape.limits import check_frame_size
 from rolltape.pass2.backends import select_backend_in_this_process
 from rolltape.pass2.cameras import (
     CameraRig,
@@ -94,9 +95,7 @@ class RenderOptions:
         check_choice("mode", self.mode, MODES, "--mode")
         check_choice("quality", self.quality, tuple(QUALITY), "--quality")
         check_layout(self.layout, self.cameras)
-        for flag_name, size in (("--width", self.width), ("--height", self.height)):
-            if size is not None and size < 1:
-                raise UsageError(f"{flag_name} must be at least 1 pixel, got {size}.")
+        check_frame_size(self.width, self.height)  # before a GL backend tries to allocate it
         for flag_name, tol in (("--rtol", self.rtol), ("--atol", self.atol)):
             if not (tol >= 0 and math.isfinite(tol)):
                 raise UsageError(f"{flag_name} must be a finite number of 0 or more, got "
