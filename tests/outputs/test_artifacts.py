@@ -110,3 +110,14 @@ def test_a_folder_a_run_cannot_own_is_refused(tmp_path: Path, monkeypatch) -> No
             check_writable_folder(out)
     check_writable_folder("runs/new")
     assert not (tmp_path / "runs").exists()  # the check writes nothing
+
+
+def test_a_stopped_run_keeps_no_temporary_file_of_a_killed_writer(tmp_path):
+    run = RunDir(tmp_path / "run")
+    left = run.path / "tapes" / ".policy-0157.npz.k2j3.partial"  # atomic_file's temporary
+    left.write_bytes(b"half a tape")
+    kept = run.path / "tapes" / "policy-0156.npz"
+    kept.write_bytes(b"a finished tape")
+    run.mark_stopped("failed", "a worker crashed")
+    assert not left.exists() and kept.exists()
+    run.release()

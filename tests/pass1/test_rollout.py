@@ -478,3 +478,14 @@ def test_render_early_starts_pass_two_beside_pass_one_at_low_priority(tmp_path):
         assert video["segments"] == min(os.cpu_count() or 1, 3)
     else:
         assert "pass2_started_after_s" not in timings
+
+
+def test_what_a_dead_worker_was_playing_counts_what_it_finished() -> None:
+    from rolltape.pass1.rollout import Episodes, PolicyJob, playing
+
+    job = PolicyJob(env={"id": "CartPole-v1"}, policy="random",
+                    episodes=Episodes("policy", range(3), 100, "tapes"))
+    assert playing([job], 0) == "policy episode 0 (seed 100)"
+    assert playing([job], 2) == "policy episode 2 (seed 102)"
+    assert playing([job], 3) == "the episode after the 3 it finished"  # not "its first"
+    assert playing([], 0) == "its first episode"

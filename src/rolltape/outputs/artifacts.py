@@ -172,7 +172,9 @@ class RunDir:
 
     def mark_stopped(self, state: str, reason: str = "", detail: str = "") -> None:
         """Say in staging why the run stopped ('interrupted' or 'failed'), with the
-        traceback of a failure when there is one (for a bug report)."""
+        traceback of a failure when there is one (for a bug report). The temporary files of
+        writers that were killed go now (the workers are stopped by then), not at --resume."""
+        remove_temporaries(self.staging)
         try:
             write_json(self.staging / "status.json",
                        {"state": state, "reason": reason, "traceback": detail or None})

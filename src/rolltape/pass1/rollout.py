@@ -465,7 +465,9 @@ def playing(chunk: list[PolicyJob], finished: int) -> str:
     """'policy episode 7 (seed 1007)': what a pass-1 worker that has reported ``finished``
     episodes of ``chunk`` is playing (for the executor's message when it dies or hangs)."""
     ep = next(islice(chain.from_iterable(job.episodes for job in chunk), finished, None), None)
-    return "its first episode" if ep is None else f"{ep.role} episode {ep.index} (seed {ep.seed})"
+    if ep is None:  # all of its piece reported: it died or hung between pieces
+        return "its first episode" if not finished else f"the episode after the {finished} it finished"
+    return f"{ep.role} episode {ep.index} (seed {ep.seed})"
 
 
 def tape_name(role: str, index: int) -> str:
