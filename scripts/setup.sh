@@ -74,6 +74,13 @@ if [ "$want_test" = 1 ]; then
       "msgpack>=1,<2" "websockets>=13,<18"
 fi
 # <<< lerobot
+# >>> metaworld, for the Meta-World suites' tests: metaworld 3.0.0 runs only on MuJoCo <= 3.3,
+# so it gets a venv of its own (~/.local/share/rolltape/benchmarks/metaworld, ~50-85 s, ~380
+# MB), built as users build it; idempotent.
+if [ "$want_test" = 1 ]; then
+  "$venv/bin/rolltape" suites install metaworld
+fi
+# <<< metaworld
 # >>> openpi-client, for the served-policy test (openpi's own client against serve-policy):
 # it pins numpy < 2, which rolltape's environment does not share, so it gets a small venv of
 # its own (.venv-openpi, ~45 s). 0.1.2 imports typing_extensions without declaring it.

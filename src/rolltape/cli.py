@@ -547,11 +547,31 @@ def _print_replays(results: list[Any]) -> int:
 
 
 @app.command("suites", cls=PanelCommand)
-def suites_() -> None:
-    """List the built-in suites, their tasks, and what each needs installed."""
+def suites_(
+    action: Optional[str] = typer.Argument(None, help="'install': build a benchmark's own "
+                                                      "environment (see the listing)."),
+    name: Optional[str] = typer.Argument(None, help="With install: the benchmark (metaworld)."),
+) -> None:
+    """List the built-in suites, their tasks, and what each needs installed; `suites install
+    metaworld` builds Meta-World's own environment, which its suites run in."""
     from rich.markup import escape
 
     from rolltape.suites.builtin import listing
+
+    if action is not None:
+        from rolltape.suites import benchmarks
+
+        if action != "install" or name is None:
+            raise UsageError(f"`rolltape suites {action}` is not a command; use `rolltape suites` "
+                             "to list them or `rolltape suites install NAME` (NAME: "
+                             f"{', '.join(benchmarks.BENCHMARKS)}).")
+        bench = benchmarks.benchmark(name)
+        seconds = benchmarks.install(bench, log=lambda line: out.print(line, highlight=False,
+                                                                       markup=False))
+        where = benchmarks.home() / bench.name
+        out.print(f"{bench.name}: ready in {where}" + (f" (built in {seconds:.0f} s)"
+                  if seconds else " (already built)"), highlight=False, markup=False)
+        return
 
     table = Table(title="built-in suites (rolltape eval --suite NAME)")
     for name in ("suite", "tasks", "success from", "needs", "installed"):

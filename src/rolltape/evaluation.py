@@ -75,6 +75,7 @@ from rolltape.record import (
     Video,
     episodes_of,
 )
+from rolltape.suites.hosted import HostedServer
 from rolltape.tape import Tape
 from rolltape.videos import EarlyRender, pass2_videos, warm_render_workers
 
@@ -122,10 +123,12 @@ def evaluate(env: str | None = None, policy: str = "random", *,
                               options.pop("policy_timeout", None))
     config = EvalConfig(env=env, policy=policy, **options)
     notes = config.check()
+    hosted = HostedServer()  # a benchmark venv's server (metaworld_*), stopped at the end
     try:
+        config = hosted.start(config)
         check_folder_name("--out", out)
         check_writable_folder(out)
-        targets = targets_of(config)
+        targets = hosted.adopt(targets_of(config))
         total = sum(t.episodes for t in targets)
         if config.workers > total:
             config = replace(config, workers=total)
@@ -156,6 +159,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         built.finish()
         run = RunDir(out, overwrite=overwrite, resume=resume)
     except BaseException:
+        hosted.close()
         discard_ahead()
         raise
     try:
@@ -184,6 +188,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         run.mark_stopped("failed", f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        hosted.close()
         discard_ahead()
         run.release()
 

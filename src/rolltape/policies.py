@@ -3,6 +3,8 @@
 A policy source is a string, as on the command line:
 
 - ``random``: the action space's own sampler, seeded with each episode's seed;
+- ``metaworld-expert``: Meta-World's scripted policy of the task played, run in the
+  benchmark's venv (:mod:`rolltape.metaworld_expert`; the ``metaworld_*`` suites);
 - ``sb3:PATH.zip`` (or just ``PATH.zip``): a Stable-Baselines3 checkpoint of any algorithm,
   with optional VecNormalize statistics applied exactly as SB3 applies them at evaluation
   (``training=False``, ``norm_reward=False``);
@@ -119,6 +121,26 @@ class RandomPolicy(Policy):
         forked = RandomPolicy(copy.deepcopy(self.action_space))  # a generator of its own
         forked.description = self.description
         return forked
+
+
+class MetaWorldExpertPolicy(Policy):
+    """Meta-World's scripted policy of the task the env plays (``metaworld-expert``), run in
+    the benchmark's venv (:mod:`rolltape.metaworld_expert`); stateless and deterministic."""
+
+    def __init__(self, env: Any) -> None:
+        from rolltape.metaworld_expert import SOURCE, ExpertProcess
+
+        self.process = ExpertProcess(env)
+        self.description = {"kind": "metaworld-expert", "source": SOURCE, "deterministic": True}
+
+    def act(self, obs: Any) -> Any:
+        return self.process.act(obs)
+
+    def fork(self) -> MetaWorldExpertPolicy:
+        return self  # stateless, and its calls come one at a time
+
+    def close(self) -> None:
+        self.process.close()
 
 
 class SB3Policy(Policy):
@@ -317,6 +339,8 @@ def load_policy(
         if vecnormalize is not None:
             raise UsageError("--vecnormalize applies to SB3 checkpoints, not to the random policy.")
         return RandomPolicy(env.action_space)
+    if source == "metaworld-expert":  # Meta-World's scripted policy, in its own venv
+        return MetaWorldExpertPolicy(env)
     if source.startswith("tape:"):
         from rolltape.tape import Tape
 

@@ -5,10 +5,12 @@ LeRobot's PushT from gym-pusht (``info["is_success"]``); both are in the ``suite
 pinned exactly as LeRobot pins its benchmark packages (``pip install 'rolltape[suites]'``).
 ``locomotion`` (MuJoCo, returns only: no env there reports success) and ``classic``
 (classic control, Discrete actions) need only rolltape itself. Fetch tasks are left out:
-Gymnasium-Robotics 1.4.2 fails to build them under MuJoCo 4; Meta-World and gym-aloha pin
-MuJoCo 3 and cannot be installed beside it.
+Gymnasium-Robotics 1.4.2 fails to build them under MuJoCo 4; gym-aloha pins MuJoCo 3.
+``metaworld_mt10`` and ``metaworld_mt50`` run in Meta-World's own venv
+(:mod:`rolltape.suites.benchmarks`, ``rolltape suites install metaworld``), served from there.
 
-May import: suites.manifest, errors, envs (package versions, without importing them).
+May import: suites.manifest, suites.benchmarks, errors, envs (package versions, without
+importing them).
 Never: gymnasium at import, policies, pass 1, pass 2, executors, outputs.
 
 Example:
@@ -51,6 +53,23 @@ MUJOCO = Package("gymnasium[mujoco]", "mujoco", None)
 CLASSIC = Package("gymnasium[classic-control]", "gymnasium", None)
 PACKAGES = {p.module: p for p in (ROBOTICS, PUSHT)}  # modules a manifest env may name
 
+# Meta-World's lists (v3 task names less "-v3"); its env is rolltape's LeRobot-rule wrapper,
+# served from the benchmark's own venv (rolltape.suites.metaworld, .benchmarks, .hosted).
+METAWORLD_ENV = "rolltape.suites.metaworld:MetaWorld-v3"
+MT10 = ("reach", "push", "pick-place", "door-open", "drawer-open", "drawer-close",
+        "button-press-topdown", "peg-insert-side", "window-open", "window-close")
+MT50 = MT10 + (
+    "assembly", "basketball", "bin-picking", "box-close", "button-press-topdown-wall",
+    "button-press", "button-press-wall", "coffee-button", "coffee-pull", "coffee-push",
+    "dial-turn", "disassemble", "door-close", "door-lock", "door-unlock", "faucet-close",
+    "faucet-open", "hammer", "hand-insert", "handle-press-side", "handle-press",
+    "handle-pull-side", "handle-pull", "lever-pull", "peg-unplug-side", "pick-out-of-hole",
+    "pick-place-wall", "plate-slide-back-side", "plate-slide-back", "plate-slide-side",
+    "plate-slide", "push-back", "push-wall", "reach-wall", "shelf-place", "soccer",
+    "stick-pull", "stick-push", "sweep-into", "sweep")
+#: Built-in suites whose envs run in a benchmark's own venv (rolltape.suites.benchmarks).
+HOSTED = {"metaworld_mt10": "metaworld", "metaworld_mt50": "metaworld"}
+
 BUILTIN: dict[str, dict[str, Any]] = {
     "mazes": {
         "description": "PointMaze navigation (Gymnasium-Robotics), success = goal reached",
@@ -80,6 +99,18 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "tasks": {"halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5",
                   "walker2d": "Walker2d-v5", "ant": "Ant-v5"},
     },
+    "metaworld_mt10": {
+        "description": "Meta-World MT10 as LeRobot plays it, in its own venv",
+        "success_key": "is_success",
+        "tasks": {task: {"env": METAWORLD_ENV, "kwargs": {"task": f"{task}-v3"}}
+                  for task in MT10},
+    },
+    "metaworld_mt50": {
+        "description": "Meta-World MT50 as LeRobot plays it, in its own venv",
+        "success_key": "is_success",
+        "tasks": {task: {"env": METAWORLD_ENV, "kwargs": {"task": f"{task}-v3"}}
+                  for task in MT50},
+    },
     "classic": {
         "description": "classic control with Discrete actions, returns only",
         "success_key": None,
@@ -88,7 +119,7 @@ BUILTIN: dict[str, dict[str, Any]] = {
     },
 }
 NEEDS = {"mazes": ROBOTICS, "adroit": ROBOTICS, "pusht": PUSHT, "locomotion": MUJOCO,
-         "classic": CLASSIC}
+         "classic": CLASSIC}  # HOSTED suites need their benchmark's venv instead
 
 
 def builtin_manifest(name: str) -> Manifest:
@@ -122,8 +153,20 @@ def check_installed(task: Task) -> None:
 
 def listing() -> list[dict[str, Any]]:
     """One entry per built-in suite: its tasks, success key, and what it needs."""
+    from rolltape.suites import benchmarks
+
     entries = []
     for name, body in BUILTIN.items():
+        if name in HOSTED:
+            bench = benchmarks.benchmark(HOSTED[name])
+            ready = benchmarks.installed(bench)
+            entries.append({
+                "suite": name, "description": body["description"],
+                "tasks": {task: spec["env"] for task, spec in body["tasks"].items()},
+                "success_key": body["success_key"],
+                "needs": f"its own venv ({', '.join(bench.pins)})", "installed": ready,
+                "install": None if ready else bench.install})
+            continue
         package = NEEDS[name]
         entries.append({
             "suite": name, "description": body["description"],
