@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -61,10 +63,20 @@ class PolicyServer:
             [*command, *args, "--bind", bind],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
             env={**os.environ, **(env or {})})
-        ready, _, _ = select.select([self.proc.stdout], [], [], 90)
-        assert ready, "the policy server printed nothing"
-        line = self.proc.stdout.readline()  # type: ignore[union-attr]
-        assert line.startswith("serving policy"), line
+        # the first line that says where it serves, within 90 s (a framework may log before
+        # it, as LeRobot's loading does); a thread reads, so a silent server cannot hang this
+        lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(
+            target=lambda: [lines.put(x) for x in self.proc.stdout or ()], daemon=True)
+        self._reader.start()
+        deadline, line, seen = time.monotonic() + 90, "", []
+        while not line.startswith("serving policy"):
+            try:
+                line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the policy server said no address: {seen[-20:]}") from None
+            seen.append(line)
+        self._lines = lines
         self.address = next(w for w in line.split() if w.startswith("ws://")).rstrip(";)")
 
     def sessions(self) -> int:
@@ -75,8 +87,12 @@ class PolicyServer:
     def stop(self, sig: int = signal.SIGTERM) -> str:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        out, _ = self.proc.communicate(timeout=30)
-        return out
+        self.proc.wait(timeout=30)
+        self._reader.join(10)  # the pipe's end: every line it wrote is in the queue
+        out = []
+        while not self._lines.empty():
+            out.append(self._lines.get())
+        return "".join(out)
 
 
 def reference_actions(k: int, seed: int) -> tuple[np.ndarray, list[int]]:

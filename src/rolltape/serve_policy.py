@@ -31,6 +31,7 @@ server.protocol. Never: gymnasium's simulators, mujoco, pass 1, pass 2, executor
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import signal
 import sys
@@ -48,6 +49,7 @@ from rolltape.server.protocol import DEFAULT_MAX_PAYLOAD, ProtocolError, describ
 
 DEFAULT_BIND = "127.0.0.1:8000"
 CLOSE_POLICY_VIOLATION, CLOSE_INTERNAL_ERROR, CLOSE_TRY_AGAIN = 1008, 1011, 1013
+LEROBOT = "lerobot:"  # lerobot:PRETRAINED_DIR, served from LeRobot's environment
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ def load_source(cfg: ServePolicyConfig) -> Loaded:
     from rolltape.policies import load_policy
 
     source, vecnormalize, algo = cfg.source, cfg.vecnormalize, cfg.algo
+    if source.startswith(LEROBOT):
+        return _load_lerobot(cfg)
     if source.startswith("zoo:"):
         source, vecnormalize, algo = _zoo_checkpoint(source, vecnormalize, algo)
     if source in ("random",) or source.startswith("tape:"):
@@ -149,6 +153,31 @@ def load_source(cfg: ServePolicyConfig) -> Loaded:
         return forked if forked is not None else new()
 
     return Loaded(session_policy, metadata, horizon)
+
+
+def _load_lerobot(cfg: ServePolicyConfig) -> Loaded:
+    """A LeRobot pretrained folder, run per step as lerobot-eval runs it (its own action
+    queue: one action a call). lerobot and torch are imported here only, so other sources'
+    servers stay light."""
+    from rolltape import __version__
+    from rolltape.policy_server.lerobot_policy import load_lerobot
+
+    with contextlib.redirect_stdout(sys.stderr):  # LeRobot's loading chatter: stdout's
+        first = load_lerobot(cfg.source, device=cfg.device)  # first line is the address
+    kept = [first]
+
+    def session_policy() -> Any:
+        return kept.pop() if kept else first.fork()  # each session its own action queue
+
+    metadata = {
+        wire.ROLLTAPE_KEY: {"version": __version__, "reset": True},
+        "policy": first.description,
+        "action_space": None,  # LeRobot gives a shape, not bounds: the client checks the env's
+        "observation_space": None,
+        "action_horizon": 1,
+        "execute_steps": None,
+    }
+    return Loaded(session_policy, metadata, None)
 
 
 def _zoo_checkpoint(source: str, vecnormalize: str | None, algo: str | None
@@ -278,6 +307,8 @@ class PolicyServer:
     def _call(self, method: Callable[[Any], Any], arg: Any) -> Any:
         try:
             return method(arg)
+        except UsageError as exc:  # the request does not fit the policy (a LeRobot input)
+            raise _Refused(str(exc).rstrip("."), CLOSE_POLICY_VIOLATION) from None
         except Exception as exc:
             lines = str(exc).strip().splitlines()
             raise _Refused(f"the policy raised {type(exc).__name__}: "
@@ -370,7 +401,7 @@ def parse_args(argv: list[str] | None = None) -> ServePolicyConfig:
     parser = argparse.ArgumentParser(
         prog="python -m rolltape.serve_policy",
         description="Serve a policy over openpi's websocket protocol (rolltape serve-policy).")
-    parser.add_argument("source", help="sb3:PATH.zip, zoo:FOLDER, MODULE:ATTR or FILE.py:ATTR")
+    parser.add_argument("source", help="sb3:PATH.zip, zoo:FOLDER, lerobot:DIR, MODULE:ATTR or FILE.py:ATTR")
     parser.add_argument("--bind", default=DEFAULT_BIND)
     parser.add_argument("--token-file")
     parser.add_argument("--vecnormalize")
