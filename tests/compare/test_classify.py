@@ -47,6 +47,14 @@ def test_actions_k_steps_late_are_a_time_shift():
     assert (d.kind, d.step, d.detail["shift"], d.detail["later"]) == ("time_shift", 0, 2, "B")
 
 
+def test_a_closed_loop_policy_one_step_late_is_a_time_shift_at_its_first_action():
+    late = RNG.uniform(-1, 1, (12, 3)).astype(np.float32)  # then it sees other observations
+    late[0], late[1] = 0.0, ACTIONS[0]
+    d = judged(tape(), tape(late), {"policy.latency": (None, "1")})
+    assert (d.kind, d.step, d.detail["shift"], d.detail["later"]) == ("time_shift", 0, 1, "B")
+    assert "acts 1 step(s) late" in d.sentence and "policy.latency" in d.sentence
+
+
 def test_float_epsilon_differences_are_rounding():
     nudged = ACTIONS.copy()
     nudged[4, 1] = np.nextafter(nudged[4, 1], np.float32(2))

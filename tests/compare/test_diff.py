@@ -5,7 +5,7 @@ damaged and foreign folders are one sentence and exit 2.
 
 Hopper-v5 episodes of at most 30 steps (a deterministic policy of the observation) and a
 dot on an 8x8 picture (a dict observation with is_success, a policy that reads the
-picture), and rolltape's demo PPO on Pusher per row and batched: 13 short evaluations (one on `rolltape serve`), two
+picture), and rolltape's demo PPO on Pusher per row and batched: 14 short evaluations (one on `rolltape serve`), two
 at a time, ~55 s in all.
 """
 
@@ -42,6 +42,7 @@ RUNS: dict[str, list[str]] = {
     "scale": HOPPER + ["--wrapper", "diff_knobs:ActionGain,gain=2.0"],
     "frame_skip": HOPPER + ["--env-kwargs", "frame_skip=8"],
     "kwarg": HOPPER + ["--env-kwargs", "ctrl_cost_weight=0.01"],
+    "latency": HOPPER + ["--latency", "1"],  # a simulated inference latency of one step
     "dot": DOT,
     "flip": DOT + ["--wrapper", "diff_knobs:FlipPixels"],
     "once": DOT + ["--success", "once"],
@@ -106,6 +107,7 @@ KNOBS = {
     "scale": ("policy.wrappers", "action_scale", 0, "action"),
     "frame_skip": ("envs.env.control.frame_skip", "control_rate", 0, "obs"),
     "kwarg": ("envs.env.kwargs.ctrl_cost_weight", "reward", 0, "reward"),
+    "latency": ("policy.latency", "time_shift", 0, "action"),
 }
 
 

@@ -238,9 +238,15 @@ def _action(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[Any, An
     y = np.asarray(b.actions[t], dtype=np.float64).ravel()
     shift = _time_shift(a, b, t)
     if shift:
-        k, later = shift
-        return _named(d, "time_shift", f"{later}'s actions are the other's delayed by {k} "
-                                       f"step(s) from {d.where} on", shift=k, later=later)
+        k, later, whole = shift
+        timing = "".join(f"; the cards differ in {name} ({v[0]} vs {v[1]})"
+                         for name, v in card_diffs.items()
+                         if name.endswith((".latency", ".execute_steps")))
+        said = (f"{later}'s actions are the other's delayed by {k} step(s) from {d.where} on"
+                if whole else
+                f"{later}'s action at step {t + k} is exactly the other's at {d.where}: {later} "
+                f"acts {k} step(s) late (the episodes part after it)")
+        return _named(d, "time_shift", said + timing, shift=k, later=later)
     if a.actions.dtype.kind == "f" and np.allclose(x, y, rtol=ROUNDING_RTOL, atol=ROUNDING_ATOL):
         how = "".join(f"; the cards differ in {k} ({v[0]} vs {v[1]})"
                       for k, v in card_diffs.items() if k.startswith("execution.batch"))
@@ -248,7 +254,9 @@ def _action(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[Any, An
                                      f"at {d.where}: float rounding{how}")
     dims = np.flatnonzero(x != y)
     ratios = y[dims] / np.where(x[dims] == 0, np.nan, x[dims])
-    if dims.size and np.isfinite(ratios).all() and np.allclose(ratios, ratios[0], rtol=1e-6):
+    # A ratio of 0 is no scale: one side's action is zero (a hold), shown as it is.
+    if dims.size and np.isfinite(ratios).all() and ratios[0] != 0 \
+            and np.allclose(ratios, ratios[0], rtol=1e-6):
         r = float(ratios[0])
         which = ("every dimension" if dims.size == x.size else
                  f"dimension{'s' if dims.size > 1 else ''} {', '.join(map(str, dims))}")
@@ -264,16 +272,22 @@ def _action(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[Any, An
                   "so far, another action: the policy or its post-processing differs)")
 
 
-def _time_shift(a: Tape, b: Tape, t: int) -> tuple[int, str] | None:
-    """(k, 'A' or 'B'): one's actions from step t on equal the other's k steps earlier."""
+def _time_shift(a: Tape, b: Tape, t: int) -> tuple[int, str, bool] | None:
+    """(k, 'A' or 'B', whole): one's actions from step t on equal the other's k steps
+    earlier (whole: for the rest of the episode, an open-loop policy; else the first one
+    only, bit for bit and not all zeros: a closed-loop policy's next observations differ)."""
     if a.actions.dtype != b.actions.dtype or a.actions.shape[1:] != b.actions.shape[1:]:
         return None
-    for k in range(1, _MAX_SHIFT + 1):
-        for later, x, y in (("B", a.actions, b.actions), ("A", b.actions, a.actions)):
-            m = min(len(x) - t, len(y) - t - k)
-            if m >= _SHIFT_RUN and np.array_equal(y[t + k:t + k + m], x[t:t + m]) \
-                    and not np.array_equal(x[t:t + m], y[t:t + m]):
-                return k, later
+    for whole in (True, False):
+        for k in range(1, _MAX_SHIFT + 1):
+            for later, x, y in (("B", a.actions, b.actions), ("A", b.actions, a.actions)):
+                m = min(len(x) - t, len(y) - t - k)
+                if m < (_SHIFT_RUN if whole else 1) or np.array_equal(x[t:t + m], y[t:t + m]):
+                    continue
+                if whole and np.array_equal(y[t + k:t + k + m], x[t:t + m]):
+                    return k, later, True
+                if not whole and np.any(x[t] != 0) and np.array_equal(y[t + k], x[t]):
+                    return k, later, False
     return None
 
 

@@ -187,7 +187,8 @@ _ENV_FACTS = ("horizon", "control", "env_wrappers", "render_fps", "observation",
               "policy_observation", "policy_action")
 
 
-_ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "(not in the card)"})()
+_ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "not set",
+                                   "__str__": lambda self: "not set"})()
 
 
 def _plain(value: Any) -> Any:

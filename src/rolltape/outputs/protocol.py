@@ -39,6 +39,8 @@ _WORKER_FACTS = ("horizon", "control", "observation", "action", "env_wrappers")
 # Card fields that say how the work was spread, not what was evaluated: a difference in
 # them is shown, but does not by itself make two runs' episodes differ.
 EXECUTION = ("execution",)
+# The run's choices of when actions act (EvalConfig fields, where this rolltape has them).
+_TIMING = ("latency", "execute_steps")
 
 
 def build_card(*, specs: dict[str, dict[str, Any]], rules: dict[str, dict[str, Any]],
@@ -77,6 +79,8 @@ def build_card(*, specs: dict[str, dict[str, Any]], rules: dict[str, dict[str, A
             "vecnormalize_sha256": policy.get("vecnormalize_sha256"),
             "wrappers": wrappers, "frame_stack": config.frame_stack or None,
             "action_postprocess": action_postprocess(policy),
+            # When actions act (a simulated inference latency, chunks run open loop).
+            **{k: getattr(config, k) for k in _TIMING if getattr(config, k, None) is not None},
         },
         "execution": {
             "batch_size": config.workers if config.batched_inference else 1,
@@ -160,7 +164,8 @@ def _from_metadata(run: Run) -> tuple[dict[str, Any], list[str]]:
                    "vecnormalize_sha256": policy.get("vecnormalize_sha256"),
                    "wrappers": policy.get("wrappers") or [],
                    "frame_stack": config.get("frame_stack") or None,
-                   "action_postprocess": action_postprocess(policy)},
+                   "action_postprocess": action_postprocess(policy),
+                   **{k: config[k] for k in _TIMING if config.get(k) is not None}},
         "execution": {"batch_size": (config.get("workers") if config.get("batched_inference")
                                      else 1) if config else None,
                       "executor": config.get("executor"),
