@@ -5,6 +5,7 @@ gives in that venv; an observation without a key the policy needs is refused in 
 
 from __future__ import annotations
 
+import os
 import select
 import subprocess
 import textwrap
@@ -15,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cli
 from policy_servers import PolicyServer
 from rolltape.policies import load_policy
 from rolltape.policy_server.client import PolicyServerError
@@ -80,6 +81,17 @@ def test_served_lerobot_policy_acts_as_lerobot_s_own_loop(tmp_path: Path):
     side = subprocess.Popen([str(LEROBOT), str(script), str(folder)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=log, text=True)
     try:
+        # while LeRobot builds the policy: the sources that cannot load are one sentence, exit 2
+        (tmp_path / "stub").mkdir()
+        (tmp_path / "stub" / "config.json").write_text("{}")  # a folder, but no LeRobot here
+        here = run_cli("serve-policy", f"lerobot:{tmp_path / 'stub'}", "--bind", "127.0.0.1:0")
+        assert here.returncode == 2 and "needs LeRobot" in here.stderr, here.stderr
+        assert "Traceback" not in here.stderr
+        empty = subprocess.run([str(LEROBOT), "-m", "rolltape.serve_policy", f"lerobot:{tmp_path}",
+                                "--bind", "127.0.0.1:0"], capture_output=True, text=True,
+                               timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert empty.returncode == 2 and "not a LeRobot pretrained folder" in empty.stderr
+        assert empty.stderr.count("\n") == 1, empty.stderr
         assert side.stdout is not None
         ready, _, _ = select.select([side.stdout], [], [], 120)
         said = side.stdout.readline() if ready else ""
