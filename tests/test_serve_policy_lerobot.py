@@ -133,6 +133,13 @@ def serve_and_play(folder: Path) -> tuple[np.ndarray, dict[str, list[np.ndarray]
                 served.append(action)
                 obs, *_ = env.step(action)
         env.close()
+        # a second session (its own copy of the policy, its own action queue) beside the
+        # first gives the same actions on the same observations
+        other = load_policy(server.address, None)
+        other.reset(0)
+        again = [other.act({k: seen[k][t] for k in seen}) for t in range(STEPS)]
+        assert np.stack(again).tobytes() == np.stack(served[:STEPS]).tobytes()
+        other.close()  # type: ignore[attr-defined]
         # the rolltape pusht suite's observation (gym-pusht's "state": no keypoints) is
         # refused in one sentence naming the missing input and how to get it
         policy.reset(0)

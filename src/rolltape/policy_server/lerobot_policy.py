@@ -78,6 +78,13 @@ def map_observation(obs: Any, mapping: ObservationMap, needs: dict[str, tuple[in
     Traceback (most recent call last):
     ...
     rolltape.errors.UsageError: the LeRobot policy needs 'observation.environment_state' (shape [16]), which comes from the env's 'environment_state', and the pusht observation has none (it has: agent_pos); make the env with gym-pusht's obs_type='environment_state_agent_pos', as LeRobot does.
+    >>> frame = {"pixels": np.zeros((96, 96, 3), np.uint8), "agent_pos": np.zeros(2)}
+    >>> map_observation(frame, m, {"observation.image": (3, 96, 96)})["pixels"].shape
+    (96, 96, 3)
+    >>> map_observation(frame, m, {"observation.image": (3, 384, 384)})
+    Traceback (most recent call last):
+    ...
+    rolltape.errors.UsageError: the LeRobot policy needs 'observation.image' of shape [384, 384, 3] from the env's 'pixels', which has shape [96, 96, 3]; make the env with gym-pusht's obs_type='pixels_agent_pos', as LeRobot does.
     """
     out: dict[str, np.ndarray] = {}
     if isinstance(obs, dict):
