@@ -23,7 +23,8 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.outputs.branch_chart"]
 CHEAP += ["rolltape.pass1.clock",  # the simulated clock's schedule
           "rolltape.policy_server.wire",  # served policies: the codec and ws:// sources
-          "rolltape.serve_policy"]
+          "rolltape.serve_policy",
+          "rolltape.policy_server.lerobot_policy"]  # lerobot:DIR observation mapping
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
