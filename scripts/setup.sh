@@ -77,8 +77,13 @@ fi
 # >>> metaworld, for the Meta-World suites' tests: metaworld 3.0.0 runs only on MuJoCo <= 3.3,
 # so it gets a venv of its own (~/.local/share/rolltape/benchmarks/metaworld, ~50-85 s, ~380
 # MB), built as users build it; idempotent.
+# LeRobot's own Meta-World wrapper is checked against it in LeRobot's venv: its `metaworld`
+# extra's pin plus the MuJoCo 3.3.7 it needs (adds packages only, ~12 s; pip check clean).
 if [ "$want_test" = 1 ]; then
   "$venv/bin/rolltape" suites install metaworld
+  "${lr:-.venv-lerobot}/bin/python" -c "import metaworld" 2>/dev/null || \
+    "${lr:-.venv-lerobot}/bin/python" -m pip --disable-pip-version-check -q install \
+      "metaworld==3.0.0" "mujoco==3.3.7"
 fi
 # <<< metaworld
 # >>> openpi-client, for the served-policy test (openpi's own client against serve-policy):

@@ -1,7 +1,8 @@
 """The Meta-World suites, in the benchmark's own venv (`rolltape suites install metaworld`,
 built by scripts/setup.sh --test): a suite run serves its tasks from that venv and stops the
 server at the end; Meta-World's scripted expert, played by rolltape, earns per episode what
-Meta-World's own loop gives it on the same task variations (LeRobot's rule)."""
+Meta-World's own loop gives it on the same task variations (LeRobot's rule), and what
+LeRobot's own Meta-World wrapper gives it (success, length, every reward)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,32 @@ print(json.dumps(out))
 """
 
 
+# LeRobot's own wrapper (lerobot.envs.metaworld.MetaworldEnv, in the LeRobot venv, where
+# setup.sh adds its `metaworld` extra's packages), as its eval builds it for a task, with the
+# same expert reading Meta-World's state under the wrapper (which gives the policy pixels).
+_LEROBOT_LOOP = """\
+import json, sys
+from lerobot.envs.metaworld import MetaworldEnv
+from metaworld.policies import ENV_POLICY_MAP
+task, episodes = sys.argv[1] + "-v3", int(sys.argv[2])
+env = MetaworldEnv(task=task, obs_type="pixels_agent_pos")
+expert = ENV_POLICY_MAP[task]()
+rows = []
+for seed in range(episodes):
+    env.reset(seed=seed)
+    rewards = []
+    for _ in range(env._max_episode_steps):  # lerobot_eval's rollout cap
+        _, reward, terminated, truncated, info = env.step(expert.get_action(env._env._get_obs()))
+        rewards.append(float(reward))
+        if terminated or truncated:
+            break
+    rows.append([bool(info["is_success"]), len(rewards), rewards])
+env.close()
+print(json.dumps(rows))
+"""
+LEROBOT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-lerobot" / "bin" / "python"
+
+
 def _servers() -> list[int]:
     """Processes of the benchmark venv still alive (its server, the expert's child)."""
     venv = str(benchmarks.home() / "metaworld")
@@ -83,5 +110,11 @@ def test_the_expert_earns_what_metaworlds_own_loop_gives_it(tmp_path):
            for task in TASKS}
     assert got == expected  # success, length and every step's reward, bit for bit, 6 episodes
     assert all(ok for task in TASKS for ok, _, _ in got[task])  # the expert succeeds
+    # LeRobot's wrapper agrees on reach's first 2 episodes (it draws a 480x480 frame per
+    # step for its pixel observation: ~0.1 s a step here, so 2 episodes).
+    lerobot = subprocess.run([str(LEROBOT_PYTHON), "-c", _LEROBOT_LOOP, "reach", "2"],
+                             capture_output=True, text=True, timeout=300, check=True,
+                             env={**os.environ, "MUJOCO_GL": "egl"})
+    assert json.loads(lerobot.stdout.splitlines()[-1]) == got["reach"][:2]
     config = json.loads((run.path / "config.json").read_text())
     assert config["env_versions"]["metaworld"] == "3.0.0"  # the venv's, recorded
