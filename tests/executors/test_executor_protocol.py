@@ -126,7 +126,9 @@ def test_a_toy_executor_in_this_file_alone_gives_the_local_executor_s_tapes(tmp_
     local = evaluate("CartPole-v1", "random", out=tmp_path / "local", **RUN)
     tape = local.path / local.results.episodes[0].tape
     here = Path(__file__).resolve().parent
-    backend = local.results.videos[0].detail["backend"]  # one that works here
+    from rolltape.pass2.backends import doctor, first_working
+
+    backend = first_working(doctor())  # one that works here (CartPole itself draws with pygame)
     code = (f"import sys; sys.path.insert(0, {str(here)!r}); import test_executor_protocol as t; "
             f"t.main({str(tmp_path / 'threads')!r}, {str(tape)!r}, {backend!r})")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
