@@ -1,7 +1,8 @@
 """`lerobot:DIR` served from LeRobot's own venv: a real (untrained, small) LeRobot ACT policy
 for PushT, saved with its processors as LeRobot saves them, gives rolltape's client on real
 PushT observations the actions LeRobot's own preprocess -> select_action -> postprocess loop
-gives in that venv; an observation without a key the policy needs is refused in one sentence."""
+gives in that venv, and `rolltape eval` against it writes those actions on its tapes; an
+observation without a key the policy needs is refused in one sentence."""
 
 from __future__ import annotations
 
@@ -152,6 +153,16 @@ def serve_and_play(folder: Path) -> tuple[np.ndarray, dict[str, list[np.ndarray]
         with pytest.raises(PolicyServerError, match=r"of shape \[16\] .* has shape \[8\]"):
             policy.act({"agent_pos": np.zeros(2), "environment_state": np.zeros(8)})
         policy.close()  # type: ignore[attr-defined]
+        # `rolltape eval` against it: the same seeds give the same actions on the tapes
+        run = run_cli("eval", "gym_pusht:gym_pusht/PushT-v0", "--env-kwargs",
+                      "obs_type='environment_state_agent_pos'", "-n", "2",
+                      "--max-episode-steps", str(STEPS), "--no-report", "--policy",
+                      server.address, "--out", str(folder.parent / "run"))
+        assert run.returncode == 0, run.stderr
+        for i in (0, 1):
+            with np.load(folder.parent / "run" / "tapes" / f"policy-{i:04d}.npz") as tape:
+                taped = tape["actions"]
+            assert taped.tobytes() == np.stack(served[i * STEPS:(i + 1) * STEPS]).tobytes()
     finally:
         out = server.stop()
     assert "Traceback" not in out, out
