@@ -3,7 +3,8 @@
 Meta-World 3.0.0 runs only on MuJoCo 3 (up to 3.3), which cannot share rolltape's
 environment (MuJoCo 4), so it gets a venv of its own, as LeRobot gives each benchmark its
 own image. The venv holds the benchmark at LeRobot's pin, the env server's two wire
-packages (pyzmq, msgpack) and rolltape itself without its dependencies (the server side
+packages (pyzmq, msgpack) and rolltape itself without its dependencies (a link to the
+package this rolltape runs from) (the server side
 imports numpy, Gymnasium and MuJoCo, which the benchmark brings). A suite run starts
 ``rolltape serve --suite`` from that venv on loopback (:mod:`rolltape.suites.hosted`).
 
@@ -85,12 +86,6 @@ def require(bench: Benchmark) -> Path:
     return venv_python(bench)
 
 
-def _rolltape_source() -> Path | None:
-    """The source folder rolltape runs from when it is a checkout (``src/``), else None."""
-    src = Path(rolltape.__file__).resolve().parents[1]
-    return src if (src.parent / "pyproject.toml").is_file() else None
-
-
 def install(bench: Benchmark, log: object = print) -> float:
     """Build the benchmark's venv (idempotent: a built one is kept); return the seconds."""
     start = time.monotonic()
@@ -102,14 +97,17 @@ def install(bench: Benchmark, log: object = print) -> float:
     _run([sys.executable, "-m", "venv", "--clear", str(where)], "create the venv")
     pip = [str(venv_python(bench)), "-m", "pip", "--disable-pip-version-check", "-q", "install"]
     _run([*pip, *bench.pins, *SERVER_PINS], f"install {', '.join(bench.pins)}")
-    source = _rolltape_source()
-    if source is not None:  # a checkout: the venv follows it, as an editable install would
-        site = subprocess.run([str(venv_python(bench)), "-c",
-                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        (Path(site) / "rolltape-source.pth").write_text(f"{source}\n")
-    else:
-        _run([*pip, "--no-deps", f"rolltape=={rolltape.__version__}"], "install rolltape")
+    # rolltape itself, without its dependencies: a link to the package this rolltape runs
+    # from (a checkout or an install), so the server speaks exactly the client's protocol
+    # and follows an upgrade; only that folder is put on the venv's path.
+    linked = where / "rolltape-link"
+    linked.mkdir(exist_ok=True)
+    (linked / "rolltape").symlink_to(Path(rolltape.__file__).resolve().parent,
+                                      target_is_directory=True)
+    site = subprocess.run([str(venv_python(bench)), "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "rolltape-link.pth").write_text(f"{linked}\n")
     _run([str(venv_python(bench)), "-c", f"{bench.probe}; import rolltape.server.server"],
          "import the benchmark and rolltape's server there")
     (where / "rolltape-ready").write_text(" ".join(bench.pins) + "\n")
