@@ -665,7 +665,9 @@ def diff_(
 
         write_json(json_out, report)
     if html is not None:
-        write_page(report, html)
+        from rolltape.compare.diff_videos import render_first
+
+        write_page(report, html, render_first(report, html))
     for line in report_lines(report, explain=explain):
         out.print(line, highlight=False, markup=False)
 

@@ -178,6 +178,15 @@ def test_the_cli_prints_the_card_then_the_first_divergence_then_the_numbers(runs
     html = page.read_text()  # the cards side by side, the difference marked; the episode
     assert '<span class="worse">policy.wrappers</span>' in html
     assert "episode 1 (seed 1)" in html and "action_sign" in html and "<script" not in html
+    # the first diverging episode's two videos, replayed from the tapes and verified, both
+    # started at the step where they part (0 here: the action at the reset)
+    for side in "AB":
+        video = page.with_name(f"diff-{side}.mp4")
+        assert video.stat().st_size > 0 and f'src="{video.name}#t=0.0"' in html
+        sidecar = json.loads(video.with_name(video.name + ".metadata.json").read_text())
+        assert sidecar["result"]["verified"] is True, sidecar["result"]
+    assert html.count('<span class="better">verified</span>') == 2
+    assert "diverges at step 0 (t = 0.0 s)" in html
 
 
 def test_an_older_run_without_a_card_is_diffed_as_far_as_its_metadata_goes(runs, tmp_path):

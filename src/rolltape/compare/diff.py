@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,6 +68,7 @@ class Side:
     episodes: dict[Key, tuple[str, int, bool | None, float | None, Callable[[], Tape]]]
     order: list[Key]  # the keys in the order they are walked (task order, then seed)
     silent: tuple[str, ...] = ()  # card fields (prefixes) this side cannot say (a dataset)
+    tapes: dict[Key, str] = field(default_factory=dict)  # each key's tape file (a run's)
 
 
 def run_side(path: str | os.PathLike[str], name: str) -> Side:
@@ -78,7 +79,8 @@ def run_side(path: str | os.PathLike[str], name: str) -> Side:
                     _tape_of(run.run.tape_path(e)))
                 for k, e in run.rows.items()}
     return Side(str(run.path), card, unknown, episodes,
-                [k for group in run.tasks().values() for k in group])
+                [k for group in run.tasks().values() for k in group],
+                tapes={k: str(run.run.tape_path(e)) for k, e in run.rows.items()})
 
 
 def _tape_of(path: Path) -> Callable[[], Tape]:
@@ -126,6 +128,7 @@ def diff_sides(a: Side, b: Side, episode: int | None = None) -> dict[str, Any]:
             "B": sorted(str(k) for k in set(b.episodes) - set(a.episodes))} \
         if episode is None else {"A": [], "B": []}
     numbers = _numbers(pairs) if pairs else None
+    first = next((p for p in pairs if p.divergence or p.outcome_differs), None)
     return {
         "other_envs": other,
         "a": a.path, "b": b.path,
@@ -138,7 +141,9 @@ def diff_sides(a: Side, b: Side, episode: int | None = None) -> dict[str, Any]:
         "episodes": [p.to_json() for p in pairs],
         "paired": len(pairs), "only_in": only,
         "kinds": dict(Counter(p.divergence.kind for p in pairs if p.divergence)),
-        "first": next((p.to_json() for p in pairs if p.divergence or p.outcome_differs), None),
+        "first": first.to_json() if first is not None else None,
+        # its two tapes, for diff.html's videos (None: a dataset's side has no tape file)
+        "first_tapes": [a.tapes.get(first.key), b.tapes.get(first.key)] if first else None,
         "numbers": numbers,
         "verdict": _verdict(pairs, card_diffs, only),
     }
@@ -293,9 +298,12 @@ def _verdict(pairs: list[Paired], card_diffs: dict[str, tuple[Any, Any]],
     return "differs"
 
 
-def write_page(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+def write_page(report: dict[str, Any], path: str | os.PathLike[str],
+               videos: dict[str, Any] | None = None) -> Path:
     """diff.html: the cards side by side with their differences marked, where each episode
-    parts and what it is, and the numbers, in the run report's style (self-contained)."""
+    parts and what it is, and the numbers, in the run report's style (self-contained);
+    ``videos``: the first diverging episode's two videos
+    (:func:`rolltape.compare.diff_videos.render_first`), shown side by side."""
     import time
 
     from rolltape.files import write_text
@@ -309,7 +317,7 @@ def write_page(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
                                                  name.startswith(f + "[") for f in differing)}
             for name in list(fa) + [k for k in fb if k not in fa]]
     html = _environment().get_template("diff.html.j2").render(
-        r=report, rows=rows, written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        r=report, rows=rows, videos=videos, written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         rolltape_version=_version())
     return write_text(path, html)
 
