@@ -554,9 +554,14 @@ class AleLog:
         return cls(ale) if ale is not None and hasattr(ale, "cloneState") else None
 
     def record(self) -> None:
+        if not self.dropped:
+            self.add(self._ale.cloneState(include_rng=True).serialize())
+
+    def add(self, state: bytes) -> None:
+        """Keep one serialized state that another process cloned (a served or vector
+        sub-env's: :func:`ale_state`), under the same cap."""
         if self.dropped:
             return
-        state = self._ale.cloneState(include_rng=True).serialize()
         self._bytes += len(state)
         if self._bytes > ALE_STATE_CAP:
             self.dropped, self._states = True, []
@@ -570,6 +575,16 @@ class AleLog:
         offsets = np.zeros(len(self._states) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in self._states], out=offsets[1:])
         return np.frombuffer(b"".join(self._states), dtype=np.uint8).copy(), offsets
+
+
+def ale_state(env: Any) -> bytes | None:
+    """An Atari game's emulator state, its RNG included, serialized as :class:`AleLog`
+    stores it; None for any other env. A served session and a vector sub-env send it with
+    each reset and step, so their tapes hold the states a local game's do."""
+    ale = getattr(getattr(env, "unwrapped", None), "ale", None)
+    if ale is None or not hasattr(ale, "cloneState"):
+        return None
+    return bytes(ale.cloneState(include_rng=True).serialize())
 
 
 def restore_ale_state(env: Any, blob: bytes) -> None:

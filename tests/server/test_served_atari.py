@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from tests.conftest import Server
+from tests.conftest import Server, tape_bytes
 
 from rolltape import Tape, UsageError, evaluate
 
@@ -21,10 +21,10 @@ STEPS = 150
 class AtariServer(Server):
     """`rolltape serve GAME`, past the banner ALE's emulator prints when a game is built."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str, steps: int = STEPS) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rolltape.cli", "serve", GAME, "--max-episode-steps",
-             str(STEPS), "--bind", "127.0.0.1:0"],
+             str(steps), "--bind", "127.0.0.1:0", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self._line(60)
         while line.startswith(("A.L.E:", "[Powered by Stella]")):
@@ -55,6 +55,27 @@ def test_atari_wrappers_on_a_served_game_play_the_local_games(tmp_path) -> None:
         assert np.array_equal(a.ale_state_offsets, b.ale_state_offsets)
     assert (a.actions[:5] == 0).any()  # (the game began with no-ops, as noop_max allows)
     assert served.metadata.facts["policy"]["wrappers"] == ["atari", "frame_stack=4"]
+
+
+def test_a_served_vector_game_records_the_local_games_states(tmp_path) -> None:
+    """A `--num-envs 2` server's vector session (batched pass 1, one request per step for
+    both sub-envs) sends each row's emulator state: its tapes equal a local per-row run's
+    byte for byte, states included (3 episodes: the third starts on a sub-env that played
+    one already, while the other resets unseeded and idles)."""
+    kw = dict(episodes=3, seed=7, max_episode_steps=40, report=False)
+    local = evaluate(GAME, "random", out=tmp_path / "local", **kw)
+    server = AtariServer("--num-envs", "2", steps=40)
+    try:
+        served = evaluate(f"{server.address}/{GAME}", "random", workers=1,
+                          batched_inference=True, out=tmp_path / "served", **kw)
+    finally:
+        server.stop()
+    names = sorted(p.name for p in (local.path / "tapes").glob("*.npz"))
+    assert len(names) == 3
+    for name in names:
+        mine = tape_bytes(local.path / "tapes" / name)
+        assert "ale_state" in mine and "ale_state_offsets" in mine
+        assert mine == tape_bytes(served.path / "tapes" / name), name
 
 
 def test_a_zoo_folder_plays_its_env_served(tmp_path) -> None:

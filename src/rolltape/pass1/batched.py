@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rolltape.envs import make_env, mujoco_data, split_physics
+from rolltape.envs import AleLog, make_env, mujoco_data, split_physics
 from rolltape.errors import UsageError
 from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import kept_obs, reset_forms, success_flag, tape_fields
@@ -49,6 +49,7 @@ class _Playing:
     job: EpisodeJob
     first_obs: Any = None
     states: list[Any] = field(default_factory=list)  # MuJoCo state rows (None otherwise)
+    ale: AleLog = field(default_factory=lambda: AleLog(None))  # Atari: emulator states
     steps: list[tuple[Any, ...]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     once: bool | None = None  # the success key was true at some step (None: never reported)
@@ -128,6 +129,8 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                         fresh.first_obs = kept_obs(rows[s])
                         fresh.forms = reset_forms(rows[s]) or None
                         fresh.states.append(facts[s].state)
+                        if facts[s].ale is not None:
+                            fresh.ale.add(facts[s].ale)
                 if not again.any():
                     return obs, rows
                 slots = again
@@ -156,6 +159,8 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                                       bool(terminated[s]), bool(truncated[s]),
                                       kept_obs(rows[s])))
                 episode.states.append(fact.state)
+                if fact.ale is not None:
+                    episode.ale.add(fact.ale)
                 if fact.success is not None:  # success at some step, as record_episode keeps it
                     episode.once = bool(episode.once or success_flag(fact.success))
                 if done[s]:
@@ -166,6 +171,8 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
                         physics, fact.success, fact.metrics, episode.started)
                     fields["success_once"] = episode.once
                     fields["obs_reset"] = episode.forms
+                    if fact.ale is not None:  # an Atari game: its states, as a per-row tape's
+                        fields["ale_state"], fields["ale_state_offsets"] = episode.ale.arrays()
                     save_episode(job, episode.job, description, fields, send)
             if done.any():
                 obs, rows = reset(done)

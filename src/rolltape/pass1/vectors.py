@@ -5,8 +5,9 @@ here (Gymnasium's ``AsyncVectorEnv``, autoreset off), or vector sessions of a
 Both answer ``reset(seeds, mask)`` and ``step(actions)`` with the stacked observations of
 every sub-env (a reset keeps the rows it did not reset, as ``AsyncVectorEnv`` does) and, per
 sub-env, the :class:`Facts` a tape keeps that the batched loop cannot read from the
-observation: the MuJoCo state row, ``info``'s success and metrics, and the error of a
-sub-env that raised (a served sub-env fails alone; the server rebuilds it).
+observation: the MuJoCo state row (an Atari game's emulator state), ``info``'s success and
+metrics, and the error of a sub-env that raised (a served sub-env fails alone; the server
+rebuilds it).
 
 With policy-side wrappers (``--wrapper``, ``--frame-stack``) each sub-env is a process that
 plays through them as :func:`rolltape.pass1.wrappers.record_wrapped_episode` does and
@@ -41,6 +42,7 @@ class Facts:
     metrics: Any = None  # info["metrics"]
     error: str | None = None  # the sub-env raised: its episode fails, it must be reset
     fields: dict[str, Any] | None = None  # through wrappers: the finished tape's fields
+    ale: bytes | None = None  # an Atari game's emulator state, RNG included (else None)
 
 
 def open_vector(spec: dict[str, Any], num_envs: int, entries: tuple[dict[str, Any], ...],
@@ -96,8 +98,10 @@ class ServedVector:
     def _facts(self, reply: dict[str, Any]) -> list[Facts]:
         physics = reply.get("physics")
         return [Facts(None if physics is None else physics[k], info.get(self.key),
-                      info.get("metrics"), _said(error, self.remote.address))
-                for k, (info, error) in enumerate(zip(reply["info"], reply["errors"]))]
+                      info.get("metrics"), _said(error, self.remote.address),
+                      ale=None if ale is None else bytes(ale))
+                for k, (info, error, ale) in enumerate(
+                    zip(reply["info"], reply["errors"], reply["ale_states"]))]
 
     def reset(self, seeds: list[int | None], mask: np.ndarray) -> tuple[Any, list[Any]]:
         reply = self.remote.reset(seeds, mask)
@@ -137,6 +141,7 @@ def _recording_env(spec: dict[str, Any], entries: tuple[dict[str, Any], ...],
     (:class:`_ThroughWrappers`)."""
     import gymnasium as gym
 
+    from rolltape.envs import ale_state
     from rolltape.pass1.rollout import open_env
 
     env = open_env(spec)
@@ -148,11 +153,11 @@ def _recording_env(spec: dict[str, Any], entries: tuple[dict[str, Any], ...],
     class ReportState(gym.Wrapper):
         def reset(self, **kwargs: Any) -> Any:
             obs, info = self.env.reset(**kwargs)
-            return obs, {**info, INFO_KEY: Facts(state())}
+            return obs, {**info, INFO_KEY: Facts(state(), ale=ale_state(env))}
 
         def step(self, action: Any) -> Any:
             obs, reward, term, trunc, info = self.env.step(action)
-            facts = Facts(state(), info.get(key), info.get("metrics"))
+            facts = Facts(state(), info.get(key), info.get("metrics"), ale=ale_state(env))
             return obs, reward, term, trunc, {**info, INFO_KEY: facts}
 
     return ReportState(env)

@@ -406,8 +406,9 @@ class RemoteVectorEnv:
     one vector of sessions x N sub-envs (sub-env s is sub-env s % N of session s // N). A
     request goes to every session before any reply is read. Replies are merged in that
     order: ``obs`` stacked, ``reward``/``terminated``/``truncated`` arrays, and per sub-env an
-    ``info``, a ``physics`` row (or None) and an ``error`` (None, or what a sub-env that
-    raised said: it must be reset before it steps again)."""
+    ``info``, a ``physics`` row (or None), an ``error`` (None, or what a sub-env that
+    raised said: it must be reset before it steps again) and an Atari game's emulator
+    state (``ale_states``; None for other envs)."""
 
     def __init__(self, spec: dict[str, Any], local: Any, sessions: int,
                  per_session: int | None = None) -> None:
@@ -503,8 +504,11 @@ def _merge(replies: list[dict[str, Any]]) -> dict[str, Any]:
         out["info"] = [i for r in replies for i in r["info"]]
         out["errors"] = [e for r in replies
                          for e in (r.get("errors") or [None] * len(r["info"]))]
-    if not out.get("errors"):
-        out["errors"] = [None] * len(out["info"])
+        out["ale_states"] = [s for r in replies
+                             for s in (r.get("ale_states") or [None] * len(r["info"]))]
+    for key in ("errors", "ale_states"):  # nil or absent: none for any row
+        if not out.get(key):
+            out[key] = [None] * len(out["info"])
     return out
 
 

@@ -11,7 +11,9 @@ sub-envs per request: ``reset`` carries ``seeds`` (k, nil or integers) and optio
 ``mask`` (k booleans: which to reset), ``step`` carries ``actions`` (an array, k rows); the
 reply holds ``obs`` stacked (the reset rows only, for a reset), ``reward``/``terminated``/
 ``truncated`` arrays (step), and per row ``info``, a ``physics`` row and ``errors`` (nil, or
-a list with nil or the sentence of a sub-env that raised: that sub-env must be reset).
+a list with nil or the sentence of a sub-env that raised: that sub-env must be reset); an
+Atari game's reply adds ``ale_states``, each row's emulator state (bytes; nil for a failed
+row), as a one-env session's ``ale_state``.
 
 May import: errors, envs (descriptors). Never: policies, pass 1, pass 2, executors.
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from rolltape.address import endpoint, is_loopback, read_token, split_host_port
-from rolltape.envs import env_spec, json_safe, make_env, mujoco_data, physics_spec
+from rolltape.envs import ale_state, env_spec, json_safe, make_env, mujoco_data, physics_spec
 from rolltape.errors import UsageError
 from rolltape.flags import EPISODES, SERVER, flag, parse_kwargs
 from rolltape.server import protocol as P
@@ -510,7 +510,7 @@ class EnvServer:
         session.gen += 1
         session.reset_done = True
         return {"status": P.OK, "gen": session.gen, "obs": _obs(obs), "info": _info(info),
-                "physics": self._physics(session), "ale_state": _ale_state(session.env)}
+                "physics": self._physics(session), "ale_state": ale_state(session.env)}
 
     def _op_step(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=True)
@@ -526,7 +526,7 @@ class EnvServer:
         return {"status": P.OK, "obs": _obs(obs),
                 "reward": None if reward is None else float(reward),
                 "terminated": bool(term), "truncated": bool(trunc), "info": _info(info),
-                "physics": self._physics(session), "ale_state": _ale_state(session.env)}
+                "physics": self._physics(session), "ale_state": ale_state(session.env)}
 
     # -- vector sessions -----------------------------------------------------------------
 
@@ -615,7 +615,8 @@ class EnvServer:
     def _rows(self, session: Session, rows: Any, results: list[tuple[Any, Any]],
               errors: list[str | None]) -> dict[str, Any]:
         """The per-sub-env part of a vector reply: observations stacked as AsyncVectorEnv
-        stacks them (zeros for a failed row), infos, physics rows, errors (nil: none)."""
+        stacks them (zeros for a failed row), infos, physics rows, errors (nil: none) and,
+        for an Atari game, each row's emulator state (``ale_states``)."""
         from gymnasium.vector.utils import concatenate, create_empty_array
 
         space = session.served.observation_space
@@ -636,8 +637,13 @@ class EnvServer:
             for k, i in enumerate(rows):
                 if errors[k] is None:
                     self._physics(session, session.envs[i], physics[k])
+        # An Atari game's emulator state per row, as a one-env session sends it (nil for a
+        # failed row; the key is left out for other envs).
+        states = [None if errors[k] is not None else ale_state(session.envs[i])
+                  for k, i in enumerate(rows)]
         return {"obs": _obs(stacked), "info": [_info(info) for _, info in results],
-                "physics": physics, "errors": errors if any(errors) else None}
+                "physics": physics, "errors": errors if any(errors) else None,
+                **({"ale_states": states} if any(s is not None for s in states) else {})}
 
     def _op_state(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=False)
@@ -771,13 +777,3 @@ def serve(cfg: ServeConfig) -> int | None:
     server.serve_forever()
     return server.stopped_by
 
-
-def _ale_state(env: Any) -> bytes | None:
-    """An Atari game's emulator state, its RNG included, serialized as a local tape stores
-    it (:class:`rolltape.envs.AleLog`): sent with each reset and step of a one-env session,
-    so that a served game's tapes hold the states a local game's do (``--mode restore``).
-    None for any other env."""
-    ale = getattr(env.unwrapped, "ale", None)
-    if ale is None or not hasattr(ale, "cloneState"):
-        return None
-    return bytes(ale.cloneState(include_rng=True).serialize())
