@@ -653,8 +653,8 @@ def diff_(
     html: Optional[Path] = typer.Option(None, "--html",
                                         help="Also write the page (diff.html) to this file."),
     against: Optional[Path] = typer.Option(
-        None, "--against", help="A Minari dataset (its folder) to compare RUN_A's episodes "
-                                "with, paired by seed, instead of RUN_B."),
+        None, "--against", help="A Minari dataset or a LeRobotDataset (its folder) to compare "
+                                "RUN_A's episodes with, paired by seed, instead of RUN_B."),
 ) -> None:
     """Why two runs disagree: protocol card, first diverging step and field, its kind, the numbers."""
     from rolltape.compare.diff import diff_runs, report_lines, write_page

@@ -22,3 +22,23 @@ def test_a_run_against_its_own_minari_export_is_no_difference(random_run, tmp_pa
     assert err.startswith("rolltape: --against") and "is not a Minari dataset" in err
     assert main(["diff", str(random_run.path)]) == 2  # neither a second run nor a dataset
     assert "give a second run" in capsys.readouterr().err
+
+
+def test_a_run_against_its_own_lerobot_export_is_no_difference(random_run, tmp_path, capsys):
+    """Paired by the seed rolltape's export keeps in meta/episodes, compared at the float32
+    the dataset stores; a LeRobotDataset without seeds is one sentence and exit 2."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "lerobot"
+    assert main(["export", str(random_run.path), "--to", "lerobot", "--out", str(out)]) == 0
+    report = diff_runs(random_run.path, against=out)
+    assert report["verdict"] == "no difference", report["episodes"]
+    assert report["paired"] == 3 and report["card"]["differences"] == []
+    assert report["numbers"]["return_changed"] == 0
+    assert any(n.startswith("observations") for n in report["card"]["not_compared"])
+    episodes = out / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
+    pq.write_table(pq.read_table(episodes).drop(["rolltape/seed"]), episodes)
+    capsys.readouterr()
+    assert main(["diff", str(random_run.path), "--against", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "keeps no episode's seed" in err and "\n" not in err and "Traceback" not in err

@@ -87,10 +87,16 @@ def _tape_of(path: Path) -> Callable[[], Tape]:
     return lambda: Tape.load(path)
 
 
+def _stored(load: Callable[[], Tape]) -> Callable[[], Tape]:
+    from rolltape.compare.against import as_stored
+
+    return lambda: as_stored(load())
+
+
 def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str] | None = None,
               episode: int | None = None, against: str | os.PathLike[str] | None = None
               ) -> dict[str, Any]:
-    """Compare two runs, or a run and a dataset (``against``: a Minari dataset folder; see
+    """Compare two runs, or a run and a dataset (``against``: a Minari or LeRobot dataset folder; see
     :mod:`rolltape.compare.against`); ``episode``: only that episode index. Returns a
     JSON-safe report; a folder that is not a whole run is one :class:`UsageError`."""
     a = run_side(a_path, "A")
@@ -98,10 +104,14 @@ def diff_runs(a_path: str | os.PathLike[str], b_path: str | os.PathLike[str] | N
         raise UsageError("give a second run (rolltape diff RUN_A RUN_B) or a dataset "
                          "(rolltape diff RUN --against DATASET), not both or neither.")
     if against is not None:
-        from rolltape.compare.against import dataset_side
+        from rolltape.compare.against import as_stored, dataset_side, is_lerobot
 
         b = Side(**dataset_side(against, a.card, a.order,
                                 {k: e[2] is not None for k, e in a.episodes.items()}))
+        if is_lerobot(Path(against)):  # the run as the dataset stores it (float32, one flag)
+            a.episodes = {k: (label, index, success, as_stored(load()).total_return,
+                              _stored(load))
+                          for k, (label, index, success, _, load) in a.episodes.items()}
     else:
         assert b_path is not None
         b = run_side(b_path, "B")
