@@ -1,6 +1,7 @@
-"""`rolltape diff RUN --against DATASET`: a run against the Minari dataset rolltape exported
-from it is "no difference" (actions, rewards, flags and every observation's digest equal,
-paired by seed); a folder that is not a Minari dataset is one sentence and exit 2."""
+"""`rolltape diff RUN --against DATASET`: a run against the Minari dataset (or LeRobotDataset)
+rolltape exported from it is "no difference" (actions, rewards, flags and, for Minari, every
+observation's digest equal, paired by seed); a folder that is not a dataset is one
+sentence and exit 2."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def test_a_run_against_its_own_minari_export_is_no_difference(random_run, tmp_pa
 def test_a_run_against_its_own_lerobot_export_is_no_difference(random_run, tmp_path, capsys):
     """Paired by the seed rolltape's export keeps in meta/episodes, compared at the float32
     the dataset stores; a LeRobotDataset without seeds is one sentence and exit 2."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     out = tmp_path / "lerobot"
@@ -36,6 +38,17 @@ def test_a_run_against_its_own_lerobot_export_is_no_difference(random_run, tmp_p
     assert report["paired"] == 3 and report["card"]["differences"] == []
     assert report["numbers"]["return_changed"] == 0
     assert any(n.startswith("observations") for n in report["card"]["not_compared"])
+    # one action the dataset says was taken otherwise (episode 1, step 5): found there
+    data = out / "data" / "chunk-000" / "file-000.parquet"
+    table = pq.read_table(data)
+    actions = table.column("action").to_pylist()
+    row = table.column("episode_index").to_pylist().index(1) + 5
+    actions[row] = [-x for x in actions[row]]
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), "action",
+                                    pa.array(actions, table.schema.field("action").type)), data)
+    first = diff_runs(random_run.path, against=out)["first"]
+    assert (first["index"], first["divergence"]["step"], first["divergence"]["field"]) == (
+        1, 5, "action"), first
     episodes = out / "meta" / "episodes" / "chunk-000" / "file-000.parquet"
     pq.write_table(pq.read_table(episodes).drop(["rolltape/seed"]), episodes)
     capsys.readouterr()
