@@ -35,7 +35,7 @@ while True:
     frame = read.read(39 * 8)
     if len(frame) < 39 * 8:
         break
-    action = policy.get_action(np.frombuffer(frame, dtype=np.float64))
+    action = policy.get_action(np.frombuffer(frame, dtype=np.float64).copy())  # it writes
     write.write(np.asarray(action, dtype=np.float32).tobytes())
     write.flush()
 """
