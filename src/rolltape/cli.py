@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 import typer
 from rich.console import Console
@@ -305,18 +305,28 @@ def summary_table(results: Results, width: int) -> Table:
     return table
 
 
+def suite_table(suite: Mapping[str, Any], name: str) -> Table:
+    """A suite run's per-task table (``Results.suite``) as the CLI prints it: compact
+    columns that fit 80 characters (:data:`rolltape.outputs.suite_view.COMPACT`), the rule
+    in the caption."""
+    from rolltape.outputs.suite_view import compact_caption, task_rows
+
+    header, rows = task_rows(suite, compact=True)
+    table = Table(title=f"{name}: success per task (95% Wilson interval)",
+                  caption=compact_caption(suite), caption_justify="left")
+    for column in header:
+        table.add_column(column, justify="left" if column == "task" else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def print_run(results: Results, path: Path) -> None:
     """The summary table, the videos and where everything went."""
     if results.suite is not None:
-        from rolltape.outputs.suite_view import headline_text, task_rows
+        from rolltape.outputs.suite_view import headline_text
 
-        header, rows = task_rows(results.suite)
-        table = Table(title=f"{results.env_id}: success per task (95% Wilson interval)")
-        for name in header:
-            table.add_column(name, justify="right")
-        for row in rows:
-            table.add_row(*row)
-        out.print(table)
+        out.print(suite_table(results.suite, results.env_id))
         # A suite's headline is success: returns of different tasks do not pool.
         out.print(headline_text(results.suite), highlight=False)
     else:

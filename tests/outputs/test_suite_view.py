@@ -5,6 +5,7 @@ never reported success, and each suite's tasks drawn in its own colour under its
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -105,3 +106,44 @@ def test_a_wide_note_stays_inside_the_picture() -> None:
         [note] = [t for t in root.iter(f"{NS}text") if t.text == f"{n}/{n}"]
         assert float(note.get("x", 0)) + CHAR_W * len(note.text or "") <= float(
             root.get("width", 0)), n
+
+
+def test_the_cli_table_fits_80_columns_one_line_a_row_in_percent() -> None:
+    """`rolltape eval --suite` prints a table that fits an 80-column terminal or log: no
+    line past 80 characters and no row wrapped (it had 10 columns, 118 wide), the rule in
+    the caption, every rate in percent."""
+    import io
+
+    from rich.console import Console
+
+    from rolltape.cli import suite_table
+
+    tasks = [entry("metaworld_mt10", "pick-place-wall", 100, 100, success_rule="once"),
+             entry("metaworld_mt10", "window-close", 100, 37, unknown=3),
+             entry("mazes", "umaze", 10, None, unknown=10, avg_sum_reward=-1152.25,
+                   mean_length=1000.0)]
+    per_suite = {"metaworld_mt10": entry("metaworld_mt10", "", 200, 137, unknown=3),
+                 "mazes": entry("mazes", "", 10, None, unknown=10)}
+    suite = {"per_task": tasks, "per_suite": per_suite,
+             "overall": entry("", "", 210, 137, unknown=13)}
+    sink = io.StringIO()
+    console = Console(file=sink, width=80, soft_wrap=True)  # as the CLI's, off a tty
+    console.print(suite_table(suite, "suite bench.yaml"))
+    lines = sink.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    body = [line.strip("│ ") for line in lines if line.startswith("│")]
+    # one line each: 2 suite names, 3 tasks, 2 suites pooled, overall
+    assert [row.split(" │")[0].strip() for row in body] == [
+        "metaworld_mt10", "pick-place-wall", "window-close", "(pooled)", "mazes", "umaze",
+        "(pooled)", "overall (pooled)"], "\n".join(lines)
+    assert "100/100 100.0% [96.3, 100.0]" in body[1] and "37/97 38.1% [" in body[2]
+    assert body[7].count("—") == 2  # returns and lengths do not pool
+    caption = "\n".join(lines[lines.index(next(x for x in lines if x.startswith("└"))):])
+    assert "once: pick-place-wall" in caption and "at end: window-close, umaze" in caption
+    assert "no outcome, left out: window-close 3" in caption
+    # one unit: every rate is a percent ('n/a' where never reported), no fraction
+    header, rows = task_rows(suite, compact=True)
+    for row in rows:
+        cell = row[header.index("success [95% CI]")]
+        assert cell in ("", "n/a (never reported)") or re.fullmatch(
+            r"\d+/\d+ \d+\.\d% \[\d+\.\d, \d+\.\d\]", cell), cell

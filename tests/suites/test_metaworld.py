@@ -14,6 +14,7 @@ from pathlib import Path
 import rolltape
 from rolltape.outputs.artifacts import read_jsonl
 from rolltape.suites import benchmarks
+from rolltape.suites.builtin import HOSTED, builtin_manifest
 from rolltape.tape import Tape
 
 TASKS = ("reach", "door-open")  # two MT10 tasks; door-open's expert writes into its obs
@@ -118,3 +119,12 @@ def test_the_expert_earns_what_metaworlds_own_loop_gives_it(tmp_path):
     assert json.loads(lerobot.stdout.splitlines()[-1]) == got["reach"][:2]
     config = json.loads((run.path / "config.json").read_text())
     assert config["env_versions"]["metaworld"] == "3.0.0"  # the venv's, recorded
+
+
+def test_lerobots_difficulty_groups_split_mt50_and_are_hosted_suites():
+    groups = [builtin_manifest(f"metaworld_{g}") for g in ("easy", "medium", "hard", "very_hard")]
+    names = [t.kwargs["task"] for m in groups for t in m.tasks]
+    mt50 = [t.kwargs["task"] for t in builtin_manifest("metaworld_mt50").tasks]
+    assert sorted(names) == sorted(mt50) and len(set(mt50)) == 50
+    assert [len(m.tasks) for m in groups] == [28, 11, 6, 5]
+    assert {HOSTED[f"metaworld_{g}"] for g in ("mt10", "easy", "very_hard")} == {"metaworld"}

@@ -22,10 +22,16 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from rolltape.outputs.plots import CHAR_W, NOTE_GAP, PALETTE, ForestRow, forest_chart
-from rolltape.outputs.summary import num
+from rolltape.outputs.summary import num, success_rule_text
 
 HEADER = ["suite", "task", "episodes", "success [95% CI]", "rule", "at end", "once",
           "sum reward", "max reward", "length"]
+# The CLI's table, which fits 80 columns: each suite's name on a row of its own above its
+# tasks (when there are several; one is in the title), the rule and the episodes whose
+# outcome is unknown in the caption (:func:`compact_caption`), the rates by each rule and
+# the max reward left to the report and results.json. The episode count is the success
+# cell's: k of the n episodes whose outcome is known.
+COMPACT = ["task", "success [95% CI]", "return", "length"]
 
 
 def success_text(entry: Mapping[str, Any]) -> str:
@@ -57,16 +63,70 @@ def _row(suite: str, task: str, entry: Mapping[str, Any], pooled: bool = False) 
             _percent(entry.get("success_at_end")), _percent(entry.get("success_once")), *scales]
 
 
-def task_rows(suite: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def task_rows(suite: Mapping[str, Any], compact: bool = False
+              ) -> tuple[list[str], list[list[str]]]:
     """(header, rows): one row per task, then one per suite and one overall, which pool
-    only the success counts (their rewards and lengths read '—')."""
+    only the success counts (their rewards and lengths read '—'). ``compact``: the
+    :data:`COMPACT` columns the CLI prints."""
     rows = [_row(t["suite"], t["task"], t) for t in suite["per_task"]]
     if len(suite.get("per_suite") or {}) > 1 or len(suite["per_task"]) > 1:
         rows += [_row(name, "(all, pooled)", e, pooled=True)
                  for name, e in suite["per_suite"].items()]
         if len(suite["per_suite"]) > 1:
             rows.append(_row("overall", "(pooled)", suite["overall"], pooled=True))
-    return HEADER, rows
+    if not compact:
+        return HEADER, rows
+    return COMPACT, _compact_rows(suite)
+
+
+def _compact_rows(suite: Mapping[str, Any]) -> list[list[str]]:
+    """The :data:`COMPACT` rows: tasks grouped by suite, each suite's pooled row last."""
+    def cells(label: str, entry: Mapping[str, Any], pooled: bool = False) -> list[str]:
+        full = dict(zip(HEADER, _row("", "", entry, pooled)))
+        return [label, _known_text(entry), full["sum reward"], full["length"]]
+
+    names = list(dict.fromkeys(t["suite"] for t in suite["per_task"]))
+    several = len(names) > 1
+    pad = "  " if several else ""
+    rows = []
+    for name in names:
+        tasks = [t for t in suite["per_task"] if t["suite"] == name]
+        if several:
+            rows.append([name, "", "", ""])
+        rows += [cells(pad + t["task"], t) for t in tasks]
+        if (several or len(tasks) > 1) and name in (suite.get("per_suite") or {}):
+            rows.append(cells(pad + "(pooled)", suite["per_suite"][name], pooled=True))
+    if several:
+        rows.append(cells("overall (pooled)", suite["overall"], pooled=True))
+    return rows
+
+
+def _known_text(entry: Mapping[str, Any]) -> str:
+    """:func:`success_text` without its '(3 unknown)', which the caption says."""
+    text = success_text(entry)
+    return text.removesuffix(f" ({entry['n_unknown']} unknown)") if entry.get("n_unknown") \
+        else text
+
+
+def compact_caption(suite: Mapping[str, Any]) -> str:
+    """The compact table's caption, in lines of fewer than 80 characters: what success
+    counts ('success on the terminal step (LeRobot's rule), in percent', or each rule with
+    its tasks when they differ), the tasks with episodes whose outcome is unknown, and where
+    the numbers the table leaves out are."""
+    rules: dict[str, list[str]] = {}
+    for t in suite["per_task"]:
+        rules.setdefault(str(t.get("success_rule") or "at_end"), []).append(t["task"])
+    if len(rules) == 1:
+        lines = [f"{success_rule_text(next(iter(rules)))}, in percent"]
+    else:
+        lines = ["success by each task's rule, in percent:",
+                 *(f"  {rule.replace('_', ' ')}: {', '.join(tasks)}"
+                   for rule, tasks in rules.items())]
+    unknown = [f"{t['task']} {t['n_unknown']}" for t in suite["per_task"]
+               if t.get("n_unknown") and t.get("pc_success") is not None]
+    if unknown:
+        lines.append(f"episodes with no outcome, left out: {', '.join(unknown)}")
+    return "\n".join([*lines, "both rules' rates and max rewards: results.json, the report"])
 
 
 def mean_rate_text(entry: Mapping[str, Any]) -> str | None:

@@ -67,8 +67,25 @@ MT50 = MT10 + (
     "pick-place-wall", "plate-slide-back-side", "plate-slide-back", "plate-slide-side",
     "plate-slide", "push-back", "push-wall", "reach-wall", "shelf-place", "soccer",
     "stick-pull", "stick-push", "sweep-into", "sweep")
+# LeRobot's difficulty groups (its metaworld_config.json), the MT50 tasks split four ways.
+EASY = ("button-press", "button-press-topdown", "button-press-topdown-wall",
+        "button-press-wall", "coffee-button", "dial-turn", "door-close", "door-lock",
+        "door-open", "door-unlock", "drawer-close", "drawer-open", "faucet-close",
+        "faucet-open", "handle-press", "handle-press-side", "handle-pull", "handle-pull-side",
+        "lever-pull", "plate-slide", "plate-slide-back", "plate-slide-back-side",
+        "plate-slide-side", "reach", "reach-wall", "window-close", "window-open",
+        "peg-unplug-side")
+MEDIUM = ("basketball", "bin-picking", "box-close", "coffee-pull", "coffee-push", "hammer",
+          "peg-insert-side", "push-wall", "soccer", "sweep", "sweep-into")
+HARD = ("assembly", "hand-insert", "pick-out-of-hole", "pick-place", "push", "push-back")
+VERY_HARD = ("shelf-place", "disassemble", "stick-pull", "stick-push", "pick-place-wall")
+METAWORLD_SUITES = (("mt10", "MT10", MT10), ("mt50", "MT50", MT50),
+                    ("easy", "easy (LeRobot's group)", EASY),
+                    ("medium", "medium (LeRobot's group)", MEDIUM),
+                    ("hard", "hard (LeRobot's group)", HARD),
+                    ("very_hard", "very hard (LeRobot's group)", VERY_HARD))
 #: Built-in suites whose envs run in a benchmark's own venv (rolltape.suites.benchmarks).
-HOSTED = {"metaworld_mt10": "metaworld", "metaworld_mt50": "metaworld"}
+HOSTED = {f"metaworld_{group}": "metaworld" for group, _, _ in METAWORLD_SUITES}
 
 BUILTIN: dict[str, dict[str, Any]] = {
     "mazes": {
@@ -99,18 +116,12 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "tasks": {"halfcheetah": "HalfCheetah-v5", "hopper": "Hopper-v5",
                   "walker2d": "Walker2d-v5", "ant": "Ant-v5"},
     },
-    "metaworld_mt10": {
-        "description": "Meta-World MT10 as LeRobot plays it, in its own venv",
+    **{f"metaworld_{group}": {
+        "description": f"Meta-World {title} as LeRobot plays it, in its own venv",
         "success_key": "is_success",
         "tasks": {task: {"env": METAWORLD_ENV, "kwargs": {"task": f"{task}-v3"}}
-                  for task in MT10},
-    },
-    "metaworld_mt50": {
-        "description": "Meta-World MT50 as LeRobot plays it, in its own venv",
-        "success_key": "is_success",
-        "tasks": {task: {"env": METAWORLD_ENV, "kwargs": {"task": f"{task}-v3"}}
-                  for task in MT50},
-    },
+                  for task in tasks},
+    } for group, title, tasks in METAWORLD_SUITES},
     "classic": {
         "description": "classic control with Discrete actions, returns only",
         "success_key": None,
