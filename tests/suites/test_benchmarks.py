@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.conftest import run_cli
 
 from rolltape.suites import benchmarks
+from rolltape.suites.builtin import listing
 
 
 def test_install_refuses_an_unknown_benchmark_and_an_unknown_action():
@@ -24,4 +25,6 @@ def test_a_built_venv_is_kept_and_listed_as_installed():
     done = run_cli("suites")
     assert done.returncode == 0
     row = next(line for line in done.stdout.splitlines() if "metaworld_mt10" in line)
-    assert "yes" in row and "metaworld==3.0.0" in row
+    assert row.rstrip("│ ").endswith("yes")
+    entry = {e["suite"]: e for e in listing()}["metaworld_mt10"]
+    assert "metaworld==3.0.0" in entry["needs"] and entry["install"] is None
