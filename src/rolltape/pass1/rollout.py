@@ -310,7 +310,7 @@ class OpenJobs:
                                  deterministic=job.deterministic)
             if wrapped is not None and isinstance(policy, SB3Policy) and job.episodes:
                 try_acting(job, wrapped, policy)
-            policy = with_clock(policy, job.clock, (wrapped.env if wrapped else env).action_space)
+            policy = with_clock(policy, job.clock, wrapped.env if wrapped else env)
         except BaseException:
             (wrapped or env).close()
             raise
@@ -407,7 +407,6 @@ def _play_sessions(job: PolicyJob, opened: Opened, sessions: list[list[Any]], se
         without it (a later piece opens spares again while the server has room)."""
         sessions[s][0].close()
         opened.more = [row for row in opened.more if row is not sessions[s]]
-
 
     play_in_flight(sessions, job.episodes,
                    lambda env, policy, ep: play_episode(env, policy, ep.seed, None,
