@@ -36,7 +36,7 @@ def test_eval_branch_draws_the_curve_under_the_rendered_episode(ledge_run):
     label = Path(video.tape).stem
     assert [p.name for p in (ledge_run.path / "branch").iterdir()] == [label]
     html = (ledge_run.path / "report.html").read_text()
-    assert html.count('<figure class="branch">') == 1
+    assert html.count('<figure class="branch" ') == 1
     assert f'src="branch/{label}/branch.png"' in html
 
 
@@ -74,7 +74,7 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The report is rebuilt with the curve under the worst episode's video.
     html = (ledge_run.path / "report.html").read_text()
-    assert html.count('<figure class="branch">') == 1
+    assert html.count('<figure class="branch" ') == 1
     assert f'src="branch/{Path(worst["episode"]["tape"]).stem}/branch.png"' in html
     # A budget thins the grid and says so.
     code = main(["branch", str(ledge_run.path), "--episodes", "worst:1", "--branches", "2",
@@ -84,3 +84,44 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
     [record] = [json.loads(p.read_text()) for p in (ledge_run.path / "branch").glob("*/branch.json")]
     assert record["every"] == 4 and record["asked_every"] == 1
     assert 2 * sum(record["episode"]["length"] - t + 1 for t in record["grid"]) <= 150
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def test_the_curve_marker_follows_the_video(ledge_run):
+    """In a real browser, seeking the episode's video moves the marker on its branch curve to
+    the step shown: at the start, the chart's left end; at the last frame, its right end."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from rolltape.outputs.branch_chart import AXES
+
+    assert CHROMIUM.exists(), "chromium is not installed (apt-get install -y chromium)"
+    report = ledge_run.path / "report.html"
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM),
+                                    args=["--headless=new", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.goto(report.as_uri(), wait_until="load")
+            line = page.locator("figure.branch svg.branch-now line")
+            page.wait_for_function("document.querySelector('video').readyState >= 1",
+                                   timeout=10_000)
+
+            def seek(where: str) -> tuple[float, int]:
+                page.evaluate(f"(() => {{ const v = document.querySelector('video');"
+                              f" v.currentTime = {where}; }})()")
+                page.wait_for_function(
+                    "!document.querySelector('video').seeking", timeout=5_000)
+                page.wait_for_timeout(50)  # the seeked handler has run
+                return float(line.get_attribute("x1")), int(line.get_attribute("data-step"))
+
+            start = seek("0")
+            middle = seek("v.duration / 2")
+            end = seek("v.duration - 0.001")
+        finally:
+            browser.close()
+    [video] = ledge_run.results.videos
+    steps = ledge_run.results.by_key[video.key].length
+    assert start == (AXES[0], 0)
+    assert middle[0] > start[0] and 0 < middle[1] < steps
+    assert end[1] == steps and abs(end[0] - AXES[1]) < 1e-9

@@ -15,6 +15,11 @@ from typing import Any
 
 from rolltape.files import atomic_file
 
+#: Where the plot's axes lie in the picture, as fractions of its width and height (left,
+#: right, bottom, top; from the bottom, as matplotlib counts): fixed rather than fitted, so
+#: that the report can place its marker of the video's current step over the PNG.
+AXES = (0.1, 0.98, 0.14, 0.9)
+
 
 def draw_branch_chart(record: dict[str, Any], path: str | Path) -> Path:
     """Draw ``record`` (a ``branch.json``) as a PNG at ``path``."""
@@ -51,7 +56,8 @@ def draw_branch_chart(record: dict[str, Any], path: str | Path) -> Path:
     ax.set_xlabel("step t")
     ax.set_xlim(0, max(ep["length"], 1))
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    left, right, bottom, top = AXES
+    fig.subplots_adjust(left=left, right=right, bottom=bottom, top=top)
     path = Path(path)
     with atomic_file(path) as f:
         fig.savefig(f, format="png")

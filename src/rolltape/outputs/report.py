@@ -29,7 +29,7 @@ from urllib.parse import quote, urlsplit
 from rolltape.errors import UsageError
 from rolltape.files import write_text
 from rolltape.outputs import plots
-from rolltape.outputs.branch_chart import branch_label, summary_line
+from rolltape.outputs.branch_chart import AXES, branch_label, summary_line
 from rolltape.outputs.summary import interval, num, role_cells, success_rule_text
 from rolltape.pass2.formats import by_suffix
 from rolltape.record import Episode, EpisodeKey, Metadata, Results, Run, Video
@@ -208,20 +208,25 @@ def _videos(run: Run, report: Path, config: Mapping[str, Any]) -> list[dict[str,
     return out
 
 
-def _branch(run: Run, episode: Episode | None, report: Path) -> dict[str, str] | None:
+def _branch(run: Run, episode: Episode | None, report: Path) -> dict[str, Any] | None:
     """The episode's ``rolltape branch`` curve (``RUN/branch/<episode>/``), when there is
-    one: its picture and its line. A damaged branch.json shows nothing."""
+    one: its picture, its line, and where its axes lie in the picture (fractions, from the
+    top-left, as the page's marker of the video's current step counts) over how many steps.
+    A damaged branch.json shows nothing."""
     if episode is None or not episode.tape:
         return None
     folder = run.path / "branch" / branch_label(episode.tape)
     try:
         record = json.loads((folder / "branch.json").read_text())
         line = summary_line(record)
+        steps = max(int(record["episode"]["length"]), 1)  # the chart's x axis: 0 to steps
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if not (folder / "branch.png").is_file():
         return None
-    return {"src": _href(folder / "branch.png", report), "line": line}
+    left, right, bottom, top = AXES
+    return {"src": _href(folder / "branch.png", report), "line": line, "steps": steps,
+            "x0": left, "x1": right, "y0": round(1 - top, 4), "y1": round(1 - bottom, 4)}
 
 
 def _drawn(results: Results, task: tuple[Any, Any]) -> tuple[list[EpisodeKey], str]:
@@ -580,6 +585,8 @@ def build_report(run: Run | str | os.PathLike[str], *,
         "charts": _charts(run),
         "suite": _suite_section(results),
         "videos": videos,
+        "branch_marker": any(v["branch"] and v["kind"] == "video" and v["src"]
+                             and not v["missing"] for v in videos),
         "verified": verified, "diverged": diverged,
         "episode_rows": _episode_table(results, videos),
         "warnings": list(results.warnings) or (meta.get("warnings") if meta else None) or [],
