@@ -125,3 +125,28 @@ def test_the_curve_marker_follows_the_video(ledge_run):
     assert start == (AXES[0], 0)
     assert middle[0] > start[0] and 0 < middle[1] < steps
     assert end[1] == steps and abs(end[0] - AXES[1]) < 1e-9
+
+
+@pytest.mark.usefixtures("python3_kernel")  # from conftest
+def test_the_notebook_plots_each_branched_episode(ledge_run):
+    """report.ipynb's branch cell, executed by a real kernel, draws one curve per branch.json
+    (whichever ran first: the cell reads branch/ when it runs)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from rolltape.outputs.notebook import write_notebook
+
+    nb = nbformat.read(write_notebook(ledge_run), as_version=4)
+    keep = {"setup", "branch"}  # the other cells are tests/outputs/test_notebook.py's
+    nb.cells = [c for c in nb.cells if c.get("id") in keep]
+    assert [c.id for c in nb.cells] == ["setup", "branch"]
+    NotebookClient(nb, timeout=60, kernel_name="python3",
+                   resources={"metadata": {"path": str(ledge_run.path)}}).execute()
+    outputs = nb.cells[1].outputs
+    assert not [o for o in outputs if o.output_type == "error" or o.get("name") == "stderr"]
+    records = sorted((ledge_run.path / "branch").glob("*/branch.json"))
+    assert records
+    pngs = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) == len(records)
+    printed = "".join(o.text for o in outputs if o.output_type == "stream")
+    assert printed.count("point of no return") == len(records)

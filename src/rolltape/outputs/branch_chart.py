@@ -26,6 +26,16 @@ def draw_branch_chart(record: dict[str, Any], path: str | Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
+    fig = branch_figure(record)
+    path = Path(path)
+    with atomic_file(path) as f:
+        fig.savefig(f, format="png")
+    return path
+
+
+def branch_figure(record: dict[str, Any]) -> Any:
+    """The chart of ``record`` (a ``branch.json``) as a matplotlib ``Figure`` (no pyplot, no
+    backend state: the notebook displays it, :func:`draw_branch_chart` saves it)."""
     from matplotlib.figure import Figure
 
     points = [p for p in record["points"] if p.get("p") is not None]
@@ -58,10 +68,7 @@ def draw_branch_chart(record: dict[str, Any], path: str | Path) -> Path:
     ax.legend(fontsize=7, loc="best")
     left, right, bottom, top = AXES
     fig.subplots_adjust(left=left, right=right, bottom=bottom, top=top)
-    path = Path(path)
-    with atomic_file(path) as f:
-        fig.savefig(f, format="png")
-    return path
+    return fig
 
 
 def branch_label(tape: str) -> str:

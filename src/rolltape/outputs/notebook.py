@@ -86,6 +86,13 @@ def build_notebook(run: Run) -> Any:
                              "and checked step by step against pass 1.", id="rendered-md"),
         v4.new_code_cell(_CUMULATIVE, id="cumulative"),
         v4.new_code_cell(_VIDEOS, id="videos"),
+        v4.new_markdown_cell("## Where was each episode decided?\n\nThe curves of "
+                             "`rolltape branch` (read from `branch/*/branch.json` when this "
+                             "cell runs, so a branch run made after this notebook shows): "
+                             "P(success | state at t), or the expected return from t, with "
+                             "its band and the point of no return or of safety.",
+                             id="branch-md"),
+        v4.new_code_cell(_BRANCH, id="branch"),
         v4.new_markdown_cell(_provenance_markdown(results, metadata), id="provenance"),
     ]
     nb = v4.new_notebook(cells=cells)
@@ -403,6 +410,25 @@ for v in results.videos:
             display(Image(filename=str(frames[0])))
     else:
         display(Video(str(path), embed=False))
+'''
+
+_BRANCH = '''\
+import json
+
+from rolltape.outputs.branch_chart import branch_figure, summary_line
+
+branched = sorted((RUN / "branch").glob("*/branch.json"))
+if not branched:
+    print(f"No episode was branched; run `rolltape branch {RUN}` (or `eval ... --branch`).")
+for path in branched:
+    try:
+        record = json.loads(path.read_text())
+        line, fig = summary_line(record), branch_figure(record)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"{path}: not a readable branch.json ({exc!r}); run `rolltape branch` again.")
+        continue
+    print(line)
+    show(fig)
 '''
 
 
