@@ -93,3 +93,10 @@ gym.register(id="NoisyLedge-v0", entry_point=NoisyLedge, max_episode_steps=30)
 def pong(obs):
     """A deterministic ALE/Pong-v5 policy of the raw screen (no wrappers)."""
     return int(np.asarray(obs)[34:194:4, ::4, 0].astype(np.int64).sum()) % 6
+
+
+def maze(obs):
+    """A deterministic PointMaze policy (the ``mazes`` suite): towards the goal, damped."""
+    to_goal = np.asarray(obs["desired_goal"], np.float64) - obs["achieved_goal"]
+    velocity = np.asarray(obs["observation"], np.float64)[2:4]
+    return np.clip(2.0 * to_goal - 0.5 * velocity, -1.0, 1.0).astype(np.float32)

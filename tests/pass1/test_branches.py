@@ -1,9 +1,9 @@
 """Restoring a recorded state to *continue* an episode (:mod:`rolltape.pass1.branches`).
 
 With noise 0 a deterministic policy's branch from any step t replays the rest of the
-episode bit for bit (HalfCheetah, Pusher: actions, rewards, flags and physics states), each
-branch is a tape that re-simulates (``verify``), and an env whose state is more than
-MuJoCo's is refused in one sentence.
+episode bit for bit (HalfCheetah, Pusher, a PointMaze suite task, Pong: actions, rewards,
+flags and physics states), each branch is a tape that re-simulates (``verify``), and an env
+whose state is more than MuJoCo's is refused in one sentence.
 """
 
 from __future__ import annotations
@@ -51,6 +51,29 @@ def test_a_branch_without_noise_replays_the_episode_bit_for_bit(tmp_path, env_id
     # the recorded one.
     for point in record["points"]:
         assert point["p"] == pytest.approx(point["recorded"], rel=1e-12, abs=1e-12)
+
+
+def test_a_maze_suite_branch_replays_the_episode_bit_for_bit(tmp_path):
+    """A suite task (PointMaze's open maze, Gymnasium-Robotics): a dict observation (its
+    digests per key too), the goal drawn at the seeded reset, success from the env's info.
+    The episode reaches its goal at step 40, so the branches before and after it both
+    replay rewards and success exactly."""
+    policy = f"{ASSETS / 'ledge.py'}:maze"
+    run = evaluate(None, policy, suite="mazes", tasks=["open"], episodes=1, seed=3,
+                   max_episode_steps=60, video=0, baseline=None, out=tmp_path / "run")
+    result = branch(str(run.path), episodes="all", branches=1, every=20, noise=0.0,
+                    policy=policy, workers=1)
+    [record] = result.episodes
+    assert record["grid"] == [0, 20, 40] and record["replays_source"] is True
+    source = Tape.load(run.path / "tapes" / "mazes" / "open" / "policy-0000.npz")
+    assert source.success_once and source.rewards[:40].sum() == 0 < source.rewards.sum()
+    assert record["episode"]["success"] is True
+    assert [p["p"] for p in record["points"]] == [1.0, 1.0, 1.0]  # every branch succeeds
+    for t in record["grid"]:
+        tape = Tape.load(result.out / "mazes-open-policy-0000" / "tapes" / f"t{t:05d}-k000.npz")
+        assert same_as_source(tape, source, t)
+        assert np.array_equal(tape.physics, source.physics[max(0, t - 1):])
+        assert np.array_equal(tape.obs_key_digest, source.obs_key_digest[max(0, t - 1):])
 
 
 def test_an_env_whose_state_is_more_than_mujoco_s_is_refused(tmp_path):

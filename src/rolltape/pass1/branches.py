@@ -260,10 +260,14 @@ def _with_recorded_step(fields: dict[str, Any], tape: Tape, t: int, before: bool
     fields["actions"] = np.concatenate([tape.actions[k:t], fields["actions"]])
     for name in ("rewards", "terminated", "truncated"):
         fields[name] = np.concatenate([getattr(tape, name)[k:t], fields[name]])
-    if fields.get("obs_digest") is not None and tape.obs_digest is not None:
-        fields["obs_digest"] = np.concatenate([tape.obs_digest[k:t], fields["obs_digest"]])
-    else:
-        fields["obs_digest"] = None
+    # The observations' digests (a dict observation's per key too: a maze's, Adroit's).
+    for name in ("obs_digest", "obs_key_digest"):
+        if fields.get(name) is not None and getattr(tape, name) is not None:
+            fields[name] = np.concatenate([getattr(tape, name)[k:t], fields[name]])
+        else:
+            fields[name] = None
+    if fields["obs_key_digest"] is None:
+        fields["obs_keys"] = None
     for name in ("physics", "qpos", "qvel"):
         if fields.get(name) is not None:
             fields[name] = np.concatenate([getattr(tape, name)[k:t], fields[name]])
