@@ -118,6 +118,13 @@ def test_the_curve_marker_follows_the_video(ledge_run):
             start = seek("0")
             middle = seek("v.duration / 2")
             end = seek("v.duration - 0.001")
+            # The marker's layer covers the picture exactly: the chart is not letterboxed
+            # (as the page's square video images are), so t / steps lands on step t.
+            page.locator("figure.branch img").scroll_into_view_if_needed()
+            page.wait_for_function("document.querySelector('figure.branch img').naturalWidth")
+            shape = page.evaluate("(() => { const i = document.querySelector('figure.branch img');"
+                                  " return [i.clientHeight / i.clientWidth,"
+                                  " i.naturalHeight / i.naturalWidth]; })()")
         finally:
             browser.close()
     [video] = ledge_run.results.videos
@@ -125,6 +132,7 @@ def test_the_curve_marker_follows_the_video(ledge_run):
     assert start == (AXES[0], 0)
     assert middle[0] > start[0] and 0 < middle[1] < steps
     assert end[1] == steps and abs(end[0] - AXES[1]) < 1e-9
+    assert shape[0] == pytest.approx(shape[1], abs=0.01)
 
 
 @pytest.mark.usefixtures("python3_kernel")  # from conftest
