@@ -104,8 +104,8 @@ def test_env_packages_are_judged_from_installed_metadata(top: str, provides_envs
 
 
 def test_rejected_kwargs_name_the_flag_to_check() -> None:
-    with pytest.raises(UsageError, match=r"^Env 'CartPole-v1' rejected its kwargs .*"
-                                         r"\(check --env-kwargs\)"):
+    with pytest.raises(UsageError, match=r"^Env 'CartPole-v1' cannot be built with kwargs "
+                                         r"\{'no_such_kwarg': 1\} .*fix them \(--env-kwargs"):
         make_env(env_spec("CartPole-v1", {"no_such_kwarg": 1}))
 
 
