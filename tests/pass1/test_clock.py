@@ -237,3 +237,10 @@ def test_measured_latency_is_the_server_s_inference_time_in_steps(tmp_path: Path
     assert header["policy"]["clock"]["latency_steps"] == 3
     local = run_cli("eval", "Pendulum-v1", "--latency", "measured", "--out", str(tmp_path / "x"))
     assert local.returncode == 2 and "give --policy ws://" in local.stderr
+
+
+def test_blend_is_refused_for_actions_that_do_not_mix(tmp_path: Path) -> None:
+    done = run_cli("eval", "CartPole-v1", "-n", "1", "--latency", "0", "--execution", "async",
+                   "--blend", "linear", "--out", str(tmp_path / "b"))
+    assert done.returncode == 2 and "--blend linear mixes actions" in done.stderr, done.stderr
+    assert "Discrete(2)" in done.stderr and not (tmp_path / "b").exists()

@@ -317,6 +317,9 @@ def with_clock(policy: Policy, clock: dict[str, Any] | None, env: Any) -> Policy
         raise UsageError(f"--latency {steps} with --execution async needs chunks longer than "
                          f"{steps} actions, and this policy returns {horizon}; lower "
                          "--latency or use --execution sync.")
+    if clock["blend"] != "none" and np.dtype(env.action_space.dtype).kind != "f":
+        raise UsageError(f"--blend {clock['blend']} mixes actions, and this env's actions are "
+                         f"{env.action_space}; drop --blend.")
     owner = getattr(policy, "owner", None)
     return ClockedPolicy(policy, Clock(steps, clock["execution"], clock["hold"], clock["blend"]),
                          env.action_space, getattr(owner, "execute_steps", None))
