@@ -100,3 +100,9 @@ def maze(obs):
     to_goal = np.asarray(obs["desired_goal"], np.float64) - obs["achieved_goal"]
     velocity = np.asarray(obs["observation"], np.float64)[2:4]
     return np.clip(2.0 * to_goal - 0.5 * velocity, -1.0, 1.0).astype(np.float32)
+
+
+def adroit_door(obs):
+    """A deterministic AdroitHandDoor policy (the ``adroit`` suite's door: 39 observations,
+    28 actuators): a fixed function of the observation."""
+    return np.tanh(np.asarray(obs, dtype=np.float64)[:28] * 0.3).astype(np.float32)

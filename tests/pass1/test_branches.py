@@ -1,8 +1,8 @@
 """Restoring a recorded state to *continue* an episode (:mod:`rolltape.pass1.branches`).
 
 With noise 0 a deterministic policy's branch from any step t replays the rest of the
-episode bit for bit (HalfCheetah, Pusher, a PointMaze suite task, Pong: actions, rewards,
-flags and physics states), each branch is a tape that re-simulates (``verify``), and an env
+episode bit for bit (HalfCheetah, Pusher, PointMaze's and Adroit's suite tasks, Pong:
+actions, rewards, flags and physics states), each branch is a tape that re-simulates (``verify``), and an env
 whose state is more than MuJoCo's is refused in one sentence.
 """
 
@@ -74,6 +74,28 @@ def test_a_maze_suite_branch_replays_the_episode_bit_for_bit(tmp_path):
         assert same_as_source(tape, source, t)
         assert np.array_equal(tape.physics, source.physics[max(0, t - 1):])
         assert np.array_equal(tape.obs_key_digest, source.obs_key_digest[max(0, t - 1):])
+
+
+def test_an_adroit_suite_branch_replays_the_episode_bit_for_bit(tmp_path):
+    """An Adroit task (the door, Gymnasium-Robotics): the door's position is drawn at the
+    seeded reset into the *model* (``body_pos``), not the state, so the restore's reset with
+    the tape's seed rebuilds it; from there MuJoCo's state continues the episode exactly:
+    actions, dense rewards, flags and physics states."""
+    policy = f"{ASSETS / 'ledge.py'}:adroit_door"
+    run = evaluate(None, policy, suite="adroit", tasks=["door"], episodes=1, seed=3,
+                   max_episode_steps=30, video=0, baseline=None, out=tmp_path / "run")
+    result = branch(str(run.path), episodes="all", branches=1, every=10, noise=0.0,
+                    policy=policy, workers=1)
+    [record] = result.episodes
+    assert record["grid"] == [0, 10, 20] and record["replays_source"] is True
+    source = Tape.load(run.path / "tapes" / "adroit" / "door" / "policy-0000.npz")
+    assert len(set(source.rewards.tolist())) > 10  # a dense reward: every step's differs
+    for t in record["grid"]:
+        tape = Tape.load(result.out / "adroit-door-policy-0000" / "tapes" / f"t{t:05d}-k000.npz")
+        assert same_as_source(tape, source, t)
+        assert np.array_equal(tape.physics, source.physics[max(0, t - 1):])
+    assert all(r.verified for r in render([RenderRequest(
+        str(result.out / "adroit-door-policy-0000" / "tapes" / "t00010-k000.npz"))]))
 
 
 def test_an_env_whose_state_is_more_than_mujoco_s_is_refused(tmp_path):
