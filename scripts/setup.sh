@@ -73,6 +73,12 @@ if [ "$want_test" = 1 ]; then
     "${lr:-.venv-lerobot}/bin/python" -m pip --disable-pip-version-check -q install \
       "msgpack>=1,<2" "websockets>=13,<18"
 fi
+# gym-pusht in LeRobot's venv, for lerobot-eval side by side with rolltape eval (the version
+# rolltape's suites extra pins; ~6 s here, packages added only, pip check clean)
+if [ "$want_test" = 1 ]; then
+  "${lr:-.venv-lerobot}/bin/python" -c "import gym_pusht" 2>/dev/null || \
+    "${lr:-.venv-lerobot}/bin/python" -m pip --disable-pip-version-check -q install "gym-pusht==0.1.8"
+fi
 # <<< lerobot
 # >>> metaworld, for the Meta-World suites' tests: metaworld 3.0.0 runs only on MuJoCo <= 3.3,
 # so it gets a venv of its own (~/.local/share/rolltape/benchmarks/metaworld, ~50-85 s, ~380

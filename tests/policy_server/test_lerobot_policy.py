@@ -6,6 +6,7 @@ observation without a key the policy needs is refused in one sentence."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -25,12 +26,10 @@ from rolltape.policy_server.client import PolicyServerError
 LEROBOT = ROOT / ".venv-lerobot" / "bin" / "python"
 STEPS = 6  # per episode: n_action_steps is 4, so each episode crosses a chunk boundary
 
-# Runs in LeRobot's venv (one process, one import of LeRobot): first an ACT policy for
-# PushT's state + keypoints, built by LeRobot's factory with made-up normalization statistics
-# (no training, no download), saved to DIR with its processors as LeRobot saves them; then,
-# given OBS and OUT on stdin, LeRobot's own per-step loop (lerobot-eval's rollout) on the
-# observations in OBS, policy.reset() at each episode start.
-LEROBOT_SCRIPT = textwrap.dedent("""
+# Runs in LeRobot's venv: an ACT policy for PushT's state + keypoints, built by LeRobot's
+# factory with made-up normalization statistics (no training, no download), saved to DIR
+# (argv[1]) with its processors as LeRobot saves them.
+MAKE_ACT = textwrap.dedent("""
     import sys
     import numpy as np, torch
     from lerobot.configs.types import FeatureType, PolicyFeature
@@ -53,7 +52,11 @@ LEROBOT_SCRIPT = textwrap.dedent("""
     for part in (get_policy_class("act")(cfg), pre, post):
         part.save_pretrained(folder)
     print("saved", flush=True)
-
+""")
+# One process, one import of LeRobot: MAKE_ACT; then, given OBS and OUT on stdin, LeRobot's
+# own per-step loop (lerobot-eval's rollout) on the observations in OBS, policy.reset() at
+# each episode start.
+LEROBOT_SCRIPT = MAKE_ACT + textwrap.dedent("""
     obs_file, out_file = sys.stdin.readline().split()
     policy = get_policy_class("act").from_pretrained(folder)  # as a user's checkpoint loads
     policy.eval()
@@ -167,3 +170,62 @@ def serve_and_play(folder: Path) -> tuple[np.ndarray, dict[str, list[np.ndarray]
         out = server.stop()
     assert "Traceback" not in out, out
     return np.stack(served), seen
+
+
+# lerobot-eval vs rolltape eval: episodes, steps per episode and the first seed of both (not
+# either tool's default; this untrained policy scores 2.06 on seed 10 and 0 on seed 11 in 25
+# steps: most PushT seeds give it no reward at all, so an off-by-one seed would show)
+EVAL_EPISODES, EVAL_STEPS, EVAL_SEED = 2, 25, 10
+
+
+def test_lerobot_eval_and_rolltape_eval_score_the_same_episodes(tmp_path: Path):
+    """LeRobot's own `lerobot-eval` (its env, vector env, rollout loop and scoring) and
+    `rolltape eval --policy ws://` against `serve_policy lerobot:DIR` give every episode the
+    same sum of rewards, max reward and success, on the same seeds: lerobot-eval seeds
+    episode k with `--seed` + k, as rolltape's `--seed` does. batch_size 1: at batch B the
+    seeds are the same, but the policy's batched arithmetic moves the sums in the last bits."""
+    assert LEROBOT.exists(), f"{LEROBOT} is missing: run `bash scripts/setup.sh --test`"
+    folder = tmp_path / "pretrained_model"
+    (tmp_path / "make_act.py").write_text(MAKE_ACT)
+    made = subprocess.run([str(LEROBOT), str(tmp_path / "make_act.py"), str(folder)],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr[-3000:]
+    offline = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+    # lerobot-eval as its users run it, in the background while rolltape's side runs
+    lerobot_log = (tmp_path / "lerobot_eval.log").open("w")
+    lerobot_eval = subprocess.Popen(
+        [str(LEROBOT.parent / "lerobot-eval"), f"--policy.path={folder}", "--policy.device=cpu",
+         "--env.type=pusht", "--env.obs_type=environment_state_agent_pos",
+         f"--env.episode_length={EVAL_STEPS}", f"--eval.n_episodes={EVAL_EPISODES}",
+         "--eval.batch_size=1", f"--seed={EVAL_SEED}", f"--output_dir={tmp_path / 'lerobot'}"],
+        stdout=lerobot_log, stderr=subprocess.STDOUT, env=offline, cwd=tmp_path)
+    try:
+        server = PolicyServer(f"lerobot:{folder}", env=offline,
+                              command=[str(LEROBOT), "-m", "rolltape.serve_policy"])
+        try:
+            run = run_cli("eval", "gym_pusht:gym_pusht/PushT-v0", "--env-kwargs",
+                          "obs_type='environment_state_agent_pos'", "-n", str(EVAL_EPISODES),
+                          "--seed", str(EVAL_SEED), "--max-episode-steps", str(EVAL_STEPS),
+                          "--no-report", "--policy", server.address, "--out", str(tmp_path / "run"))
+        finally:
+            out = server.stop()
+        assert run.returncode == 0, run.stderr
+        assert "Traceback" not in out, out
+        lerobot_eval.wait(timeout=180)
+    finally:
+        lerobot_eval.kill()  # a no-op once it has exited
+        lerobot_log.close()
+    assert lerobot_eval.returncode == 0, (tmp_path / "lerobot_eval.log").read_text()[-3000:]
+    theirs = json.loads((tmp_path / "lerobot" / "eval_info.json").read_text())
+    [task] = theirs["per_task"]
+    metrics = task["metrics"]
+    ours = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert [e["seed"] for e in ours] == list(range(EVAL_SEED, EVAL_SEED + EVAL_EPISODES))
+    assert all(e["length"] == EVAL_STEPS for e in ours)  # no success ends these episodes early
+    # the same float64 rewards from the same gym-pusht and pymunk, summed in the same order
+    # over the same actions (float32, bit for bit, as the test above shows): equal, not close
+    assert [e["return"] for e in ours] == metrics["sum_rewards"]
+    assert [e["max_reward"] for e in ours] == metrics["max_rewards"]
+    assert [e["success_at_end"] for e in ours] == metrics["successes"]
+    assert len(set(metrics["sum_rewards"])) == EVAL_EPISODES  # each seed its own episode
+    assert max(metrics["sum_rewards"]) > 1  # rewards that could have differed
