@@ -349,3 +349,14 @@ def test_report_in_a_real_browser_without_javascript(served: str, run: rolltape.
     pixels = np.asarray(image.resize((image.width // 4, image.height // 4))).reshape(-1, 3)
     assert len(np.unique(pixels, axis=0)) > 200  # text, charts and a video frame: not blank
     assert np.ptp(pixels.mean(axis=1)) > 200 and pixels.std() > 10
+
+
+def test_a_run_whose_every_episode_failed_still_gets_its_report(tmp_path):
+    from tests.conftest import run_cli
+
+    (tmp_path / "bad.py").write_text("import numpy as np\ndef act(obs):\n    return np.zeros(30)\n")
+    done = run_cli("eval", "HalfCheetah-v5", "--policy", f"{tmp_path}/bad.py:act", "-n", "1",
+                   "--max-episode-steps", "5", "--out", str(tmp_path / "run"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "1 episode(s) failed" in done.stderr  # the env's own reason is in the warning
+    assert "no episode finished" in (tmp_path / "run" / "report.html").read_text()

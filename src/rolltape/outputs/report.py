@@ -576,7 +576,7 @@ def build_report(run: Run | str | os.PathLike[str], *,
         "random_policy": random_policy,
         "episodes": results.n_episodes,
         "seeds": f"{seeds[0]}–{seeds[-1]}" + (" per task" if results.is_suite else "")
-        if len(seeds) > 1 else str(seeds[0]),
+        if len(seeds) > 1 else str(seeds[0]) if seeds else "none (no episode finished)",
         "has_baseline": bool(results.baseline),
         "summary": summary_rows,
         "any_success": any(r["success_known"] for r in summary_rows),
