@@ -148,6 +148,12 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(quick_bench: QuickB
     assert step["overhead_us"] == pytest.approx(step["served_step_us"] - step["local_step_us"])
     assert b["served_eval_pass1"]["raw"]["tapes_identical"] is True
     assert b["served_concurrent_clients"]["value"] == 0.0  # no episode differs
+    policy = b["served_policy_pass1"]["raw"]  # a served policy: its per-call cost, split
+    assert policy["tapes_identical"] is True
+    assert policy["served_call_us"] > policy["bare_websocket_round_trip_us"] > 0
+    assert policy["beyond_bare_round_trip_us"] == pytest.approx(
+        policy["served_call_us"] - policy["server_infer_us"]
+        - policy["bare_websocket_round_trip_us"])
 
     camera = b["export_camera"]  # judged against render + converting its videos to AV1
     raw = camera["raw"]  # every frame render drew was converted (render draws steps + 1)

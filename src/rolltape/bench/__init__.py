@@ -65,6 +65,10 @@ Benchmarks, in the order they run and are reported (module in brackets):
   bitwise equal), with the per-env served step overhead for N = 1, 8, 32 beside it.
 - ``served_concurrent_clients`` [served]: 4 clients on one server at once vs each alone
   (target: 0 episodes differ).
+- ``served_policy_pass1`` [served]: pass 1 of :func:`rolltape.evaluate` with the PPO MLP
+  served by ``rolltape serve-policy`` on loopback (openpi's protocol) vs loaded locally
+  (target: <= 1.5x; tapes bitwise equal), with the per-call cost beyond a bare websocket
+  round trip beside it.
 - ``training_tapes`` [training]: PPO training throughput with a RecordTape tape of every
   episode vs no recording (target: >= 0.95).
 - ``training_background_video`` [training]: the same with background videos of every 10th
@@ -125,6 +129,7 @@ from rolltape.bench.scale import (
 from rolltape.bench.served import (
     bench_served_concurrent_clients,
     bench_served_eval_pass1,
+    bench_served_policy_pass1,
     bench_served_step_overhead,
     bench_served_vector,
 )
@@ -165,6 +170,7 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "served_eval_pass1": bench_served_eval_pass1,
     "served_vector": bench_served_vector,
     "served_concurrent_clients": bench_served_concurrent_clients,
+    "served_policy_pass1": bench_served_policy_pass1,
     "training_tapes": bench_training_tapes,
     "training_background_video": bench_training_background_video,
     "record_tape_step_cost": bench_record_tape_step_cost,

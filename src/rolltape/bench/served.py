@@ -2,8 +2,9 @@
 the protocol's cost per step beside a minimal pyzmq server of the same env
 (``served_step_overhead``), pass 1 of an evaluation (``served_eval_pass1``), batched pass 1 on
 a vector session of ``serve --num-envs 8`` against 8 local sub-env processes
-(``served_vector``), and 4 clients at once getting what each gets alone
-(``served_concurrent_clients``).
+(``served_vector``), 4 clients at once getting what each gets alone
+(``served_concurrent_clients``), and a policy served by ``rolltape serve-policy`` against the
+same checkpoint loaded locally (``served_policy_pass1``).
 
 May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module.
 """
@@ -310,6 +311,112 @@ def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
                "several episodes at once, one per session (pass1.inflight: 4 on this "
                "--max-sessions 8 server), so it chooses one episode's action while "
                "another's step is on the server"])
+
+
+@contextlib.contextmanager
+def loopback_policy_server(cwd: Path, *args: str) -> Iterator[str]:
+    """A ``rolltape serve-policy`` process on a free loopback port; yields its ws:// address."""
+    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "serve-policy", *args,
+                             "--bind", "127.0.0.1:0"], cwd=cwd, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        line = proc.stdout.readline() if ready else ""
+        if not line.startswith("serving policy"):
+            raise RuntimeError(f"the bench policy server did not start: "
+                               f"{line.strip() or 'no output'}")
+        yield next(w for w in line.split() if w.startswith("ws://")).rstrip(";)")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def bare_websocket_round_trip_us(calls: int) -> float:
+    """Median microseconds of one round trip of a small binary message to a websockets echo
+    server in this process: what any websocket policy call costs before any protocol."""
+    from websockets.sync.client import connect
+    from websockets.sync.server import serve
+
+    def echo(connection: Any) -> None:
+        for message in connection:
+            connection.send(message)
+
+    with serve(echo, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        port = server.socket.getsockname()[1]
+        times = []
+        with connect(f"ws://127.0.0.1:{port}", max_size=None) as ws:
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                ws.send(b"x" * 200)  # about one HalfCheetah observation, packed
+                ws.recv()
+                times.append(time.perf_counter() - t0)
+        server.shutdown()
+    return 1e6 * _median(times)
+
+
+def bench_served_policy_pass1(ctx: Context) -> dict[str, Any]:
+    """Pass 1 of ``evaluate`` with the policy served (``rolltape serve-policy`` on loopback,
+    openpi's protocol) vs the same checkpoint loaded locally (PPO MLP + VecNormalize, same
+    episodes, interleaved); the tapes must be bitwise identical. Target: served / local <=
+    1.5. Beside it: the per-call cost beyond a bare websocket round trip."""
+
+    quick = ctx.config.quick
+    episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)
+    ckpt, vecnorm = ctx.checkpoint()
+    common = dict(env=ENV_ID, episodes=episodes, seed=SEED, max_episode_steps=steps)
+    with loopback_policy_server(ctx.dir("served-policy"), f"sb3:{ckpt}", "--vecnormalize",
+                                str(vecnorm)) as address:
+        times = _interleaved_pass1(ctx, "served-policy", reps, {
+            "local": dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, **common),
+            "served": dict(policy=address, **common)})
+        call_us, infer_us = served_call_us(address, 200 if quick else 2000)
+    local_s, served_s = _median(times["local"]), _median(times["served"])
+    bare_us = bare_websocket_round_trip_us(200 if quick else 2000)
+    beyond_us = call_us - infer_us - bare_us
+    return _result(
+        title="served policy pass 1 vs local", ratio=served_s / local_s,
+        ratio_of="served pass1_s / local pass1_s", target=1.5, op="<=", gating=not quick,
+        baseline="evaluate() with sb3:CHECKPOINT loaded in the pass-1 worker",
+        measured="evaluate() with --policy ws://... (rolltape serve-policy on loopback)",
+        raw={"episodes": episodes, "steps": steps, "reps": reps, "pass1_s": times,
+             "tapes_identical": True, "served_call_us": call_us,
+             "server_infer_us": infer_us, "bare_websocket_round_trip_us": bare_us,
+             "beyond_bare_round_trip_us": beyond_us},
+        notes=[POLICY_NOTE, f"one served call: {call_us:.0f} us, of which the forward pass "
+               f"(the server's infer_ms) {infer_us:.0f} us and a bare websocket round trip "
+               f"{bare_us:.0f} us: {beyond_us:.0f} us a call is the protocol (msgpack, "
+               "checks) and the server's loop", "pass1_s includes loading the policy in "
+               "the pass-1 worker (torch and SB3 locally; none served), which weighs in "
+               "short runs such as --quick's"])
+
+
+def served_call_us(address: str, calls: int) -> tuple[float, float]:
+    """Median microseconds of one ``infer`` call on the policy server at ``address`` (a
+    HalfCheetah-sized observation), and of the forward pass it reports (server_timing)."""
+    import numpy as np
+
+    from rolltape.policy_server import wire
+    from rolltape.policy_server.client import PolicySession
+
+    session = PolicySession(wire.parse_source(address))
+    obs = np.zeros(17)  # HalfCheetah-v5's observation
+    times, infer = [], []
+    try:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            reply = session.call({"observation": obs}, "a timed observation")
+            times.append(time.perf_counter() - t0)
+            infer.append(float(reply["server_timing"]["infer_ms"]) / 1e3)
+    finally:
+        session.close()
+    return 1e6 * _median(times), 1e6 * _median(infer)
 
 
 def bench_served_vector(ctx: Context) -> dict[str, Any]:
