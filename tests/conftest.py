@@ -103,6 +103,16 @@ def count(processes: dict[int, list[str]], entry_point: str) -> int:
     return sum(entry_point in argv for argv in processes.values())
 
 
+def said_lines(stderr: str) -> list[str]:
+    """The non-empty lines of ``stderr`` less the plain progress lines of stages that
+    finished ('pass 1 (...): 30/30 episodes, done in 8 s'), which a log gets before a
+    failure: what a one-sentence rule is about."""
+    import re
+
+    finished = re.compile(r"^[^:]+: \d+/\d+ \w+, done in ")
+    return [line for line in stderr.splitlines() if line.strip() and not finished.match(line)]
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
     """Run the real `rolltape` command in a subprocess and capture what it prints."""

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, said_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_ID = "HalfCheetah-v5"
@@ -226,11 +226,7 @@ def test_bad_input_is_exit_2_with_the_problem_named(outcome, name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bad_input_is_one_line_on_stderr(outcome, name):
     proc, *_ = outcome(name)
-    # In a log, a stage that finished before the failure says so in its plain progress line
-    # ('pass 1 (...): 1/1 episodes, done in 0 s'); the failure itself is one line.
-    finished = re.compile(r"^[^:]+: \d+/\d+ \w+, done in ")
-    lines = [line for line in proc.stderr.splitlines()
-             if line.strip() and not finished.match(line)]
+    lines = said_lines(proc.stderr)  # a stage that finished first says so in a log
     assert len(lines) == 1 and lines[0].startswith("rolltape:"), proc.stderr
 
 

@@ -461,7 +461,9 @@ def test_render_early_starts_pass_two_beside_pass_one_at_low_priority(tmp_path):
     timings = early.metadata["timings"]
     assert timings["pass2_started_after_s"] < timings["pass1_s"]
     [video] = early.results.to_json()["videos"]
-    assert video["verified"] is True and video["niceness"] >= 10
+    # niced while pass 1 runs, back to 0 once it ends: which one the job saw depends on when
+    # its worker took it (tests/executors/test_calm.py pins both cases down)
+    assert video["verified"] is True and video["niceness"] in (0, 10)
     late = evaluate(ENV_ID, "random", video="best", out=tmp_path / "late", **kw)
     assert "pass2_started_after_s" not in late.metadata["timings"]
     assert any(w.startswith("--render-early needs") for w in late.results.to_json()["warnings"])
