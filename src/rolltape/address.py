@@ -98,6 +98,18 @@ def read_token(path: str | os.PathLike[str], flag: str = "--token-file") -> str:
     return token
 
 
+def bind_token(bind: str, host: str, token_file: str | os.PathLike[str] | None) -> str | None:
+    """The token a server bound at ``bind`` (``host`` its host) requires: the one in
+    ``token_file``, or None on loopback; refused for an address other machines can reach
+    without one (the rule of ``rolltape serve`` and ``serve-policy`` alike)."""
+    token = read_token(token_file) if token_file else None
+    if token is None and not is_loopback(host):
+        raise UsageError(f"--bind {bind} is reachable from other machines, so it needs "
+                         "a token: give --token-file FILE (clients set ROLLTAPE_TOKEN_FILE), "
+                         "or bind 127.0.0.1.")
+    return token
+
+
 def served_task_spec(spec: dict[str, object], address: str, name: str) -> dict[str, object]:
     """A suite task's local spec, served as ``name`` by the server at ``address``."""
     return {**spec, "served": {**served_fields(parse_server(address)), "name": name}}

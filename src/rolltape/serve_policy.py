@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rolltape.address import is_loopback, read_token, split_host_port
+from rolltape.address import bind_token, split_host_port
 from rolltape.errors import UsageError
 from rolltape.policy_server import wire
 from rolltape.server.protocol import DEFAULT_MAX_PAYLOAD, ProtocolError, describe_space
@@ -80,12 +80,7 @@ class ServePolicyConfig:
         if wire.is_policy_source(self.source):
             raise UsageError(f"serve-policy serves a policy rolltape loads (sb3:PATH.zip, "
                              f"zoo:FOLDER, MODULE:ATTR, FILE.py:ATTR), not '{self.source}'.")
-        token = read_token(self.token_file) if self.token_file else None
-        if token is None and not is_loopback(host):
-            raise UsageError(f"--bind {self.bind} is reachable from other machines, so it needs "
-                             "a token: give --token-file FILE (clients set ROLLTAPE_TOKEN_FILE), "
-                             "or bind 127.0.0.1.")
-        return host, port, token
+        return host, port, bind_token(self.bind, host, self.token_file)
 
 
 @dataclass

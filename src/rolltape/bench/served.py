@@ -33,21 +33,20 @@ from rolltape.bench.common import (
 
 
 @contextlib.contextmanager
-def loopback_server(cwd: Path, max_steps: int, sessions: int = 8, num_envs: int = 1
-                    ) -> Iterator[str]:
-    """A ``rolltape serve`` process on a free loopback port; yields its address."""
-    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "serve", ENV_ID,
-                             "--max-episode-steps", str(max_steps), "--bind", "127.0.0.1:0",
-                             "--max-sessions", str(sessions), "--num-envs", str(num_envs)],
-                            cwd=cwd, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _loopback(args: list[str], cwd: Path, ready: str, scheme: str,
+              stderr: int = subprocess.STDOUT) -> Iterator[str]:
+    """``python -m rolltape.cli ARGS --bind 127.0.0.1:0`` until the block ends; yields the
+    address (the word of its first line starting with ``scheme``, which starts ``ready``)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", *args,
+                             "--bind", "127.0.0.1:0"], cwd=cwd, env=child_env(),
+                            stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert proc.stdout is not None  # stdout=PIPE
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 120)
-        line = proc.stdout.readline() if ready else ""
-        if not line.startswith("serving"):
+        ready_now, _, _ = select.select([proc.stdout], [], [], 120)
+        line = proc.stdout.readline() if ready_now else ""
+        if not line.startswith(ready):
             raise RuntimeError(f"the bench server did not start: {line.strip() or 'no output'}")
-        yield next(w for w in line.split() if w.startswith("tcp://"))
+        yield next(w for w in line.split() if w.startswith(scheme)).rstrip(";)")
     finally:
         proc.terminate()
         try:
@@ -55,6 +54,14 @@ def loopback_server(cwd: Path, max_steps: int, sessions: int = 8, num_envs: int 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def loopback_server(cwd: Path, max_steps: int, sessions: int = 8,
+                    num_envs: int = 1) -> contextlib.AbstractContextManager[str]:
+    """A ``rolltape serve`` process on a free loopback port; yields its address."""
+    return _loopback(["serve", ENV_ID, "--max-episode-steps", str(max_steps),
+                      "--max-sessions", str(sessions), "--num-envs", str(num_envs)],
+                     cwd, "serving", "tcp://")
 
 
 def _step_times(env: Any, actions: Any, seed: int) -> list[float]:
@@ -313,27 +320,11 @@ def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
                "another's step is on the server"])
 
 
-@contextlib.contextmanager
-def loopback_policy_server(cwd: Path, *args: str) -> Iterator[str]:
+def loopback_policy_server(cwd: Path, *args: str) -> contextlib.AbstractContextManager[str]:
     """A ``rolltape serve-policy`` process on a free loopback port; yields its ws:// address."""
-    proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "serve-policy", *args,
-                             "--bind", "127.0.0.1:0"], cwd=cwd, env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None  # stdout=PIPE
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 120)
-        line = proc.stdout.readline() if ready else ""
-        if not line.startswith("serving policy"):
-            raise RuntimeError(f"the bench policy server did not start: "
-                               f"{line.strip() or 'no output'}")
-        yield next(w for w in line.split() if w.startswith("ws://")).rstrip(";)")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    # its policy's framework may log to stderr before the address line: kept off stdout
+    return _loopback(["serve-policy", *args], cwd, "serving policy", "ws://",
+                     stderr=subprocess.DEVNULL)
 
 
 def bare_websocket_round_trip_us(calls: int) -> float:

@@ -42,7 +42,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from rolltape.address import endpoint, is_loopback, read_token, split_host_port
+from rolltape.address import bind_token, endpoint, split_host_port
 from rolltape.envs import ale_state, env_spec, json_safe, make_env, mujoco_data, physics_spec
 from rolltape.errors import UsageError
 from rolltape.flags import EPISODES, SERVER, flag, parse_kwargs
@@ -119,12 +119,7 @@ class ServeConfig:
                              f"{self.num_envs}.")
         if self.max_payload < 1024:
             raise UsageError(f"--max-payload must be at least 1024 bytes, got {self.max_payload}.")
-        token = read_token(self.token_file) if self.token_file else None
-        if token is None and not is_loopback(host):
-            raise UsageError(f"--bind {self.bind} is reachable from other machines, so it needs "
-                             "a token: give --token-file FILE (clients set ROLLTAPE_TOKEN_FILE), "
-                             "or bind 127.0.0.1.")
-        return host, port, token
+        return host, port, bind_token(self.bind, host, self.token_file)
 
 
 class _Timeout(Exception):
