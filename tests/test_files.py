@@ -123,3 +123,16 @@ def test_unmap_paths_names_every_mapped_path_and_leaves_the_rest() -> None:
     mapped = unmap_paths(text, {"/tmp/t1/a.npz": "runs/x/a.npz", "/tmp/t1/b.npz": "b.npz"})
     assert mapped == "cannot read runs/x/a.npz nor b.npz; /tmp/other stays"
     assert unmap_paths(text, {}) == text
+
+
+def test_write_texts_is_all_or_none(tmp_path):
+    import pytest
+
+    from rolltape.files import write_texts
+
+    first = tmp_path / "a.json"
+    with pytest.raises(OSError):
+        write_texts({first: "{}", tmp_path / "missing" / "a.html": "<p>"})
+    assert not first.exists()  # written, then removed with the failed other half
+    write_texts({first: "{}", tmp_path / "a.html": "<p>"})
+    assert first.read_text() == "{}" and (tmp_path / "a.html").read_text() == "<p>"

@@ -63,6 +63,20 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
+def write_texts(files: dict[Path, str]) -> None:
+    """Write several text files atomically, all or none: on an OSError (a full disk) those
+    already written are removed again before it is raised (a page without its data, or the
+    other way round, would be half a result)."""
+    written: list[Path] = []
+    try:
+        for path, text in files.items():
+            written.append(write_text(path, text))
+    except OSError:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+
+
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write JSON atomically; NaN and infinity are refused (they are not JSON)."""
     return write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")

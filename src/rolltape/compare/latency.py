@@ -42,7 +42,7 @@ import numpy as np
 from rolltape import stats
 from rolltape.compare.runs import LoadedRun
 from rolltape.errors import UsageError
-from rolltape.files import write_text
+from rolltape.files import write_texts
 from rolltape.outputs import plots
 
 __all__ = ["JUMP_FRACTION", "evaluate_latencies", "folder_name", "parse_sweep", "smoothness",
@@ -233,13 +233,9 @@ def write_latency(result: dict[str, Any], root: Path) -> None:
         written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), rolltape_version=_version(),
         fmt=_fmt)
     text = json.dumps(result, indent=2, allow_nan=False) + "\n"
-    written: list[Path] = []
     try:
-        for name, content in (("latency.json", text), ("latency.html", page)):
-            written.append(write_text(root / name, content))
+        write_texts({root / "latency.json": text, root / "latency.html": page})
     except OSError as exc:
-        for path in written:
-            path.unlink(missing_ok=True)
         raise UsageError(f"Cannot write the latency report to '{root}' ({exc.strerror}); "
                          "free some space, then rerun with --resume.") from None
 

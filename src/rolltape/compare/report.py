@@ -29,7 +29,7 @@ import numpy as np
 from rolltape import stats
 from rolltape.compare.runs import Key, LoadedRun, check_comparable
 from rolltape.errors import UsageError
-from rolltape.files import write_text
+from rolltape.files import write_text, write_texts
 from rolltape.outputs import plots
 from rolltape.outputs.report import describe_policy
 from rolltape.outputs.summary import interval, num
@@ -431,18 +431,13 @@ def write_comparison(runs: list[LoadedRun], out: str | os.PathLike[str], *,
     result["strip"] = strip
     html_result = {**result, "entries": [{**e, "folder": str(root / e["folder"])}
                                          for e in result["entries"]]}
-    written: list[Path] = []
     try:
         root.mkdir(parents=True, exist_ok=True)
         # Both made before either is written, and neither left alone: the pair is one result.
-        files = {"comparison.json": json.dumps(_json_safe(result), indent=2,
-                                               allow_nan=False) + "\n",
-                 "comparison.html": _html(html_result, root)}
-        for name, text in files.items():
-            written.append(write_text(root / name, text))
+        write_texts({root / "comparison.json": json.dumps(_json_safe(result), indent=2,
+                                                          allow_nan=False) + "\n",
+                     root / "comparison.html": _html(html_result, root)})
     except OSError as exc:
-        for path in written:
-            path.unlink(missing_ok=True)
         raise UsageError(f"Cannot write the comparison to '{root}' ({exc.strerror}); free "
                          "some space or choose a writable --out.") from None
     return result
