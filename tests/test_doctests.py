@@ -24,7 +24,8 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
 CHEAP += ["rolltape.pass1.clock",  # the simulated clock's schedule
           "rolltape.policy_server.wire",  # served policies: the codec and ws:// sources
           "rolltape.serve_policy",
-          "rolltape.policy_server.lerobot_policy"]  # lerobot:DIR observation mapping
+          "rolltape.policy_server.lerobot_policy",  # lerobot:DIR observation mapping
+          "rolltape.video_pick"]  # what --video picks
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

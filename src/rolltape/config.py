@@ -39,6 +39,7 @@ from rolltape.pass2 import formats
 from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
 from rolltape.pass2.replay import RenderOptions
 from rolltape.record import check_success_rule
+from rolltape.video_pick import Given, VideoPick
 
 if TYPE_CHECKING:
     from rolltape.suites.manifest import Manifest, Task
@@ -46,75 +47,24 @@ if TYPE_CHECKING:
 ON_DIVERGENCE = ("warn", "fail")
 
 
-def video_picks(selection: int | str | Sequence[int]) -> list[tuple[str, int]]:
+def video_picks(selection: VideoPick | Given) -> list[tuple[str, int]]:
     """Parse ``--video`` without the episodes: ("count", N), ("all", 0), ("index", i), or
     ("best" | "worst" | "median", how many). Refuses what it does not understand."""
-    hint = ("use a count, 'all', 'best', 'worst', 'median' (best:3 for several) or "
-            "episode indices like '0,3'.")
-    if isinstance(selection, int):
-        if selection < 0:
-            raise UsageError(f"--video must be a count of 0 or more, got {selection}.")
-        return [("count", selection)]
-    if not isinstance(selection, str):
-        return [("index", int(i)) for i in selection]
-    text = selection.strip().lower()
-    if text.isdigit():
-        return [("count", int(text))]
-    picks = []
-    for word in filter(None, (w.strip() for w in text.split(","))):
-        name, colon, many = word.partition(":")
-        if name in ("best", "worst", "median") and (not colon or many.isdigit()):
-            if colon and int(many) < 1:
-                raise UsageError(f"--video '{word}' picks no episode; {hint}")
-            picks.append((name, int(many) if colon else 1))
-        elif word == "all":
-            picks.append(("all", 0))
-        elif word.lstrip("-").isdigit():
-            picks.append(("index", int(word)))
-        else:
-            raise UsageError(f"--video '{selection}' is not understood; {hint}")
-    return picks
+    return list(VideoPick.of(selection).picks)
 
 
-def check_video(selection: int | str | Sequence[int], episodes: int) -> None:
+def check_video(selection: VideoPick | Given, episodes: int) -> None:
     """Refuse, before any work, a ``--video`` index outside the run's episodes."""
-    for kind, i in video_picks(selection):
-        if kind == "index" and not 0 <= i < episodes:
-            raise UsageError(f"--video asks for episode {i} but the run has episodes "
-                             f"0..{episodes - 1}.")
+    VideoPick.of(selection).check(episodes)
 
 
-def select_episodes(selection: int | str | Sequence[int],
+def select_episodes(selection: VideoPick | Given,
                     returns: Sequence[float | None]) -> list[int]:
     """Which episodes get a video: a count (the first N), 'all', 'best', 'worst', 'median'
     (``best:3``: the three best), or explicit indices like '0,7,12'; several words may be
     joined with commas; ``returns`` are the episodes' (None: not a finite number). Among equal
-    returns the lowest index comes first."""
-    n = len(returns)
-    check_video(selection, n)
-    # Highest return first, lowest index first among equals (and the same for worst); an
-    # episode whose return is not a finite number (None) is neither best nor worst.
-    finite = {i: r for i in range(n) if (r := returns[i]) is not None}
-    ranked = list(finite)
-    best = sorted(finite, key=lambda i: (-finite[i], i))
-    worst = sorted(finite, key=lambda i: (finite[i], i))
-    n_ranked = len(ranked)
-    picked: list[int] = []
-    for kind, k in video_picks(selection):
-        if kind == "count":
-            picked.extend(range(min(k, n)))
-        elif kind == "all":
-            picked.extend(range(n))
-        elif kind == "index":
-            picked.append(k)
-        elif kind == "best":
-            picked.extend(best[:k])
-        elif kind == "worst":
-            picked.extend(worst[:k])
-        else:  # the k episodes around the median return
-            first = max(0, min((n_ranked - 1) // 2 - (k - 1) // 2, n_ranked - k))
-            picked.extend(worst[first:first + k])
-    return sorted(set(picked))
+    returns the lowest index comes first (:meth:`VideoPick.pick`)."""
+    return VideoPick.of(selection).pick(returns)
 
 
 def check_render_options(*, fps: float | None = None, render_timeout: float | None = None,
@@ -257,8 +207,9 @@ class EvalConfig(RenderOptions):
         "differ in the last bits from per-row inference.", panel=SCALE)
     executor: str = flag("local", "local (process pool) or ray.", panel=SCALE)
     executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
-    video: Any = flag(0, "Episodes to render: N, all, best, worst, median (best:3: several), "
-                         "or 0,3,7.", panel=VIDEO, cli_type=str, cli_default="0")
+    video: VideoPick = flag(  # the API's count, text or indices become a record (post_init)
+        VideoPick(0), "Episodes to render: N, all, best, worst, median (best:3: several), "
+        "or 0,3,7.", panel=VIDEO, cli_type=str, cli_default="0")
     video_format: str = flag("mp4", f"Comma-separated: {formats.names()}.", panel=VIDEO,
                              names=("--format",))
     backends: tuple[str, ...] = flag(DEFAULT_ORDER, BACKENDS_HELP, panel=VIDEO, cli_type=str,
@@ -286,6 +237,12 @@ class EvalConfig(RenderOptions):
     tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
     served: str | None = flag(None, "With --suite: step its tasks on `rolltape serve --suite` "
                                     "at tcp://HOST:PORT.", panel=EPISODES)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # The Python API (and dataclasses.replace) give --video as a count, text or
+        # indices: it is read once, here, into the record every reader asks.
+        object.__setattr__(self, "video", VideoPick.of(self.video))
 
     def clock_request(self) -> dict[str, Any] | None:
         """The simulated clock pass 1 plays the policy on (None: none, as at D = 0 sync).
@@ -356,7 +313,7 @@ class EvalConfig(RenderOptions):
                          max_episode_steps=self.max_episode_steps)
         check_render_options(render_timeout=self.render_timeout, formats=self.video_format)
         if self.suite is None:  # a suite's tasks may set their own counts: checked per task
-            check_video(self.video, self.episodes)
+            self.video.check(self.episodes)
         if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
             raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
                              f"{self.episode_timeout}.")
@@ -400,7 +357,7 @@ class EvalConfig(RenderOptions):
 
     @property
     def wants_video(self) -> bool:
-        return self.video not in (0, "0", "", "none", None, [], ())
+        return self.video.wanted
 
     @property
     def renders_early(self) -> bool:
@@ -409,9 +366,9 @@ class EvalConfig(RenderOptions):
         # By itself only for the first N or given indices: 'all' waits for every episode
         # anyway, and its workers start warm while pass 1 plays.
         alone = self.idle_cores > 0 and self.wants_video and all(
-            kind in ("count", "index") for kind, _ in video_picks(self.video))
+            kind in ("count", "index") for kind, _ in self.video.picks)
         return ((self.render_early or alone) and self.wants_video
-                and self.runner.warms_workers and not needs_returns(self.video)
+                and self.runner.warms_workers and not self.video.needs_returns
                 and self.suite is None)
 
     @property
@@ -424,9 +381,9 @@ class EvalConfig(RenderOptions):
         return max(0, (os.cpu_count() or 1) - busy)
 
 
-def needs_returns(selection: Any) -> bool:
+def needs_returns(selection: VideoPick | Given) -> bool:
     """True when picking the episodes to render needs their returns (best/worst/median)."""
-    return any(kind in ("best", "worst", "median") for kind, _ in video_picks(selection))
+    return VideoPick.of(selection).needs_returns
 
 
 @dataclass(frozen=True)
@@ -456,7 +413,7 @@ def targets_of(cfg: EvalConfig) -> list[Target]:
                              cfg.max_episode_steps, cfg.success)
     for task in manifest.tasks:
         check_installed(task)
-        check_video(cfg.video, task.episodes or cfg.episodes)  # with_defaults set it
+        cfg.video.check(task.episodes or cfg.episodes)  # with_defaults set it
     targets = [Target(env_spec(t.env, t.kwargs, t.max_episode_steps), t.episodes or cfg.episodes,
                       t, manifest)
                for t in manifest.tasks]

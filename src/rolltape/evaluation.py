@@ -334,7 +334,7 @@ def _rules(targets: list[Target]) -> dict[tuple[Any, Any], str]:
 def _picked(cfg: EvalConfig, played: list[Episode], target: Target) -> list[int]:
     """Positions in ``played`` of the target's episodes that ``--video`` picks (per task)."""
     mine = [p for p, e in enumerate(played) if e.key.task_key == target.where]
-    return [mine[k] for k in select_episodes(cfg.video, [played[p].ret for p in mine])]
+    return [mine[k] for k in cfg.video.pick([played[p].ret for p in mine])]
 
 
 def _key(row: dict[str, Any]) -> EpisodeKey:
@@ -540,7 +540,7 @@ def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any
     return Metadata({
         **provenance(command),
         "schema_version": SCHEMA_VERSION,
-        "config": json_safe(asdict(cfg)),
+        "config": json_safe({**asdict(cfg), "video": cfg.video.given}),  # as given
         **envs,
         "policy": descriptions.get("policy"),
         "baseline": descriptions.get("baseline"),

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from rolltape.config import EvalConfig, Target, needs_returns, video_picks
+from rolltape.config import EvalConfig, Target
 from rolltape.envs import json_safe
 from rolltape.errors import UsageError
 from rolltape.executors.launch import per_core, stop_workers
@@ -61,10 +61,9 @@ class EarlyRender:
         if not cfg.renders_early:
             return None
         # Counts and indices only (renders_early): no returns needed, no row per episode built.
-        picked = {i for kind, k in video_picks(cfg.video)
-                  for i in (range(min(k, cfg.episodes)) if kind == "count" else
-                            range(cfg.episodes) if kind == "all" else [k])}
-        return cls(root, cfg, sorted(picked), warnings, bar, started)
+        picked = cfg.video.known_ahead(cfg.episodes)
+        assert picked is not None  # renders_early: picked without the returns
+        return cls(root, cfg, picked, warnings, bar, started)
 
     def offer(self, row: dict[str, Any]) -> None:
         """A finished pass-1 episode: start pass 2 once every chosen tape exists."""
@@ -126,12 +125,10 @@ def warm_render_workers(cfg: EvalConfig, targets: list[Target]) -> Iterator[Pres
         yield Prestart()
         return
     workers = per_core(cfg.render_workers)
-    if not needs_returns(cfg.video):  # a count or indices: no more workers than videos
-        picked = video_picks(cfg.video)
-        if all(kind != "all" for kind, _ in picked):
-            counts = [min(k, cfg.episodes) if kind == "count" else 1 for kind, k in picked]
-            # Long episodes are split across workers, so one video can use them all.
-            workers = min(workers, max(workers if sum(counts) == 1 else sum(counts), 1))
+    ahead = cfg.video.known_ahead(cfg.episodes)
+    if ahead is not None:  # a count, indices or all: no more workers than videos, but
+        # long episodes are split across workers, so one video can use them all.
+        workers = min(workers, max(workers if len(ahead) == 1 else len(ahead), 1))
     steps: list[int] = [t.spec.get("max_episode_steps") or 0 for t in targets]
     if all(steps):  # no more than the segments every episode could be cut into
         episodes = sum(t.episodes for t in targets)
