@@ -92,6 +92,13 @@ if [ "$want_test" = 1 ]; then
       "metaworld==3.0.0" "mujoco==3.3.7"
 fi
 # <<< metaworld
+# >>> aloha, for the ALOHA suite's tests: gym-aloha 0.1.5 needs dm-control 1.0.41 and its
+# MuJoCo 3.8.1, so it gets a venv of its own (~/.local/share/rolltape/benchmarks/aloha, ~40 s,
+# ~750 MB), built as users build it; idempotent.
+if [ "$want_test" = 1 ]; then
+  "$venv/bin/rolltape" suites install aloha
+fi
+# <<< aloha
 # >>> openpi-client, for the served-policy test (openpi's own client against serve-policy):
 # it pins numpy < 2, which rolltape's environment does not share, so it gets a small venv of
 # its own (.venv-openpi, ~45 s). 0.1.2 imports typing_extensions without declaring it.

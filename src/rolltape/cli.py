@@ -560,7 +560,7 @@ def _print_replays(results: list[Any]) -> int:
 def suites_(
     action: Optional[str] = typer.Argument(None, help="'install': build a benchmark's own "
                                                       "environment (see the listing)."),
-    name: Optional[str] = typer.Argument(None, help="With install: the benchmark (metaworld)."),
+    name: Optional[str] = typer.Argument(None, help="With install: the benchmark (metaworld, aloha)."),
 ) -> None:
     """List the built-in suites, their tasks, and what each needs installed; `suites install
     metaworld` builds Meta-World's own environment, which its suites run in."""

@@ -48,7 +48,13 @@ class Benchmark:
 METAWORLD = Benchmark("metaworld", ("metaworld==3.0.0", "mujoco==3.3.7", "packaging>=23"),
                       "import metaworld, zmq, msgpack",
                       ("gymnasium", "mujoco", "metaworld"))
-BENCHMARKS = {b.name: b for b in (METAWORLD,)}
+# LeRobot 0.6.1's `aloha` extra asks gym-aloha>=0.1.4,<0.2 and scipy>=1.14,<2; gym-aloha 0.1.5
+# asks dm-control 1.0.x, which pins its MuJoCo exactly: the releases pip resolved, pinned.
+ALOHA = Benchmark("aloha", ("gym-aloha==0.1.5", "dm-control==1.0.41", "mujoco==3.8.1",
+                            "scipy>=1.14,<2", "packaging>=23"),
+                  "import gym_aloha, dm_control, zmq, msgpack",
+                  ("gymnasium", "mujoco", "dm-control", "gym-aloha"))
+BENCHMARKS = {b.name: b for b in (METAWORLD, ALOHA)}
 SERVER_PINS = ("pyzmq>=25,<28", "msgpack>=1.0,<2")  # the env server's wire (pyproject's)
 
 

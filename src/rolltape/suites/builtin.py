@@ -5,9 +5,11 @@ LeRobot's PushT from gym-pusht (``info["is_success"]``); both are in the ``suite
 pinned exactly as LeRobot pins its benchmark packages (``pip install 'rolltape[suites]'``).
 ``locomotion`` (MuJoCo, returns only: no env there reports success) and ``classic``
 (classic control, Discrete actions) need only rolltape itself. Fetch tasks are left out:
-Gymnasium-Robotics 1.4.2 fails to build them under MuJoCo 4; gym-aloha pins MuJoCo 3.
+Gymnasium-Robotics 1.4.2 fails to build them under MuJoCo 4.
 ``metaworld_mt10`` and ``metaworld_mt50`` run in Meta-World's own venv
 (:mod:`rolltape.suites.benchmarks`, ``rolltape suites install metaworld``), served from there.
+``aloha`` (gym-aloha's insertion and transfer cube) runs in ALOHA's own venv likewise
+(``rolltape suites install aloha``).
 
 May import: suites.manifest, suites.benchmarks, errors, envs (package versions, without
 importing them).
@@ -86,6 +88,9 @@ METAWORLD_SUITES = (("mt10", "MT10", MT10), ("mt50", "MT50", MT50),
                     ("very_hard", "very hard (LeRobot's group)", VERY_HARD))
 #: Built-in suites whose envs run in a benchmark's own venv (rolltape.suites.benchmarks).
 HOSTED = {f"metaworld_{group}": "metaworld" for group, _, _ in METAWORLD_SUITES}
+# gym-aloha's two tasks as LeRobot plays them (rolltape.suites.aloha), in their own venv.
+ALOHA_ENV = "rolltape.suites.aloha:Aloha-v0"
+HOSTED["aloha"] = "aloha"
 
 BUILTIN: dict[str, dict[str, Any]] = {
     "mazes": {
@@ -122,6 +127,13 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "tasks": {task: {"env": METAWORLD_ENV, "kwargs": {"task": f"{task}-v3"}}
                   for task in tasks},
     } for group, title, tasks in METAWORLD_SUITES},
+    "aloha": {
+        "description": "ALOHA bimanual insertion and cube transfer (gym-aloha) as LeRobot "
+                       "plays them: top camera and joints, in its own venv",
+        "success_key": "is_success", "max_episode_steps": 400,  # LeRobot's episode_length
+        "tasks": {task: {"env": ALOHA_ENV, "kwargs": {"task": task}}
+                  for task in ("insertion", "transfer_cube")},
+    },
     "classic": {
         "description": "classic control with Discrete actions, returns only",
         "success_key": None,

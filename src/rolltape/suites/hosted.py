@@ -37,7 +37,7 @@ import sys
 from rolltape.server.server import ServeConfig, serve
 tasks = sys.argv[2] or None
 serve(ServeConfig(env=None, suite=sys.argv[1], tasks=tasks, bind="127.0.0.1:0",
-                  max_sessions=int(sys.argv[3])))
+                  max_sessions=int(sys.argv[3]), max_episode_steps=int(sys.argv[4]) or None))
 """
 _VERSIONS = """\
 import json, sys
@@ -71,7 +71,8 @@ class HostedServer:
             raise UsageError(f"--suite {suite} runs in the {bench.name} venv, and its videos "
                              "(pass 2) are not drawn from there yet; run it with --video 0.")
         cmd = python_command(_PROGRAM, suite, config.tasks or "",
-                             str(max(2, 2 * config.workers)))
+                             str(max(2, 2 * config.workers)),
+                             str(config.max_episode_steps or 0))  # --max-episode-steps
         cmd[0] = str(python)
         # The venv's own MuJoCo decides its GL: no variable of this process leaks in.
         env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}

@@ -1,0 +1,113 @@
+"""The ALOHA suite, in the benchmark's own venv (`rolltape suites install aloha`, built by
+scripts/setup.sh --test): gym-aloha's own env, made as LeRobot makes it, and rolltape's suite
+give a fixed-action policy the same episodes (every reward, success, length) on the same
+seeds; the policy reads LeRobot's keys; the tape keeps each key's digest per step, and a
+replay in the venv draws the same images (the digests) and a frame of the scene."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+import rolltape
+from rolltape.outputs.artifacts import read_jsonl
+from rolltape.suites import benchmarks
+from rolltape.suites.builtin import HOSTED, builtin_manifest
+from rolltape.tape import Tape
+
+STEPS = 12  # of LeRobot's 400: a drawn 480x640 camera is ~0.15 s a step here
+EPISODES = 2
+POLICY = str(Path(__file__).resolve().parents[1] / "assets" / "aloha_policy.py")
+
+# gym-aloha's own env, as LeRobot's AlohaEnv config makes it (gym.make of gym_aloha/TASK with
+# obs_type pixels_agent_pos and its time limit), the same fixed action from each seeded reset.
+_OWN_LOOP = """\
+import importlib.util, json, sys
+import gymnasium as gym, gym_aloha
+spec = importlib.util.spec_from_file_location("aloha_policy", sys.argv[1])
+policy = importlib.util.module_from_spec(spec); spec.loader.exec_module(policy)
+env = gym.make("gym_aloha/AlohaTransferCube-v0", obs_type="pixels_agent_pos",
+               render_mode="rgb_array", max_episode_steps=int(sys.argv[2]),
+               disable_env_checker=True)
+rows = []
+for seed in json.loads(sys.argv[3]):
+    env.reset(seed=seed)
+    rewards = []
+    while True:
+        _, reward, terminated, truncated, info = env.step(policy.ACTION)
+        rewards.append(float(reward))
+        if terminated or truncated:
+            break
+    rows.append([bool(info["is_success"]), len(rewards), rewards])
+print(json.dumps(rows))
+"""
+
+# rolltape's env replayed in the venv from the tape's seed and actions: each key's digest per
+# step (the tape's own function), and the reset frame of the policy's camera as a PNG.
+_REPLAY = """\
+import json, sys
+import numpy as np
+from PIL import Image
+from rolltape.pass1.fields import array_digest
+from rolltape.suites import aloha
+from rolltape.tape import Tape
+tape = Tape.load(sys.argv[1])
+env = aloha.AlohaEnv(task="transfer_cube")
+obs, _ = env.reset(seed=tape.seed)
+Image.fromarray(obs["observation.images.top"]).save(sys.argv[2])
+rows = [[array_digest(obs[k]) for k in tape.obs_keys]]
+for action in tape.actions:
+    obs = env.step(action)[0]
+    rows.append([array_digest(obs[k]) for k in tape.obs_keys])
+print(json.dumps([[str(d) for d in row] for row in rows]))
+"""
+
+
+def _venv(script: str, *args: str) -> str:
+    bench = benchmarks.ALOHA
+    # EGL, as the suite's env server picks it (its --backend default), so images are alike.
+    env = {k: v for k, v in os.environ.items() if k != "PYOPENGL_PLATFORM"}
+    env["MUJOCO_GL"] = "egl"
+    return subprocess.run([str(benchmarks.venv_python(bench)), "-c", script, *args],
+                          capture_output=True, text=True, timeout=300, check=True,
+                          env=env).stdout.splitlines()[-1]
+
+
+def test_gym_alohas_own_env_and_the_suite_give_the_same_episodes(tmp_path):
+    bench = benchmarks.ALOHA
+    assert benchmarks.installed(bench), f"build it: {bench.install} (scripts/setup.sh --test)"
+    run = rolltape.evaluate(suite="aloha", tasks="transfer_cube", policy=f"{POLICY}:reach",
+                            episodes=EPISODES, max_episode_steps=STEPS, video=0,
+                            out=tmp_path / "run")
+    rows = sorted(read_jsonl(run.path / "episodes.jsonl"), key=lambda r: r["index"])
+    assert [r["status"] if "status" in r else "ok" for r in rows] == ["ok"] * EPISODES
+    tapes = [Tape.load(run.path / r["tape"]) for r in rows]
+    got = [[r["success_at_end"], r["length"], [float(x) for x in t.rewards]]
+           for r, t in zip(rows, tapes)]
+    seeds = [t.seed for t in tapes]
+    expected = json.loads(_venv(_OWN_LOOP, POLICY, str(STEPS), json.dumps(seeds)))
+    assert got == expected  # 2 episodes: success, length and every reward, bit for bit
+    assert [sum(r) for _, _, r in got] == [r["return"] for r in rows]
+    assert any(sum(r) > 0 for _, _, r in got)  # the arm touches the cube: rewards to compare
+
+    # The policy read LeRobot's keys (else it raised); the tape digests each key per step.
+    tape = tapes[0]
+    assert tape.obs_keys == ("observation.images.top", "observation.state")
+    assert tape.obs_key_digest is not None and tape.obs_key_digest.shape == (STEPS + 1, 2)
+    assert tape.physics is not None  # MuJoCo's physics rows, through dm_control's model
+    png = tmp_path / "top.png"
+    replayed = json.loads(_venv(_REPLAY, str(run.path / rows[0]["tape"]), str(png)))
+    assert np.array_equal(np.array(replayed, dtype=np.uint64), tape.obs_key_digest)
+    assert png.stat().st_size > 10_000  # the scene (looked at: two arms over the table)
+
+
+def test_the_suite_is_hosted_in_alohas_venv_with_lerobots_length():
+    manifest = builtin_manifest("aloha")
+    assert [(t.name, t.kwargs) for t in manifest.tasks] == [
+        ("insertion", {"task": "insertion"}), ("transfer_cube", {"task": "transfer_cube"})]
+    assert {t.max_episode_steps for t in manifest.tasks} == {400}
+    assert HOSTED["aloha"] == "aloha"
