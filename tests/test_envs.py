@@ -4,6 +4,7 @@ apart, and the RNG, time limit and MuJoCo state a tape records put an env back e
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -137,6 +138,22 @@ def test_a_dict_observation_s_digest_ignores_key_order_but_not_values() -> None:
     a = {"x": np.arange(3), "y": np.ones(2)}
     assert obs_digest(a) == obs_digest({"y": np.ones(2), "x": np.arange(3)})
     assert obs_digest(a) != obs_digest({"x": np.arange(3), "y": np.zeros(2)})
+
+
+def test_a_nested_dict_observation_is_digested_by_its_contents() -> None:
+    """gym-aloha's own {"pixels": {"top": image}, "agent_pos": ...}: a dict's bytes were
+    its address, so two equal observations got different digests (a false divergence)."""
+    def frame(value: int) -> dict:
+        return {"pixels": {"top": np.full((4, 4, 3), value, np.uint8)}, "agent_pos": np.zeros(3)}
+
+    assert obs_digest(frame(0)) == obs_digest(frame(0))
+    assert obs_digest(frame(0)) != obs_digest(frame(1))
+    flat = {"x": np.arange(3), "y": np.ones(2)}  # a flat dict's digest is what it was
+    blake = hashlib.blake2b(digest_size=8)
+    for key in ("x", "y"):
+        blake.update(key.encode())
+        blake.update(flat[key].tobytes())
+    assert obs_digest(flat) == int.from_bytes(blake.digest(), "little")
 
 
 def test_json_safe_makes_plain_json_and_nan_null() -> None:

@@ -715,14 +715,30 @@ def obs_digests(rows: np.ndarray) -> np.ndarray:
     return h
 
 
+def flat_items(obs: dict[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """A dict observation's leaves by sorted key, a nested dict's named ``outer/inner`` (as
+    LeRobot names gym-aloha's ``pixels/top``): a dict's own bytes are not its contents.
+
+    >>> [k for k, _ in flat_items({"pixels": {"top": 1, "angle": 2}, "agent_pos": 3})]
+    ['agent_pos', 'pixels/angle', 'pixels/top']
+    """
+    items: list[tuple[str, Any]] = []
+    for key in sorted(obs):
+        if isinstance(obs[key], dict):
+            items.extend(flat_items(obs[key], f"{prefix}{key}/"))
+        else:
+            items.append((f"{prefix}{key}", obs[key]))
+    return items
+
+
 def obs_digest(obs: Any) -> int:
     """The digest of one observation: :func:`obs_digests` for arrays, blake2b of the sorted
-    keys' bytes for dict observations."""
+    keys' bytes for dict observations (a nested dict's leaves, :func:`flat_items`)."""
     if isinstance(obs, dict):
         h = hashlib.blake2b(digest_size=8)
-        for key in sorted(obs):
+        for key, value in flat_items(obs):
             h.update(key.encode())
-            h.update(np.ascontiguousarray(obs[key]).tobytes())
+            h.update(np.ascontiguousarray(value).tobytes())
         return int.from_bytes(h.digest(), "little")
     return int(obs_digests(np.asarray(obs)[None])[0])
 

@@ -111,3 +111,16 @@ def test_screens_are_digested_as_they_come() -> None:
             compact(steps)
     assert sum(isinstance(s[-1], int) for s in steps) == 2 * DIGEST_BATCH
     assert np.array_equal(digest_all([s[-1] for s in steps]), obs_digests(np.stack(screens)))
+
+
+def test_a_nested_dict_observation_keeps_a_digest_per_leaf():
+    """Each camera of LeRobot's {"pixels": {cam: image}} gets its own digest, named as
+    LeRobot names it ("pixels/top"), equal for equal images."""
+    def frame(top: int) -> dict:
+        return {"pixels": {"top": np.full((4, 4, 3), top, np.uint8),
+                           "wrist": np.zeros((2, 2, 3), np.uint8)}, "agent_pos": np.zeros(3)}
+
+    a, b, c = kept_obs(frame(0)), kept_obs(frame(0)), kept_obs(frame(1))
+    assert sorted(a.per_key) == ["agent_pos", "pixels/top", "pixels/wrist"]
+    assert a.per_key == b.per_key and a == b
+    assert [n for n in a.per_key if a.per_key[n] != c.per_key[n]] == ["pixels/top"]

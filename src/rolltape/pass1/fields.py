@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import BIG_OBS, DIGEST_BATCH, json_safe, obs_digest, obs_digests
+from rolltape.envs import BIG_OBS, DIGEST_BATCH, flat_items, json_safe, obs_digest, obs_digests
 
 
 def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
@@ -66,7 +66,7 @@ def kept_obs(obs: Any) -> Any:
     if isinstance(obs, np.ndarray):
         return obs.copy()
     if isinstance(obs, dict):
-        return KeyedDigest(obs_digest(obs), {str(k): array_digest(v) for k, v in obs.items()})
+        return KeyedDigest(obs_digest(obs), {k: array_digest(v) for k, v in flat_items(obs)})
     return obs_digest(obs)
 
 
@@ -114,7 +114,7 @@ def reset_forms(obs: Any) -> dict[str, dict[str, str]]:
     negated: two runs reset with the same seed see the same observation, so when one run's
     digest equals a form of the other's, ``rolltape diff`` can say which transform
     separates them. Computed once per episode: cheap."""
-    items = obs.items() if isinstance(obs, dict) else [("obs", obs)]
+    items = flat_items(obs) if isinstance(obs, dict) else [("obs", obs)]
     out: dict[str, dict[str, str]] = {}
     for name, value in items:
         arr = np.asarray(value)
