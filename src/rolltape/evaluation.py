@@ -164,7 +164,7 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         raise
     try:
         with sigterm_raises():
-            return _run(run, targets, config, notes, show_progress, command)
+            return _run(run, targets, config, notes, show_progress, command, hosted.benchmark)
     except UsageError:
         if not run.resumed or run.copied:
             run.discard()
@@ -218,7 +218,8 @@ def _measured_latency(config: EvalConfig, spec: dict[str, Any]) -> tuple[EvalCon
 
 
 def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str],
-         show_progress: bool, command: list[str] | None) -> Run:
+         show_progress: bool, command: list[str] | None,
+         benchmark: dict[str, Any] | None = None) -> Run:
     root = run.path
     spec = targets[0].spec
     manifest = targets[0].manifest
@@ -277,7 +278,7 @@ def _run(run: RunDir, targets: list[Target], cfg: EvalConfig, warnings: list[str
               for v in videos]
     results = replace(results, videos=tuple(videos), warnings=tuple(warnings))
     metadata = _metadata(spec, cfg, descriptions, videos, timings, warnings, command,
-                         run.resumed, targets)
+                         run.resumed, targets, benchmark)
     record = Run(root, results, metadata).write()
     _write_card(root, targets, cfg, descriptions, metadata)
     if cfg.report:
@@ -523,9 +524,11 @@ def _with_warnings(record: Run, warnings: list[str]) -> Run:
 
 def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any],
               videos: list[Video], timings: dict[str, float], warnings: list[str],
-              command: list[str] | None, resumed: bool, targets: list[Target]) -> Metadata:
+              command: list[str] | None, resumed: bool, targets: list[Target],
+              benchmark: dict[str, Any] | None = None) -> Metadata:
     """metadata.json: provenance of the run (a suite's envs are its manifest's, each tape
-    has its spec; its seeds are given per task)."""
+    has its spec; its seeds are given per task). ``benchmark``: the benchmark venv a hosted
+    suite ran in (``benchmark_env``: its name, interpreter and package versions)."""
     policy = descriptions.get("policy") or {}
     manifest = targets[0].manifest
     if manifest is None:
@@ -555,6 +558,7 @@ def _metadata(spec: dict[str, Any], cfg: EvalConfig, descriptions: dict[str, Any
         "timings": timings,
         "warnings": warnings,
         "resumed": resumed,
+        **({"benchmark_env": benchmark} if benchmark else {}),
     })
 
 

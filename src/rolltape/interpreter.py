@@ -84,14 +84,15 @@ del _rolltape_orphan_guard
 
 
 def python_command(program: str, *argv: str, keep_cwd: bool = False,
-                   guard: bool = True) -> list[str]:
+                   guard: bool = True, python: str | None = None) -> list[str]:
     """The command line that runs ``program`` (Python source) in a new interpreter of this
-    Python, with ``argv`` as its ``sys.argv[1:]``; with ``guard`` (the default) the child
-    exits when this process dies. Build it in the process that starts the child."""
+    Python (or of ``python``, another environment's, e.g. a benchmark venv's), with ``argv``
+    as its ``sys.argv[1:]``; with ``guard`` (the default) the child exits when this process
+    dies. Build it in the process that starts the child."""
     prelude = "" if keep_cwd else _DROP_CWD
     if guard:
         prelude += _ORPHAN_GUARD.format(parent=os.getpid(), poll=ORPHAN_POLL_S)
-    return [sys.executable, "-c", prelude + program, *argv]
+    return [python or sys.executable, "-c", prelude + program, *argv]
 
 
 @dataclass
@@ -108,8 +109,10 @@ class Worker:
 def spawn_worker(target: Callable[..., None], *args: Any,
                  env: Mapping[str, str | None] | None = None,
                  cwd_on_path: bool = True, cwd: str | os.PathLike[str] | None = None,
-                 output: IO[bytes] | None = None) -> Worker:
-    """Run ``target(*args, conn)`` in a new interpreter; ``env`` sets (or, with None, removes)
+                 output: IO[bytes] | None = None, python: str | None = None) -> Worker:
+    """Run ``target(*args, conn)`` in a new interpreter (of ``python``, the path of another
+    environment's interpreter that can import rolltape, else this one's: a benchmark venv's
+    render worker); ``env`` sets (or, with None, removes)
     variables of the child's environment. ``cwd_on_path=False`` keeps the current folder
     off the child's ``sys.path``, so that it imports installed modules only (a render
     worker: a tape is data, and a file beside it must not be imported as code); pass-1
@@ -121,11 +124,11 @@ def spawn_worker(target: Callable[..., None], *args: Any,
     ahead = None
     if output is None:  # one started ahead prints where this process does
         with _ahead_lock:
-            ahead = _ahead.pop(_ahead_key(target, child_env, cwd_on_path, cwd), None)
+            ahead = _ahead.pop(_ahead_key(target, child_env, cwd_on_path, cwd, python), None)
     if ahead is not None and not ahead.alive():  # killed from outside: start a fresh one
         stop_worker(ahead, grace=0.1)
         ahead = None
-    worker = ahead or _spawn(target, child_env, cwd_on_path, cwd, output, ())
+    worker = ahead or _spawn(target, child_env, cwd_on_path, cwd, output, (), python)
     try:
         worker.conn.send(args)
     except (BrokenPipeError, ConnectionResetError):
@@ -172,18 +175,19 @@ def _child_environment(env: Mapping[str, str | None] | None) -> dict[str, str]:
 
 
 def _ahead_key(target: Callable[..., None], child_env: Mapping[str, str], cwd_on_path: bool,
-               cwd: str | os.PathLike[str] | None) -> tuple[Any, ...]:
-    return (target.__module__, target.__qualname__, cwd_on_path,
+               cwd: str | os.PathLike[str] | None, python: str | None = None
+               ) -> tuple[Any, ...]:
+    return (target.__module__, target.__qualname__, cwd_on_path, python or sys.executable,
             os.path.abspath(cwd if cwd is not None else os.getcwd()),
             tuple(sorted(child_env.items())))
 
 
 def _spawn(target: Callable[..., None], child_env: dict[str, str], cwd_on_path: bool,
            cwd: str | os.PathLike[str] | None, output: IO[bytes] | None,
-           preload: tuple[str, ...]) -> Worker:
+           preload: tuple[str, ...], python: str | None = None) -> Worker:
     ours, theirs = socket.socketpair()
     cmd = python_command(_CHILD, target.__module__, target.__qualname__, str(theirs.fileno()),
-                         *preload, keep_cwd=cwd_on_path)
+                         *preload, keep_cwd=cwd_on_path, python=python)
     try:
         proc = _start(cmd, theirs.fileno(), child_env, cwd, output)
     except BaseException:

@@ -5,7 +5,11 @@ when the executor's workers share this disk, run the jobs on the executor's rend
 (:mod:`rolltape.executors.base`), join the segments, and write the pixel-free outputs and sidecars. The drawing
 itself happens in render workers (:mod:`rolltape.pass2.replay`).
 
-May import: the render side's types, executors, outputs. Never: policies, torch.
+A hosted suite's tapes (Meta-World's) are drawn by workers started from its benchmark venv
+(:func:`rolltape.suites.hosted.render_python`), whose simulator release they need.
+
+May import: the render side's types, executors, outputs, suites.hosted. Never: policies,
+torch.
 
 Example (not run: it spawns render processes):
     >>> results = render([RenderRequest("runs/x/tapes/policy-0000.npz", ["ep0.mp4"])])
@@ -39,7 +43,8 @@ from rolltape.pass2.replay import (
     RenderResult,
     render_worker,
 )
-from rolltape.tape import sum_rewards
+from rolltape.suites.hosted import render_python
+from rolltape.tape import Tape, sum_rewards
 
 MIN_SEGMENT = 50  # frames; shorter segments cost more in process start-up than they save
 
@@ -290,7 +295,9 @@ def render(
         warm = ()
     work = _render_work((10 if background else 0, 0), [job.env_id for job in plain],
                         needs_backend=[bool(job.outputs) and not _draws_without_gl(job)
-                                       for job in plain], cores=cores)
+                                       for job in plain], cores=cores,
+                        python=render_python(job.env_id or Tape.load(job.tape).env_id
+                                             for job in plain))
     pool = runner.render_pool(work, plain, order, workers, timeout, on_progress=job_progress,
                               on_done=job_done, cancel=cancel, warm=warm,
                               **({"widen": widen} if widen and runner.warms_workers else {}),
@@ -324,15 +331,17 @@ def _draws_without_gl(req: RenderRequest) -> bool:
 
 
 def _render_work(args: tuple[int, int], env_ids: Sequence[str | None],
-                 needs_backend: Sequence[bool] = (), cores: int | None = None) -> RenderWork:
+                 needs_backend: Sequence[bool] = (), cores: int | None = None,
+                 python: str | None = None) -> RenderWork:
     """Pass 2 as an executor runs it: the render worker (``args``: its CPU niceness while
-    drawing and while starting) or the same replay as a task on shipped tape bytes."""
+    drawing and while starting; ``python``: its interpreter, None for this one's) or the
+    same replay as a task on shipped tape bytes."""
     return RenderWork(worker=render_worker, args=args, task=replay_shipped, ship=_tape_bytes,
                       environment=functools.partial(worker_environment, cores=cores),
                       needs_backend=needs_backend,
                       # A tape is data: a worker imports installed modules only, unless the
                       # user named an env module with --env (maybe a local file).
-                      cwd_on_path=any(":" in (e or "") for e in env_ids))
+                      cwd_on_path=any(":" in (e or "") for e in env_ids), python=python)
 
 
 def warm_render_workers(runner: Executor, backends: str | Sequence[str], workers: int,
@@ -344,7 +353,9 @@ def warm_render_workers(runner: Executor, backends: str | Sequence[str], workers
     ``env_ids`` are the envs as the user named them (their own module may need this
     folder)."""
     order = parse_backends(backends)
-    return runner.warm_render_workers(_render_work((0, 10), env_ids), order[0], workers)
+    return runner.warm_render_workers(_render_work((0, 10), env_ids,
+                                                   python=render_python(env_ids)),
+                                      order[0], workers)
 
 
 def prestart_render_workers(runner: Executor, backends: str | Sequence[str], workers: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from tests.suites.test_metaworld import _servers
@@ -29,20 +30,35 @@ def test_a_missing_venv_is_one_sentence_naming_the_install(tmp_path, monkeypatch
 
 
 def test_a_killed_run_leaves_no_benchmark_process(tmp_path):
-    """SIGKILL reaches no `finally`: the server and the expert's child die with their parent
-    (rolltape's interpreter guard), within 5 s."""
+    """SIGKILL reaches no `finally`: the server, the expert's child and the render workers
+    (started from the venv, warm while pass 1 plays) die with their parent (rolltape's
+    interpreter guard), within 5 s."""
     assert benchmarks.installed(benchmarks.METAWORLD), "build it: rolltape suites install metaworld"
     run = subprocess.Popen([sys.executable, "-m", "rolltape.cli", "eval", "--suite",
                             "metaworld_mt10", "--tasks", "reach", "--policy", "metaworld-expert",
-                            "--episodes", "500", "--out", str(tmp_path / "run")],
+                            "--episodes", "500", "--video", "worst", "--out",
+                            str(tmp_path / "run")],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while len(_servers()) < 2 and time.monotonic() < deadline:  # the server and the expert
+        # the server, the expert and a render worker (warm from the first episode on)
+        while not (len(_servers()) >= 3 and _render_workers()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(_servers()) >= 2
+        assert len(_servers()) >= 3 and _render_workers()
     finally:
         run.kill()
         run.wait()
     time.sleep(5)
     assert _servers() == []
+
+
+def _render_workers() -> list[int]:
+    """The benchmark venv's processes that run rolltape's render worker."""
+    found = []
+    for pid in _servers():
+        try:
+            if b"render_worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:  # it ended meanwhile
+            pass
+    return found

@@ -115,12 +115,13 @@ def test_eval_info_has_lerobots_layout(run):
     task = info["per_task"][0]
     assert set(task) == {"task_group", "task_id", "metrics", "n_episodes", "n_success",
                          "pc_success", "pc_success_ci95"}
-    assert set(task["metrics"]) == {"sum_rewards", "max_rewards", "successes", "video_paths"}
+    assert set(task["metrics"]) == {"sum_rewards", "max_rewards", "successes", "video_paths",
+                                    "predicted_video_paths"}
     assert (task["task_group"], task["task_id"]) == ("pattern", "end")
     assert task["metrics"]["successes"] == [s % 3 == 0 for s in seeds(7)]  # task 'end'
     assert task["metrics"]["video_paths"] == ["videos/pattern/end/policy-0000.mp4"]
     group_keys = {"avg_sum_reward", "avg_max_reward", "pc_success", "n_episodes", "n_success",
-                  "pc_success_ci95", "video_paths"}
+                  "pc_success_ci95", "video_paths", "predicted_video_paths"}
     assert set(info["per_group"]["pattern"]) == group_keys
     assert set(info["overall"]) == group_keys | {"eval_s", "eval_ep_s"}
     never = info["per_task"][3]

@@ -78,7 +78,8 @@ class RenderWork:
     one job anywhere and returns ``(kind, payload, files)``. ``environment(backend,
     workers)`` gives a worker's variables; ``needs_backend[i]`` False runs job i with none.
     ``cwd_on_path``: a worker may import from the current folder (the user named a module
-    there)."""
+    there). ``python``: the interpreter a worker process runs (a benchmark venv's, whose
+    simulator release the tapes need), None for this one's; only where workers run here."""
 
     worker: Callable[..., None]
     args: tuple[Any, ...]
@@ -87,6 +88,7 @@ class RenderWork:
     environment: Callable[[str | None, int], dict[str, str]]
     needs_backend: Sequence[bool]
     cwd_on_path: bool = True
+    python: str | None = None
 
 
 class Fallback(Protocol):

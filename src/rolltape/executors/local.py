@@ -107,12 +107,13 @@ def run_shares(target: Callable[..., None], shares: Sequence[Any], args: tuple[A
 
 def warm_workers(target: Callable[..., None], backend: str, args: tuple[Any, ...],
                  workers: int, environment: Callable[[str | None, int], dict[str, str]],
-                 cwd_on_path: bool = True) -> list[Any]:
+                 cwd_on_path: bool = True, python: str | None = None) -> list[Any]:
     """Start ``workers`` processes of ``target(backend, *args, conn)`` before their jobs are
     known (pass 2's workers while pass 1 runs), for a :class:`BackendPool` to use: their
-    interpreters and imports are ready when the first job comes."""
+    interpreters and imports are ready when the first job comes. ``python``: the
+    interpreter they run (default: this one's)."""
     return [spawn_worker(target, backend, *args, env=environment(backend, workers),
-                         cwd_on_path=cwd_on_path) for _ in range(workers)]
+                         cwd_on_path=cwd_on_path, python=python) for _ in range(workers)]
 
 
 class Prestart(list[Any]):
@@ -179,7 +180,8 @@ class BackendPool:
     other work gave back). ``calm`` (args, event): workers run niced beside other work
     (pass 1) until the event is set, then at the normal priority: each is put back in
     place where the OS allows it (:func:`normal_priority`), else it is replaced by one
-    started with ``args`` after its current job, and every new worker starts with them."""
+    started with ``args`` after its current job, and every new worker starts with them.
+    ``python``: the interpreter every worker runs (default: this one's)."""
 
     def __init__(self, target: Callable[..., None], args: tuple[Any, ...],
                  jobs: Sequence[Any], order: Sequence[str], workers: int, timeout: float, *,
@@ -189,8 +191,9 @@ class BackendPool:
                  on_done: Callable[[int, Any], None],
                  cancel: Any = None, cwd_on_path: bool = True,
                  started: Sequence[Any] = (), widen: tuple[int, Any] | None = None,
-                 calm: tuple[tuple[Any, ...], Any] | None = None) -> None:
-        self.target, self.args, self.jobs = target, args, jobs
+                 calm: tuple[tuple[Any, ...], Any] | None = None,
+                 python: str | None = None) -> None:
+        self.target, self.args, self.jobs, self.python = target, args, jobs, python
         self.timeout, self.cancel, self.cwd_on_path = timeout, cancel, cwd_on_path
         self.needs_backend, self.environment = needs_backend, environment
         self.on_progress, self.on_done = on_progress, on_done
@@ -251,7 +254,7 @@ class BackendPool:
             self._kill(slot)
             slot.worker = spawn_worker(self.target, backend, *self.args,
                                        env=self.environment(backend, len(self.slots)),
-                                       cwd_on_path=self.cwd_on_path)
+                                       cwd_on_path=self.cwd_on_path, python=self.python)
             slot.backend, slot.args = backend, self.args
         slot.job, slot.last_heard = i, time.monotonic()
         slot.worker.conn.send((i, self.jobs[i]))
@@ -319,10 +322,11 @@ class LocalExecutor:
         return BackendPool(work.worker, work.args, jobs, order, workers, timeout,
                            needs_backend=work.needs_backend, environment=work.environment,
                            on_progress=on_progress, on_done=on_done, cancel=cancel,
-                           cwd_on_path=work.cwd_on_path, started=warm, widen=widen, calm=calm)
+                           cwd_on_path=work.cwd_on_path, started=warm, widen=widen, calm=calm,
+                           python=work.python)
 
     def warm_render_workers(self, work: RenderWork, backend: str, workers: int
                             ) -> list[Any]:
         return warm_workers(work.worker, backend, work.args, workers, work.environment,
-                            cwd_on_path=work.cwd_on_path)
+                            cwd_on_path=work.cwd_on_path, python=work.python)
 

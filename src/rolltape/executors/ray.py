@@ -386,6 +386,10 @@ class RayExecutor:
                     on_progress: Callable[[int, int], None],
                     on_done: Callable[[int, Any], None], cancel: Any = None,
                     warm: Sequence[Any] = ()) -> RayBackendPool:
+        if work.python is not None:  # a benchmark venv's tapes: its interpreter is here
+            raise UsageError("These tapes are drawn by render workers of a benchmark's venv "
+                             "on this machine, which Ray does not start; drop --executor ray "
+                             "(or ask for no video with --video 0).")
         self.check()  # reuses the session evaluate() opened
         return RayBackendPool(work.task, jobs, order, timeout,
                               needs_backend=work.needs_backend, environment=work.environment,

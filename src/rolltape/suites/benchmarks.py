@@ -3,10 +3,11 @@
 Meta-World 3.0.0 runs only on MuJoCo 3 (up to 3.3), which cannot share rolltape's
 environment (MuJoCo 4), so it gets a venv of its own, as LeRobot gives each benchmark its
 own image. The venv holds the benchmark at LeRobot's pin, the env server's two wire
-packages (pyzmq, msgpack) and rolltape itself without its dependencies (a link to the
-package this rolltape runs from) (the server side
+packages (pyzmq, msgpack), the render workers' encoder (PyAV, Pillow) and rolltape itself
+without its dependencies (a link to the package this rolltape runs from) (the server side
 imports numpy, Gymnasium and MuJoCo, which the benchmark brings). A suite run starts
-``rolltape serve --suite`` from that venv on loopback (:mod:`rolltape.suites.hosted`).
+``rolltape serve --suite`` from that venv on loopback (:mod:`rolltape.suites.hosted`), and
+draws the run's videos in render workers of the same venv.
 
 Where: ``$ROLLTAPE_BENCHMARKS/NAME`` if set, else ``$XDG_DATA_HOME/rolltape/benchmarks/NAME``
 (``~/.local/share/rolltape/benchmarks/NAME``).
@@ -56,6 +57,8 @@ ALOHA = Benchmark("aloha", ("gym-aloha==0.1.5", "dm-control==1.0.41", "mujoco==3
                   ("gymnasium", "mujoco", "dm-control", "gym-aloha"))
 BENCHMARKS = {b.name: b for b in (METAWORLD, ALOHA)}
 SERVER_PINS = ("pyzmq>=25,<28", "msgpack>=1.0,<2")  # the env server's wire (pyproject's)
+# The render workers' encoder (pyproject's ranges): a suite's videos are drawn in its venv.
+RENDER_PINS = ("av>=14,<20", "pillow>=10,<14")
 
 
 def home() -> Path:
@@ -78,16 +81,31 @@ def benchmark(name: str) -> Benchmark:
     return BENCHMARKS[name]
 
 
+def recipe(bench: Benchmark) -> str:
+    """What a built venv holds, as its marker file records it: a venv built from another
+    recipe (an older rolltape's: no encoder for its render workers) is built again."""
+    return " ".join((*bench.pins, *SERVER_PINS, *RENDER_PINS)) + "\n"
+
+
+def _marker(bench: Benchmark) -> str | None:
+    try:
+        return (home() / bench.name / "rolltape-ready").read_text()
+    except OSError:
+        return None
+
+
 def installed(bench: Benchmark) -> bool:
-    """Whether the benchmark's venv was built to the end (its marker file is written last)."""
-    return (home() / bench.name / "rolltape-ready").is_file() and venv_python(bench).exists()
+    """Whether the benchmark's venv was built to the end (its marker file is written last)
+    from this rolltape's recipe."""
+    return _marker(bench) == recipe(bench) and venv_python(bench).exists()
 
 
 def require(bench: Benchmark) -> Path:
     """The venv's Python; a missing venv is refused in one sentence naming the install."""
     if not installed(bench):
-        raise UsageError(f"The {bench.name} suites run in their own environment, which is not "
-                         f"built yet ({home() / bench.name}); build it once with "
+        state = "built for an older rolltape" if _marker(bench) else "not built yet"
+        raise UsageError(f"The {bench.name} suites run in their own environment, which is "
+                         f"{state} ({home() / bench.name}); build it once with "
                          f"`{bench.install}`.")
     return venv_python(bench)
 
@@ -99,10 +117,10 @@ def install(bench: Benchmark, log: object = print) -> float:
     if installed(bench):
         return 0.0
     say = log if callable(log) else print
-    say(f"building {where} ({', '.join(bench.pins)} and rolltape's server side)...")
+    say(f"building {where} ({', '.join(bench.pins)} and rolltape's server and render side)...")
     _run([sys.executable, "-m", "venv", "--clear", str(where)], "create the venv")
     pip = [str(venv_python(bench)), "-m", "pip", "--disable-pip-version-check", "-q", "install"]
-    _run([*pip, *bench.pins, *SERVER_PINS], f"install {', '.join(bench.pins)}")
+    _run([*pip, *bench.pins, *SERVER_PINS, *RENDER_PINS], f"install {', '.join(bench.pins)}")
     # rolltape itself, without its dependencies: a link to the package this rolltape runs
     # from (a checkout or an install), so the server speaks exactly the client's protocol
     # and follows an upgrade; only that folder is put on the venv's path.
@@ -114,9 +132,10 @@ def install(bench: Benchmark, log: object = print) -> float:
                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (Path(site) / "rolltape-link.pth").write_text(f"{linked}\n")
-    _run([str(venv_python(bench)), "-c", f"{bench.probe}; import rolltape.server.server"],
-         "import the benchmark and rolltape's server there")
-    (where / "rolltape-ready").write_text(" ".join(bench.pins) + "\n")
+    _run([str(venv_python(bench)), "-c",
+          f"{bench.probe}; import rolltape.server.server, rolltape.pass2.encode"],
+         "import the benchmark and rolltape's server and render side there")
+    (where / "rolltape-ready").write_text(recipe(bench))
     return time.monotonic() - start
 
 

@@ -6,7 +6,8 @@ starts ``rolltape serve --suite NAME`` (the server module, not the CLI: the venv
 typer) from the benchmark's venv on loopback, on a free port, and the run steps its tasks
 there exactly as ``--served tcp://...`` does. The server is rolltape's interpreter guard's
 child (it dies with the run, even a SIGKILLed one) and :meth:`HostedServer.close` stops it
-when the run ends, however it ends.
+when the run ends, however it ends. The run's videos are drawn by render workers of the
+same venv (:func:`render_python` picks their interpreter from the envs they replay).
 
 May import: suites.builtin, suites.benchmarks, interpreter, errors. Never: pass 1, pass 2,
 policies.
@@ -22,12 +23,12 @@ import subprocess
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterable
 
 from rolltape.errors import UsageError
 from rolltape.interpreter import python_command
 from rolltape.suites import benchmarks
-from rolltape.suites.builtin import HOSTED
+from rolltape.suites.builtin import BUILTIN, HOSTED
 
 START_TIMEOUT = 120.0  # seconds for the server to build every task's env and listen
 _LISTENING = re.compile(r" on (tcp://127\.0\.0\.1:\d+)")
@@ -40,15 +41,36 @@ serve(ServeConfig(env=None, suite=sys.argv[1], tasks=tasks, bind="127.0.0.1:0",
                   max_sessions=int(sys.argv[3]), max_episode_steps=int(sys.argv[4]) or None))
 """
 _VERSIONS = """\
-import json, sys
+import json, platform, sys
 from importlib.metadata import PackageNotFoundError, version
 def known(name):
     try:
         return version(name)
     except PackageNotFoundError:
         return None
-print(json.dumps({name: known(name) for name in sys.argv[1:]}))
+print(json.dumps([platform.python_version(), {name: known(name) for name in sys.argv[1:]}]))
 """
+
+
+#: Each hosted suite task's env id -> the benchmark whose venv runs it.
+HOSTED_ENVS = {task["env"]: bench for suite, bench in HOSTED.items()
+               for task in BUILTIN[suite]["tasks"].values()}
+
+
+def render_python(env_ids: Iterable[str | None]) -> str | None:
+    """The interpreter whose render workers replay tapes of ``env_ids``: a hosted suite's
+    env draws only in its benchmark venv (its simulator release), any other env here (None).
+    A missing venv is refused naming its install, as is a mix of the two.
+
+    >>> render_python(["CartPole-v1", None]) is None
+    True
+    """
+    named = {HOSTED_ENVS.get(e or "") for e in env_ids}
+    if len(named) > 1:
+        raise UsageError("These tapes replay in different environments (a benchmark venv's "
+                         "and this one); render each benchmark's tapes on their own.")
+    name = named.pop() if named else None
+    return None if name is None else str(benchmarks.require(benchmarks.benchmark(name)))
 
 
 class HostedServer:
@@ -58,6 +80,7 @@ class HostedServer:
         self.proc: subprocess.Popen[str] | None = None
         self.address: str | None = None
         self.versions: dict[str, str | None] = {}
+        self.benchmark: dict[str, Any] | None = None  # metadata.json's benchmark_env
 
     def start(self, config: Any) -> Any:
         """Start the server ``config``'s suite needs and return ``config`` stepping there
@@ -67,18 +90,18 @@ class HostedServer:
             return config
         bench = benchmarks.benchmark(HOSTED[suite])
         python = benchmarks.require(bench)
-        if config.video not in (0, "0", None):
-            raise UsageError(f"--suite {suite} runs in the {bench.name} venv, and its videos "
-                             "(pass 2) are not drawn from there yet; run it with --video 0.")
         cmd = python_command(_PROGRAM, suite, config.tasks or "",
                              str(max(2, 2 * config.workers)),
-                             str(config.max_episode_steps or 0))  # --max-episode-steps
-        cmd[0] = str(python)
+                             str(config.max_episode_steps or 0),  # --max-episode-steps
+                             python=str(python))
         # The venv's own MuJoCo decides its GL: no variable of this process leaks in.
         env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
-        self.versions = json.loads(subprocess.run(
+        version, self.versions = json.loads(subprocess.run(
             [str(python), "-c", _VERSIONS, *bench.packages], capture_output=True, text=True,
             env=env, timeout=60, check=True).stdout)
+        # What served pass 1 and drew pass 2 (rendering.render starts its workers there).
+        self.benchmark = {"name": bench.name, "python": str(python),
+                          "versions": {"python": version, **self.versions}}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env, start_new_session=False)
         self.address = self._wait_listening(suite)

@@ -135,18 +135,24 @@ def suite_summary(policy: Sequence[Episode], baseline: Sequence[Episode],
 
 
 def _lerobot_group(entry: Mapping[str, Any], videos: list[str]) -> dict[str, Any]:
+    """A per_group / overall entry: LeRobot's keys (``lerobot_eval.eval_policy_all``), then
+    rolltape's success count and Wilson interval beside them."""
     return {"avg_sum_reward": entry["avg_sum_reward"],
             "avg_max_reward": entry["avg_max_reward"], "pc_success": entry["pc_success"],
-            "n_episodes": entry["n_episodes"], "n_success": entry["n_success"],
-            "pc_success_ci95": entry["pc_success_ci95"], "video_paths": videos}
+            "n_episodes": entry["n_episodes"], "video_paths": videos,
+            "predicted_video_paths": [],  # a world model's videos: rolltape draws none
+            "n_success": entry["n_success"], "pc_success_ci95": entry["pc_success_ci95"]}
 
 
 def eval_info(summary: Mapping[str, Any], episodes: Sequence[Episode],
               videos: Sequence[Video], eval_s: float,
               rules: Mapping[TaskKey, str] | None = None) -> dict[str, Any]:
-    """``eval_info.json`` in LeRobot's layout: exactly ``per_task`` (a list), ``per_group``
-    (by suite) and ``overall``; per-episode lists in episode order (``successes`` by each
-    task's headline rule, as ``pc_success``); ``video_paths`` relative to the run folder."""
+    """``eval_info.json`` in LeRobot's layout, its keys as ``lerobot_eval.eval_policy_all``
+    (LeRobot 0.6) spells them: exactly ``per_task`` (a list), ``per_group`` (by suite) and
+    ``overall``; per-episode lists in episode order (``successes`` by each task's headline
+    rule, as ``pc_success``); ``video_paths`` relative to the run folder. A task's
+    ``task_group`` and ``task_id`` are its suite's and its own name (LeRobot's are its env
+    group and an index in it). Rolltape's success counts and Wilson intervals sit beside."""
     rules = rules or {}
     by_task = group_by(episodes, lambda e: e.key.task_key)
     paths: dict[Any, list[str]] = {}
@@ -163,7 +169,7 @@ def eval_info(summary: Mapping[str, Any], episodes: Sequence[Episode],
             "metrics": {"sum_rewards": [e.ret for e in mine],
                         "max_rewards": [e.max_reward for e in mine],
                         "successes": [e.success(rule) for e in mine],
-                        "video_paths": paths.get(key, [])},
+                        "video_paths": paths.get(key, []), "predicted_video_paths": []},
             "n_episodes": entry["n_episodes"], "n_success": entry["n_success"],
             "pc_success": entry["pc_success"], "pc_success_ci95": entry["pc_success_ci95"],
         })
