@@ -25,7 +25,8 @@ CHEAP += ["rolltape.pass1.clock",  # the simulated clock's schedule
           "rolltape.policy_server.wire",  # served policies: the codec and ws:// sources
           "rolltape.serve_policy",
           "rolltape.policy_server.lerobot_policy",  # lerobot:DIR observation mapping
-          "rolltape.video_pick"]  # what --video picks
+          "rolltape.video_pick",  # what --video picks
+          "rolltape.pass2.request"]  # the render side's request and result types
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

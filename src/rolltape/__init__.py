@@ -25,7 +25,7 @@ _API = {
     "RunFailed": "rolltape.errors", "Interrupted": "rolltape.errors",
     "RunResult": "rolltape.evaluation", "evaluate": "rolltape.evaluation",
     "Run": "rolltape.record", "Episode": "rolltape.record", "EpisodeKey": "rolltape.record",
-    "RenderRequest": "rolltape.pass2.replay", "RenderResult": "rolltape.pass2.replay",
+    "RenderRequest": "rolltape.pass2.request", "RenderResult": "rolltape.pass2.request",
     "render": "rolltape.rendering", "export": "rolltape.datasets", "Tape": "rolltape.tape",
     "RecordTape": "rolltape.training.record",
 }

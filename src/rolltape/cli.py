@@ -35,7 +35,7 @@ from rolltape.outputs.summary import (
 )
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER
-from rolltape.pass2.replay import RenderOptions, RenderRequest
+from rolltape.pass2.request import RenderOptions, RenderRequest
 
 if TYPE_CHECKING:
     from rolltape.record import Results

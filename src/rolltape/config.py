@@ -37,7 +37,7 @@ from rolltape.pass1.rollout import EPISODE_TIMEOUT
 from rolltape.pass1.wrappers import split_wrapper, wrapper_entries
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
-from rolltape.pass2.replay import RenderOptions
+from rolltape.pass2.request import RenderOptions
 from rolltape.record import check_success_rule
 from rolltape.video_pick import Given, VideoPick
 

@@ -38,11 +38,8 @@ from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends, worker_environment
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
 from rolltape.pass2.remote import replay_shipped
-from rolltape.pass2.replay import (
-    RenderRequest,
-    RenderResult,
-    render_worker,
-)
+from rolltape.pass2.replay import render_worker
+from rolltape.pass2.request import RenderRequest, RenderResult
 from rolltape.suites.hosted import render_python
 from rolltape.tape import Tape, sum_rewards
 

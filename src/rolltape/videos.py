@@ -20,7 +20,7 @@ from rolltape.errors import UsageError
 from rolltape.executors.launch import per_core, stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.outputs.artifacts import artifact_paths
-from rolltape.pass2.replay import RenderRequest, RenderResult
+from rolltape.pass2.request import RenderRequest, RenderResult
 from rolltape.progress import Progress
 from rolltape.record import Episode, Video
 from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render

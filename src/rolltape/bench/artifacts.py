@@ -26,7 +26,7 @@ from rolltape.bench.common import (
 def bench_gif_vs_mp4(ctx: Context) -> dict[str, Any]:
     """Encode the same real frames as mp4 and as gif with rolltape.encode.open_writer."""
     from rolltape.pass2.encode import open_writer, read_frames
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.gif_frames - 1)

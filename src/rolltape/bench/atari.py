@@ -166,7 +166,7 @@ def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
     ``eval``'s pass 2 draws it (the episode split into segments that continue from recorded
     emulator states), vs a bare render+encode loop in a cold process (A B B A ...)."""
     from rolltape.executors.launch import per_core
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
     from rolltape.rendering import render
 
     shared = ctx.results.setdefault("atari", {})  # the tape bench_atari_pass1 recorded

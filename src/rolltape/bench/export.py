@@ -129,7 +129,7 @@ def bench_export_camera(ctx: Context) -> dict[str, Any]:
     """Export to LeRobot with one camera vs what a user does without it: ``rolltape.render``
     the same episodes, then convert each video to LeRobot's AV1 (their own converter)."""
     from rolltape.datasets import export
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
     from rolltape.record import Run
     from rolltape.rendering import render
 

@@ -25,7 +25,7 @@ from rolltape.bench.common import (
 
 def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
     """rolltape.render frames/s vs a bare render+encode loop in a subprocess (A B B A ...)."""
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
     from rolltape.rendering import render
 
     cfg = ctx.config
@@ -114,7 +114,7 @@ def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str,
 
 def bench_render_rss(ctx: Context) -> dict[str, Any]:
     """Peak RSS of the render worker for a short and a long episode: memory must stay flat."""
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
     from rolltape.rendering import render
 
     cfg = ctx.config
@@ -156,7 +156,7 @@ PRESETS = ("full", "balanced", "fast")
 
 def bench_render_quality(ctx: Context) -> dict[str, Any]:
     """frames/s of rolltape.render at each --quality preset vs a bare env.render() loop."""
-    from rolltape.pass2.replay import QUALITY, RenderRequest
+    from rolltape.pass2.request import QUALITY, RenderRequest
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.quality_steps)

@@ -174,7 +174,7 @@ def bench_ray_vs_local(ctx: Context) -> dict[str, Any]:
 
 def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
     """Render 2 tapes on K=1 vs K=2 render workers (no splitting)."""
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
 
     cfg = ctx.config
     tapes = _random_tapes(ctx, cfg.p2_workers_steps, 2)
@@ -210,7 +210,7 @@ def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
 def bench_pass2_segments(ctx: Context) -> dict[str, Any]:
     """One long episode rendered whole on one worker vs split across 2 workers and joined."""
     from rolltape.pass2.encode import count_frames
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
 
     cfg = ctx.config
     tape = _record_random_tape(ctx, cfg.segments_steps)

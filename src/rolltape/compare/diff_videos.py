@@ -7,7 +7,7 @@ pass 1, so a video is what that run's episode really was) with the step overlay 
 divergence step (a media fragment, ``#t=``) and says where it is. A video that cannot be
 made is said on the page, never a refusal: the diff itself is already done.
 
-May import: rendering, pass2.replay (the request), errors.
+May import: rendering, pass2.request (the request), errors.
 Never: policies, pass 1, torch.
 
 Example (not run: it renders):
@@ -28,7 +28,7 @@ def render_first(report: dict[str, Any], page: Path) -> dict[str, Any] | None:
     """Render the two tapes of ``report``'s first diverging episode next to ``page``;
     returns what the page shows of them (None: no episode parts, or a side is a dataset,
     which has no tape to replay)."""
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
     from rolltape.rendering import render
 
     first, tapes = report.get("first"), report.get("first_tapes")

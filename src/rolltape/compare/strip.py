@@ -86,7 +86,7 @@ def _make(out: Path, checkpoints: list[LoadedRun], env: str | None, options: dic
     import av
 
     from rolltape.pass2.encode import open_writer, read_frames
-    from rolltape.pass2.replay import RenderRequest
+    from rolltape.pass2.request import RenderRequest
     from rolltape.rendering import render
 
     atol = options.get("atol") or 0.0

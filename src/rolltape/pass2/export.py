@@ -32,7 +32,8 @@ import numpy as np
 
 from rolltape.errors import UsageError
 from rolltape.files import write_bytes
-from rolltape.pass2.replay import RenderOptions, first_wrong_digest, forbidden_modules
+from rolltape.pass2.replay import first_wrong_digest, forbidden_modules
+from rolltape.pass2.request import RenderOptions
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from rolltape.pass2.backends import (
     gl_environment,
     select_backend_in_this_process,
 )
-from rolltape.pass2.replay import BackendFailure, RenderRequest, _inject_fault, _Replayer
+from rolltape.pass2.replay import BackendFailure, _inject_fault, _Replayer
+from rolltape.pass2.request import RenderRequest
 
 _REPLAYERS: dict[str | None, _Replayer] = {}
 

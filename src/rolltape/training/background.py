@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from rolltape.errors import UsageError, check_choice
 from rolltape.pass2.backends import DEFAULT_ORDER
 from rolltape.pass2.formats import TABLE
-from rolltape.pass2.replay import RenderRequest, RenderResult
+from rolltape.pass2.request import RenderRequest, RenderResult
 
 FULL_POLICIES = ("drop", "block")
 # A recording of several tapes is joined packet by packet: the formats that join so.

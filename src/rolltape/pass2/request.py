@@ -1,0 +1,160 @@
+"""The render side's request and result types: what a replay is asked to do
+(:class:`RenderOptions`, :class:`RenderRequest`) and what it did (:class:`RenderResult`,
+:class:`Divergence`).
+
+They live apart from the worker (:mod:`rolltape.pass2.replay`) so that whoever only builds
+requests or reads results (the CLI, the config, the orchestrator's pass 2, training,
+comparisons, datasets, benchmarks) imports these records, not the worker's process code.
+
+>>> RenderRequest("a.npz", ("a.mp4",), quality="fast").render_options()["quality"]
+'fast'
+
+May import: errors, flags, limits, pass2.cameras (the layout check), numpy. Never: GL,
+policies, pass 1, torch or SB3, the orchestrator, an executor, outputs (a render worker
+imports this module too).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, List, Optional
+
+import numpy as np
+
+from rolltape.errors import UsageError, check_choice
+from rolltape.flags import VIDEO, flag
+from rolltape.limits import check_frame_size
+from rolltape.pass2.cameras import check_layout
+
+MODES = ("resim", "restore", "auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderOptions:
+    """How replays are drawn and checked: the one record of these choices, shared by an
+    evaluation's config (``EvalConfig``) and each :class:`RenderRequest`.
+
+    >>> RenderRequest("a.npz", ("a.mp4",), width=64).render_options()["width"]
+    64
+    """
+
+    mode: str = flag("resim", "resim (replay and verify), restore (draw the recorded states) "
+                              "or auto (resim, else restore).", panel=VIDEO)
+    width: int | None = flag(None, "Frame width (env default when omitted).", panel=VIDEO)
+    height: int | None = flag(None, "Frame height.", panel=VIDEO)
+    cameras: tuple[str, ...] = flag(  # see rolltape.cameras; () is the env's own view
+        (), "default, free, a model camera NAME, or track:BODY; repeat for several.",
+        panel=VIDEO, names=("--camera",), cli_type=Optional[List[str]], cli_default=None,
+        parse=tuple)
+    layout: str = flag(  # how several cameras share a frame (or "separate" files)
+        "single", "single, horizontal, vertical, grid, or separate (one file per camera).",
+        panel=VIDEO)
+    overlay: bool = flag(False, "Write step, reward and return onto the frames.", panel=VIDEO)
+    quality: str = flag("full", "full (exactly env.render()), balanced, or fast (no "
+                                "shadows/reflections/MSAA).", panel=VIDEO)
+    rtol: float = flag(0.0, "Relative tolerance for reward parity (exact by default).",
+                       panel=VIDEO)
+    atol: float = flag(0.0, "Absolute tolerance for reward parity.", panel=VIDEO)
+
+    def __post_init__(self) -> None:
+        """Refuse, on construction, choices no replay can make."""
+        check_choice("mode", self.mode, MODES, "--mode")
+        check_choice("quality", self.quality, tuple(QUALITY), "--quality")
+        check_layout(self.layout, self.cameras)
+        check_frame_size(self.width, self.height)  # before a GL backend tries to allocate it
+        for flag_name, tol in (("--rtol", self.rtol), ("--atol", self.atol)):
+            if not (tol >= 0 and math.isfinite(tol)):
+                raise UsageError(f"{flag_name} must be a finite number of 0 or more, got "
+                                 f"{tol}.")
+
+    def render_options(self) -> dict[str, Any]:
+        """These fields and their values, to make a :class:`RenderRequest` from any
+        record that has them."""
+        return {f.name: getattr(self, f.name) for f in fields(RenderOptions)}
+
+
+@dataclass(frozen=True)
+class RenderRequest(RenderOptions):
+    """One tape to replay, and what to make of it (no outputs: verify only, nothing drawn);
+    the :class:`RenderOptions` are keyword-only."""
+
+    tape: str
+    outputs: tuple[str, ...] = ()
+    fps: float | None = flag(None, "Frame rate (env's render_fps by default).", panel=VIDEO)
+    overwrite: bool = False
+    env_id: str | None = None  # replay against another env than the tape's (checked)
+    frames: tuple[int, int] | None = None  # draw only frames [first, stop): one segment
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first step where the replay differs from pass 1."""
+
+    step: int
+    field: str
+    expected: Any
+    got: Any
+    diff: float | None = None
+
+    def describe(self) -> str:
+        extra = f" (difference {self.diff:.3g})" if self.diff is not None else ""
+        return f"step {self.step}: {self.field} was {self.expected!r} in pass 1, {self.got!r} on replay{extra}"
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """What pass 2 did with one tape."""
+
+    tape: str
+    outputs: tuple[str, ...]
+    mode: str  # the mode that drew the frames: "resim", "restore" or "verify"
+    backend: str | None
+    steps: int
+    frames: int
+    verified: bool | None  # None when nothing was re-simulated (restore)
+    divergence: Divergence | None
+    replay_return: float | None
+    seconds: float
+    failures: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (backend, reason)
+    warnings: tuple[str, ...] = ()  # what MuJoCo warned about in the worker
+    torch_loaded: bool = False  # isolation check: a render worker must never import torch
+    # ...nor anything of the policy side or the orchestrator (names found in sys.modules)
+    forbidden_loaded: tuple[str, ...] = ()
+    rewards: tuple[float, ...] = ()  # the replay's rewards (to join segments' returns exactly)
+    fps: float = 0.0  # frame rate the outputs were written at
+    segments: int = 1  # how many workers drew parts of this episode
+    niceness: int = 0  # the worker's CPU priority as the job began (10: beside pass 1)
+    cameras: tuple[str, ...] = ()  # the cameras that drew the frames ("default": env.render())
+    camera_hint: str | None = None  # a --camera track:BODY suggestion when the view lost the robot
+    # What a re-simulation compared with pass 1: "observations" (each frame's digest, with
+    # rewards and flags) or "rewards" (rewards and flags only: a tape without digests, or
+    # a tolerance); None when nothing was re-simulated.
+    checked: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        row = asdict(self)
+        del row["rewards"]
+        row["divergence"] = asdict(self.divergence) if self.divergence else None
+        row["divergence_text"] = self.divergence.describe() if self.divergence else None
+        from rolltape.envs import json_safe  # NaN (a replay of NaN rewards) is null in JSON
+
+        return json_safe(json.loads(json.dumps(row, default=_plain)))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+#: The --quality presets: MuJoCo visual settings a render worker applies before drawing.
+QUALITY = {
+    # full: exactly what Gymnasium's env.render() draws (the model's own settings).
+    "full": None,
+    # balanced: soft shadows from a small shadow map, no reflections, 2x multisampling.
+    "balanced": {"shadow": True, "reflection": False, "shadowsize": 1024, "offsamples": 2},
+    # fast: no shadows, no reflections, no multisampling; the robot stays plain to see.
+    "fast": {"shadow": False, "reflection": False, "shadowsize": 0, "offsamples": 0},
+}
