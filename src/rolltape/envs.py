@@ -628,6 +628,11 @@ def continue_from(env: Any, physics: np.ndarray) -> None:
 
     base = env.unwrapped
     mujoco.mj_setState(base.model, base.data, physics, physics_spec())
+    # An env whose steps assume more than the state (dm_control's step begins with the
+    # second half of MuJoCo's, mj_step1's results taken as computed) brings them up to date.
+    settle = getattr(base, "after_set_state", None)
+    if callable(settle):
+        settle()
 
 
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
