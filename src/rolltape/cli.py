@@ -404,6 +404,12 @@ def default_video_path(tape: Path) -> Path:
 
 
 
+#: render's and verify's --workers: unset, one per CPU core, as eval's --render-workers
+#: and export's --workers default to (check_workers); a count given must be 1 or more.
+RENDER_WORKERS = ("Render processes (default: one per CPU core, as eval's and export's; a long "
+                  "video is split across them).")
+
+
 @app.command(cls=PanelCommand)
 @takes(options_of(RenderOptions), options_of(RenderRequest, only=("fps",)))
 def render(
@@ -419,7 +425,7 @@ def render(
     trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
     backends: str = typer.Option(",".join(DEFAULT_ORDER), rich_help_panel=VIDEO,
                                  help=BACKENDS_HELP),
-    workers: int = typer.Option(1, rich_help_panel=SCALE, help="Render processes."),
+    workers: Optional[int] = typer.Option(None, rich_help_panel=SCALE, help=RENDER_WORKERS),
     on_divergence: str = typer.Option("warn", rich_help_panel=VIDEO, help="warn or fail."),
     overwrite: bool = typer.Option(False, rich_help_panel=OUTPUT,
                                    help="Replace existing files."),
@@ -435,7 +441,7 @@ def render(
     drawn = RenderOptions(**config_values(RenderOptions, config))  # checks itself
     fps = config.get("fps")
     check_render_options(fps=fps, formats=video_format)
-    check_workers(workers)
+    workers = check_workers(workers)
     if output is not None:
         check_output_name(output, several=len(tapes) > 1)
     requests = []
@@ -462,14 +468,16 @@ def verify(
     tapes: List[Path] = typer.Argument(..., help="Tape files (.npz)."),
     env: Optional[str] = typer.Option(None, help=ENV_HELP),
     trust_module: Optional[List[str]] = typer.Option(None, "--trust-module", help=TRUST_HELP),
-    workers: int = typer.Option(1, rich_help_panel=SCALE, help="Verification processes."),
+    workers: Optional[int] = typer.Option(None, rich_help_panel=SCALE,
+                                          help="Verification processes (default: one per CPU "
+                                               "core, as eval's and export's)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel=OUTPUT,
                                help="No progress bar."),
     **config: Any,
 ) -> None:
     """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
     tolerances = RenderOptions(**config_values(RenderOptions, config))  # checks itself
-    check_workers(workers)
+    workers = check_workers(workers)
     requests = [RenderRequest(str(t), (), rtol=tolerances.rtol, atol=tolerances.atol,
                               env_id=trusted_env(t, env, trust_module)) for t in tapes]
     results = _run_with_bar(requests, DEFAULT_ORDER, workers, quiet)
@@ -489,10 +497,13 @@ def trusted_env(tape: Path, env: str | None, trusted: list[str] | None) -> str |
     return trusted_env_id(Tape.load(tape).env_id, trusted)
 
 
-def check_workers(workers: int) -> None:
-    from rolltape.executors.launch import check_worker_count
+def check_workers(workers: int | None) -> int:
+    """The render or verify verb's --workers checked, as a count (unset: one per core)."""
+    from rolltape.executors.launch import check_worker_count, per_core
 
-    check_worker_count("--workers", workers)
+    if workers is not None:
+        check_worker_count("--workers", workers)
+    return per_core(workers or 0)
 
 
 def _run_with_bar(requests: list[Any], backends: str | tuple[str, ...], workers: int,
