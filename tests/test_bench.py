@@ -149,7 +149,9 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(quick_bench: QuickB
     assert b["served_eval_pass1"]["raw"]["tapes_identical"] is True
     assert b["served_concurrent_clients"]["value"] == 0.0  # no episode differs
     policy = b["served_policy_pass1"]["raw"]  # a served policy: its per-call cost, split
-    assert policy["tapes_identical"] is True
+    assert policy["tapes_identical"] is True  # several episodes at once, and one at a time
+    assert set(policy["pass1_s"]) == {"local", "served", "served_one_at_a_time"}
+    assert policy["one_at_a_time_ratio"] > 0
     assert policy["served_call_us"] > policy["bare_websocket_round_trip_us"] > 0
     assert policy["beyond_bare_round_trip_us"] == pytest.approx(
         policy["served_call_us"] - policy["server_infer_us"]

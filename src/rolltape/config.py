@@ -174,6 +174,9 @@ class EvalConfig(RenderOptions):
     policy_timeout: float | None = flag(  # folded into a ws:// source (policy_server.wire)
         None, "A served policy: seconds to wait for one answer before the episode fails "
         "(default 30).", panel=POLICY)
+    # A served policy's --max-sessions, from its metadata: each worker plays several episodes
+    # at once on sessions of their own when its sessions are independent (pass1.inflight).
+    policy_sessions: int = 1
     latency: str | None = flag(  # a simulated clock (pass1.clock): D steps, 'Dms', or a list
         None, "Inference latency on a simulated clock: D control steps (or 'Dms', rounded up "
         "to whole steps) between an observation and its chunk taking over; several (0,2,4) "

@@ -145,8 +145,13 @@ def evaluate(env: str | None = None, policy: str = "random", *,
         built = BuildCheck.start(targets)  # a suite's envs, built once beside what follows
         if config.policy.startswith("ws://"):  # there before any worker starts
             from rolltape.policy_server.client import check_policy_server
+            from rolltape.policy_server.wire import ROLLTAPE_KEY
 
-            check_policy_server(config.policy, [t.spec for t in targets])
+            described = check_policy_server(config.policy, [t.spec for t in targets])
+            ours = described.get(ROLLTAPE_KEY)
+            if isinstance(ours, dict) and ours.get("independent_sessions") is True:
+                # how many sessions its workers may share (pass1.inflight plays several)
+                config = replace(config, policy_sessions=int(ours.get("max_sessions") or 1))
             if (config.latency or "").strip() == "measured":  # one clock for every episode
                 config, note = _measured_latency(config, targets[0].spec)
                 notes.append(note)
@@ -367,9 +372,13 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                 if done else range(target.episodes)  # a range: nothing built for 10**12
             tapes = root / "tapes" if task is None else root / "tapes" / task.suite / task.name
             tapes.mkdir(parents=True, exist_ok=True)
-            # A served env: each worker plays several episodes at once (pass1.inflight).
+            # A served env or policy: each worker plays several episodes at once
+            # (pass1.inflight), as many as every server it uses leaves room for.
             served = target.spec.get("served") or {}
-            in_flight = sessions_per_worker(served.get("max_sessions", 1), cfg.workers)
+            rooms = [served["max_sessions"]] if "max_sessions" in served else []
+            if mine and cfg.policy_sessions > 1:
+                rooms.append(cfg.policy_sessions)
+            in_flight = sessions_per_worker(min(rooms, default=1), cfg.workers)
             if left:
                 jobs.append(PolicyJob(
                     env=target.spec, policy=source,

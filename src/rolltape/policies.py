@@ -651,6 +651,11 @@ class ServedPolicy(Policy):
     any episode, naming both. A request that fails (the server gone, slow, or answering an
     error) fails the episode with one sentence naming the server; the next episode opens a
     new session.
+
+    :meth:`ask` sends the next observation before :meth:`act` needs its answer, so that a
+    worker playing several episodes at once (:class:`rolltape.pass1.inflight.AskAhead`)
+    steps the others while the server works; :meth:`fork` opens those episodes' sessions
+    when the server says its sessions are independent.
     """
 
     def __init__(self, source: str, env: Any) -> None:
@@ -664,6 +669,11 @@ class ServedPolicy(Policy):
         ours = meta.get(wire.ROLLTAPE_KEY)
         # rolltape's server resets a session's policy; an openpi server has no such message
         self._resets = isinstance(ours, dict) and ours.get("reset") is True
+        # what one session asks does not change another's answers (an openpi server's
+        # policy may draw from one generator for every connection: not said, so not taken)
+        self.independent = isinstance(ours, dict) and ours.get("independent_sessions") is True
+        sessions = ours.get("max_sessions") if isinstance(ours, dict) else None
+        self.max_sessions = sessions if type(sessions) is int and sessions >= 1 else 1
         served = meta.get("execute_steps")
         self.execute_steps = self.address.execute_steps or (
             served if type(served) is int and served >= 1 else None)
@@ -683,6 +693,7 @@ class ServedPolicy(Policy):
         self._queue: list[Any] = []
         self._starts: list[int] = []
         self._t = 0
+        self._asked: Any = None  # the observation sent by ask() whose answer is unread
 
     def _connect(self) -> Any:
         from rolltape.policy_server.client import PolicySession
@@ -701,6 +712,7 @@ class ServedPolicy(Policy):
     def reset(self, seed: int | None) -> None:
         from rolltape.policy_server import wire
 
+        self._drop_asked()  # an episode that ended (or failed) before act took it
         if self.session is None:  # the last one failed half-way: a new session
             self.session = self._connect()
         self._queue, self._starts, self._t = [], [], 0
@@ -708,20 +720,56 @@ class ServedPolicy(Policy):
             self._call({wire.CONTROL: wire.RESET, "seed": seed}, "a reset")
 
     def _call(self, message: dict[str, Any], what: str) -> Any:
-        from rolltape.policy_server.client import PolicyServerError
-
         if self.session is None:
             self.session = self._connect()
+        return self._guarded(lambda: self.session.call(message, what))
+
+    def _guarded(self, request: Callable[[], Any]) -> Any:
+        from rolltape.policy_server.client import PolicyServerError
+
         try:
-            return self.session.call(message, what)
+            return request()
         except PolicyServerError:
             self.session.close()
             self.session = None  # its state is unknown: the next episode opens another
             raise
 
+    def _drop_asked(self) -> None:
+        """Read and drop the answer to an :meth:`ask` that no :meth:`act` took."""
+        from rolltape.policy_server.client import PolicyServerError
+
+        if self._asked is None:
+            return
+        self._asked = None
+        if self.session is None:
+            return
+        try:
+            self._guarded(lambda: self.session.receive("an observation no step used"))
+        except PolicyServerError:
+            pass  # its session is closed: the next call opens another
+
+    def ask(self, obs: Any) -> None:
+        """Send ``obs`` now when the next :meth:`act` (on this very object) will need the
+        server's answer (no action of the last chunk is left); :meth:`act` then only
+        reads the answer. The answer is the one a plain call gets: the session answers
+        its requests in order."""
+        if self._queue or self._asked is not None:
+            return
+        if self.session is None:
+            self.session = self._connect()
+        what = f"the observation of step {self._t}"
+        self._guarded(lambda: self.session.send({"observation": obs}, what))
+        self._asked = obs
+
     def act(self, obs: Any) -> Any:
         if not self._queue:
-            reply = self._call({"observation": obs}, f"the observation of step {self._t}")
+            what = f"the observation of step {self._t}"
+            if self._asked is not None and self._asked is obs:
+                self._asked = None
+                reply = self._guarded(lambda: self.session.receive(what))
+            else:
+                self._drop_asked()  # asked about another observation: not this one
+                reply = self._call({"observation": obs}, what)
             chunk = self._chunk(reply)
             self._queue = list(chunk[:self.execute_steps or len(chunk)])
             self._starts.append(self._t)
@@ -752,9 +800,18 @@ class ServedPolicy(Policy):
             return None
         return np.asarray(self._starts, dtype=np.int64)
 
-    def fork(self) -> ServedPolicy:
-        # Another session: the server keeps each session's state apart.
-        return ServedPolicy(self.source, self.env)
+    def fork(self) -> ServedPolicy | None:
+        # Another session, when the server says its sessions' answers do not depend on
+        # each other's requests (a deterministic SB3 policy; not a sampling one, nor an
+        # openpi server, which does not say); None also when the server has no room.
+        from rolltape.policy_server.client import PolicyServerGone
+
+        if not self.independent:
+            return None
+        try:
+            return ServedPolicy(self.source, self.env)
+        except PolicyServerGone:
+            return None
 
     def close(self) -> None:
         if self.session is not None:

@@ -2,7 +2,10 @@
 
 A client connects (with ``Authorization: Api-Key TOKEN`` when the server has a token, as
 openpi's client sends it) and is sent the metadata: what the policy is, its action space
-when known, its ``action_horizon`` (H actions per call) and ``execute_steps``. Then each
+when known, its ``action_horizon`` (H actions per call) and ``execute_steps``, and under
+``"rolltape"`` its ``max_sessions`` and whether its sessions are independent (a client may
+then play several episodes at once, one per session: :class:`rolltape.policies.ServedPolicy`).
+Then each
 binary message is a request:
 
 - ``{"observation": OBS}``: answered ``{"actions": array[H, *action_shape], "server_timing":
@@ -128,8 +131,14 @@ def load_source(cfg: ServePolicyConfig) -> Loaded:
                          f"{horizon} actions.")
     description = {k: v for k, v in first.description.items()
                    if isinstance(v, (str, int, float, bool, type(None)))}
+    # Sessions whose answers do not depend on each other's requests (Policy.fork: a
+    # deterministic SB3 policy), so that a client may play several episodes at once on them;
+    # not a sampling policy, whose sessions all draw from torch's one global generator.
+    independent = first.fork() is not None
     metadata = {
-        wire.ROLLTAPE_KEY: {"version": __version__, "reset": True},
+        wire.ROLLTAPE_KEY: {"version": __version__, "reset": True,
+                            "max_sessions": cfg.max_sessions,
+                            "independent_sessions": independent},
         "policy": description,
         "action_space": describe_space(action_space) if action_space is not None else None,
         "observation_space": (describe_space(observation_space)
@@ -165,7 +174,10 @@ def _load_lerobot(cfg: ServePolicyConfig) -> Loaded:
         return kept.pop() if kept else first.fork()  # each session its own action queue
 
     metadata = {
-        wire.ROLLTAPE_KEY: {"version": __version__, "reset": True},
+        # a session's reset reseeds torch's global generator, which a sampling policy
+        # (Diffusion) draws from: sessions interleaved would change each other's episodes
+        wire.ROLLTAPE_KEY: {"version": __version__, "reset": True,
+                            "max_sessions": cfg.max_sessions, "independent_sessions": False},
         "policy": first.description,
         "action_space": None,  # LeRobot gives a shape, not bounds: the client checks the env's
         "observation_space": None,

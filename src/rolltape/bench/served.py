@@ -356,19 +356,29 @@ def bench_served_policy_pass1(ctx: Context) -> dict[str, Any]:
     """Pass 1 of ``evaluate`` with the policy served (``rolltape serve-policy`` on loopback,
     openpi's protocol) vs the same checkpoint loaded locally (PPO MLP + VecNormalize, same
     episodes, interleaved); the tapes must be bitwise identical. Target: served / local <=
-    1.5. Beside it: the per-call cost beyond a bare websocket round trip."""
+    1.5. Beside it: the same on a server of one session (episodes one at a time), and the
+    per-call cost beyond a bare websocket round trip."""
+
+    from rolltape.pass1.inflight import IN_FLIGHT
 
     quick = ctx.config.quick
     episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)
     ckpt, vecnorm = ctx.checkpoint()
     common = dict(env=ENV_ID, episodes=episodes, seed=SEED, max_episode_steps=steps)
-    with loopback_policy_server(ctx.dir("served-policy"), f"sb3:{ckpt}", "--vecnormalize",
-                                str(vecnorm)) as address:
+    served = ("served-policy", f"sb3:{ckpt}", "--vecnormalize", str(vecnorm))
+    # Beside it, the same policy on a server of one session: the worker then plays its
+    # episodes one at a time, each step waiting for its round trip (pass 1 before
+    # pass1.inflight played a served policy's episodes several at once).
+    with loopback_policy_server(ctx.dir(served[0]), *served[1:]) as address, \
+            loopback_policy_server(ctx.dir(f"{served[0]}-alone"), *served[1:],
+                                   "--max-sessions", "1") as alone:
         times = _interleaved_pass1(ctx, "served-policy", reps, {
             "local": dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, **common),
-            "served": dict(policy=address, **common)})
+            "served": dict(policy=address, **common),
+            "served_one_at_a_time": dict(policy=alone, **common)})
         call_us, infer_us = served_call_us(address, 200 if quick else 2000)
     local_s, served_s = _median(times["local"]), _median(times["served"])
+    alone_ratio = _median(times["served_one_at_a_time"]) / local_s
     bare_us = bare_websocket_round_trip_us(200 if quick else 2000)
     beyond_us = call_us - infer_us - bare_us
     return _result(
@@ -379,8 +389,14 @@ def bench_served_policy_pass1(ctx: Context) -> dict[str, Any]:
         raw={"episodes": episodes, "steps": steps, "reps": reps, "pass1_s": times,
              "tapes_identical": True, "served_call_us": call_us,
              "server_infer_us": infer_us, "bare_websocket_round_trip_us": bare_us,
-             "beyond_bare_round_trip_us": beyond_us},
-        notes=[POLICY_NOTE, f"one served call: {call_us:.0f} us, of which the forward pass "
+             "beyond_bare_round_trip_us": beyond_us,
+             "one_at_a_time_ratio": alone_ratio},
+        notes=[POLICY_NOTE, f"one pass-1 worker; it plays {IN_FLIGHT} episodes at once, one "
+               "policy session each (pass1.inflight.AskAhead: each observation is sent as soon "
+               "as its step is taken, and the worker steps the others while the server "
+               "answers); on a server of one session, one at a time: served / local "
+               f"{alone_ratio:.2f}",
+               f"one served call: {call_us:.0f} us, of which the forward pass "
                f"(the server's infer_ms) {infer_us:.0f} us and a bare websocket round trip "
                f"{bare_us:.0f} us: {beyond_us:.0f} us a call is the protocol (msgpack, "
                "checks) and the server's loop", "pass1_s includes loading the policy in "

@@ -1,5 +1,5 @@
-"""Several episodes of a served env at once, one per session: while one episode's step is
-on the server, the worker chooses the next action of another.
+"""Several episodes of a served env, or of a served policy, at once, one per session: while
+one episode's step (or its next action) is on the server, the worker plays another.
 
 A one-env session answers one step per round trip, and on a small machine a round trip
 costs more than the step and the policy together (zmq wakes six threads for it). With K
@@ -8,6 +8,11 @@ stop taking turns. Each episode is still played alone in everything that reaches
 tape: reset with its own seed, acted on by a policy of its own (``Policy.fork``), stepped
 in order on its own session; so its tape is bitwise the one a worker playing episodes one
 after another records.
+
+A served policy (``--policy ws://``) on a local env is played the same way (:class:`AskAhead`):
+each episode's observation goes to the policy server as soon as its step is taken, and the
+worker steps the other episodes until the answer is read, so that the round trip and the
+server's forward pass overlap the worker's steps instead of adding to them.
 
 May import: errors. Never: the render side, executors, outputs (pass1.rollout drives it
 with its episode generator).
@@ -49,6 +54,45 @@ def sessions_per_worker(max_sessions: int, workers: int) -> int:
     (4, 3, 1)
     """
     return max(1, min(IN_FLIGHT, max_sessions // max(1, workers) - 1))
+
+
+class AskAhead:
+    """A local env whose episodes' policy is served (:class:`rolltape.policies.ServedPolicy`),
+    with a served env's ``step_async``/``step_wait``: ``step_async`` steps the env here and,
+    unless the episode ended, sends the new observation to the policy server at once
+    (``policy.ask``), so that the server chooses this episode's next action while the worker
+    steps the other episodes; the episode's ``policy.act`` then only reads the answer. The
+    policy sees the observations and gives the actions it would one episode at a time.
+
+    >>> class Env:
+    ...     def step(self, action): return action + 1, 0.0, action >= 2, False, {}
+    >>> class Policy:
+    ...     def ask(self, obs): print("asked about", obs)
+    >>> env = AskAhead(Env(), Policy())
+    >>> env.step_async(1); env.step_wait()[0]
+    asked about 2
+    2
+    >>> env.step_async(2); env.step_wait()[2]  # the episode is over: nothing to ask
+    True
+    """
+
+    def __init__(self, env: Any, policy: Any) -> None:
+        self.env = env
+        self.policy = policy
+        self._result: tuple[Any, ...] = ()
+
+    def step_async(self, action: Any) -> None:
+        self._result = result = self.env.step(action)
+        if not (result[2] or result[3]):
+            self.policy.ask(result[0])
+
+    def step_wait(self) -> tuple[Any, ...]:
+        return self._result
+
+    def close(self) -> None:
+        """Close the env and the policy's session (a spare's: its server counts it)."""
+        self.env.close()
+        self.policy.close()
 
 
 Episode = Generator[Any, tuple[Any, ...], dict[str, Any]]

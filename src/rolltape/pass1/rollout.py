@@ -33,7 +33,7 @@ from rolltape.errors import EnvRaised, SessionReclaimed, UsageError
 from rolltape.pass1.clock import with_clock
 from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
-from rolltape.pass1.inflight import play_in_flight
+from rolltape.pass1.inflight import AskAhead, play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, SB3Policy, load_policy
 from rolltape.record import Episode, EpisodeKey
@@ -93,7 +93,7 @@ class PolicyJob:
     extra_meta: dict[str, Any] = field(default_factory=dict)  # a suite's {"suite", "task"}
     success_key: str | None = "is_success"  # the info key that says success (None: none)
     wrappers: tuple[dict[str, Any], ...] = ()  # policy-side wrappers (pass1.wrappers entries)
-    in_flight: int = 1  # a served env: episodes played at once, one per session (pass1.inflight)
+    in_flight: int = 1  # a served env or policy: episodes played at once (pass1.inflight)
     clock: dict[str, Any] | None = None  # inference latency (pass1.clock.Clock.describe())
 
     def play(self, opened: Opened, ep: EpisodeJob) -> dict[str, Any]:
@@ -265,7 +265,8 @@ def open_policy_env(job: PolicyJob, first: bool = False) -> tuple[Any, WrappedEn
 class Opened:
     """A job's env and policy, kept open across pieces. ``wrapped``: the env through the
     job's wrappers (None when it has none); ``more``: ``[env, policy]`` of the further
-    sessions of a served env whose episodes play several at once (:mod:`.inflight`)."""
+    sessions of a served env, or of a served policy (each with an env of its own), whose
+    episodes play several at once (:mod:`.inflight`)."""
 
     env: Any
     wrapped: WrappedEnv | None
@@ -280,6 +281,15 @@ class Opened:
     def close(self) -> None:
         self.close_more()
         (self.wrapped or self.env).close()
+        close_policy(self.policy)  # a served policy's session: its server counts it
+
+
+def close_policy(policy: Policy) -> None:
+    """Release what ``policy`` holds, when it holds something (a served policy's session,
+    a process)."""
+    close = getattr(policy, "close", None)
+    if close is not None:
+        close()
 
 
 class OpenJobs:
@@ -393,7 +403,14 @@ def _play_sessions(job: PolicyJob, opened: Opened, sessions: list[list[Any]], se
 
     def reopen(s: int, ep: EpisodeJob, exc: Exception) -> None:
         failed(ep, exc)
-        sessions[s][0].close()  # it may be half-way through a call: a new session
+        slot = sessions[s][0]
+        if isinstance(slot, AskAhead):  # a local env (a served policy's episode): a new env
+            slot.env.close()  # (the policy opens a new session itself when its call failed)
+            slot.env = open_env(job.env)
+            if s == 0:
+                opened.env = slot.env
+            return
+        slot.close()  # it may be half-way through a call: a new session
         if s == 0:  # the job's own session (the others are opened.more's rows)
             sessions[0][0] = opened.env = open_env(job.env)
             return
@@ -409,8 +426,9 @@ def _play_sessions(job: PolicyJob, opened: Opened, sessions: list[list[Any]], se
         opened.more = [row for row in opened.more if row is not sessions[s]]
 
     play_in_flight(sessions, job.episodes,
-                   lambda env, policy, ep: play_episode(env, policy, ep.seed, None,
-                                                        job.success_key),
+                   lambda env, policy, ep: play_episode(
+                       env.env if isinstance(env, AskAhead) else env, policy, ep.seed, None,
+                       job.success_key),
                    lambda ep, fields: save_episode(job, ep, opened.policy.description,
                                                    fields, send), reopen, give_up)
 
@@ -418,22 +436,37 @@ def _play_sessions(job: PolicyJob, opened: Opened, sessions: list[list[Any]], se
 def in_flight_sessions(job: PolicyJob, opened: Opened) -> list[list[Any]]:
     """``[env, policy]`` of each session a served job's episodes play on at once
     (:mod:`.inflight`): its first and up to ``job.in_flight - 1`` more, as many as the
-    server opens and the policy allows (``Policy.fork``). One when it cannot: a local env,
-    wrappers (they may step the base env several times per action), a policy that keeps
-    state across episodes."""
+    server opens and the policy allows (``Policy.fork``). A served policy on a local env:
+    a local env and a policy session each, the env an :class:`AskAhead`. One when it
+    cannot: a local env and a local policy, wrappers (they may step the base env several
+    times per action), a policy that keeps state across episodes (a served one whose
+    server does not say its sessions are independent), a clock."""
     wanted = min(job.in_flight, len(job.episodes))
-    if opened.wrapped is not None or not hasattr(opened.env, "another"):
+    served_env = hasattr(opened.env, "another")
+    asks = not served_env and hasattr(opened.policy, "ask")  # a ServedPolicy, no clock
+    if opened.wrapped is not None or not (served_env or asks):
         wanted = 1
     while len(opened.more) < wanted - 1:
         policy = opened.policy.fork()
         if policy is None:
             break
+        if asks:
+            try:
+                opened.more.append([AskAhead(open_env(job.env), policy), policy])
+            except BaseException:
+                close_policy(policy)
+                raise
+            continue
         try:  # a spare: only while the server has room; given up to a client with none
             env = opened.env.another()
         except UsageError:  # the server is busy: play on the sessions it gave
+            if policy is not opened.policy:  # a served policy's spare session
+                close_policy(policy)
             break
         opened.more.append([env, policy])
-    return [[opened.env, opened.policy]] + opened.more[:wanted - 1]
+    more = opened.more[:wanted - 1]
+    first = AskAhead(opened.env, opened.policy) if asks and more else opened.env
+    return [[first, opened.policy]] + more
 
 
 def last_line(exc: BaseException) -> str:

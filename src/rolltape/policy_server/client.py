@@ -70,7 +70,7 @@ class PolicySession:
                                    "start it with `rolltape serve-policy SOURCE --bind "
                                    "HOST:PORT`") from None
         try:
-            metadata = self._receive("its metadata")
+            metadata = self.receive("its metadata")
         except PolicyServerError as exc:
             self.close()
             raise PolicyServerGone(f"T{str(exc)[1:]}") from None
@@ -82,6 +82,12 @@ class PolicySession:
 
     def call(self, message: dict[str, Any], what: str) -> Any:
         """Send one request and return its answer."""
+        self.send(message, what)
+        return self.receive(what)
+
+    def send(self, message: dict[str, Any], what: str) -> None:
+        """Send one request; its answer is :meth:`receive`'s (the server answers a
+        session's requests in the order they were sent)."""
         from websockets.exceptions import ConnectionClosed
 
         try:
@@ -89,9 +95,9 @@ class PolicySession:
         except ConnectionClosed:
             raise PolicyServerError(f"the policy server at {self.uri} closed the connection "
                                     f"before {what}") from None
-        return self._receive(what)
 
-    def _receive(self, what: str) -> Any:
+    def receive(self, what: str) -> Any:
+        """The answer to the oldest request sent and not yet answered."""
         from websockets.exceptions import ConnectionClosed
 
         try:
