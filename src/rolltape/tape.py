@@ -16,6 +16,7 @@ Example (not run: it reads a run's tape):
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -232,8 +233,10 @@ class Tape:
                 arrays[name] = getattr(self, name)
         header = json.dumps(self.header(), allow_nan=False).encode()
         arrays["header"] = np.frombuffer(header, dtype=np.uint8)
+        staged = io.BytesIO()  # zipfile seeks back over each member: in memory, not on disk
+        _write_npz(staged, arrays)
         with atomic_file(path) as f:
-            np.savez_compressed(f, **arrays)
+            f.write(staged.getbuffer())
         return path
 
     @classmethod
@@ -306,6 +309,25 @@ class Tape:
             return tape
         except UsageError as exc:
             raise UsageError(f"Tape '{path}': {str(exc).rstrip('.')}; {_FIX}.") from None
+
+
+def _write_npz(f: Any, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez_compressed``'s file (what ``np.load`` and :func:`_read_npz` read), but
+    float arrays stored, not deflated: MuJoCo states, actions and rewards barely shrink
+    (a 1000-step HalfCheetah tape by 4%, for 20 ms of zlib; a 60-step branch's by a third
+    of 30 KB, for 1 ms, most of what saving it cost). Emulator states, flags, digests
+    and the header are deflated."""
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            array = np.asanyarray(array)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_NPZ_TIME)
+            info.compress_type = (zipfile.ZIP_STORED if array.dtype.kind in "fc"
+                                  else zipfile.ZIP_DEFLATED)
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+
+
+_NPZ_TIME = (1980, 1, 1, 0, 0, 0)  # the members' date, fixed (not the clock's, as numpy stamps)
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:

@@ -14,8 +14,9 @@ chart). The benchmarks live in one module per family, all sharing
 (more workers, Ray), :mod:`~rolltape.bench.artifacts` (gif, report),
 :mod:`~rolltape.bench.suites` (benchmark suites), :mod:`~rolltape.bench.versus` (SB3, the
 seed-000 way), :mod:`~rolltape.bench.served`
-(``rolltape serve``), :mod:`~rolltape.bench.training` (recording during training) and
-:mod:`~rolltape.bench.export` (datasets).
+(``rolltape serve``), :mod:`~rolltape.bench.training` (recording during training),
+:mod:`~rolltape.bench.export` (datasets) and :mod:`~rolltape.bench.branch` (``rolltape
+branch``).
 
 Benchmarks, in the order they run and are reported (module in brackets):
 
@@ -87,6 +88,10 @@ Benchmarks, in the order they run and are reported (module in brackets):
   episodes (target: >= 1.5x; the episodes must be equal).
 - ``atari_pass2`` [atari]: rolltape.render of an Atari tape (ALE's screen) vs a bare
   ``env.render()`` + encode loop (target: >= 1.0).
+- ``branch_step_cost`` [branch]: ``rolltape branch``'s work per branch step (a BranchJob in
+  process: restore to continue, the noisy policy, recording, the tape) vs a bare
+  ``mj_setState`` + act/step loop over the same branches of the bundled Pusher policy
+  (target: <= 1.2).
 
 The policy is an untrained SB3 PPO ``MlpPolicy`` (64x64) with fresh VecNormalize statistics,
 made in a temporary folder: its inference cost is the same as a trained one's.
@@ -116,6 +121,7 @@ from typing import Any, Callable, Sequence
 
 from rolltape.bench.artifacts import bench_gif_vs_mp4, bench_report_build
 from rolltape.bench.atari import bench_atari_pass1, bench_atari_pass2
+from rolltape.bench.branch import bench_branch_step_cost
 from rolltape.bench.common import ENV_ID, FULL, POLICY_NOTE, QUICK, SEED, Config, Context
 from rolltape.bench.export import bench_export_camera, bench_export_obs, bench_export_rss
 from rolltape.bench.pass1 import bench_pass1_overhead, bench_pass1_video_requested
@@ -179,6 +185,7 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "export_rss": bench_export_rss,
     "atari_pass1": bench_atari_pass1,
     "atari_pass2": bench_atari_pass2,
+    "branch_step_cost": bench_branch_step_cost,
 }
 
 

@@ -154,6 +154,7 @@ class Perturbed(Policy):
             self.low, self.high = space.low, space.high
             finite = np.isfinite(self.low) & np.isfinite(self.high)
             self.half = np.where(finite, (self.high - self.low) / 2, 1.0)
+            self.scale = sigma * self.half  # what sigma * half * z multiplies first
 
     def reset(self, seed: int | None) -> None:
         self.inner.reset(seed)
@@ -168,8 +169,10 @@ class Perturbed(Policy):
                 return np.asarray(action).dtype.type(self.start + self.rng.integers(self.n))
             return action
         action = np.asarray(action)
-        noisy = action + self.sigma * self.half * self.rng.standard_normal(action.shape)
-        return np.clip(noisy, self.low, self.high).astype(action.dtype)
+        # np.clip's bits, without its dispatch (a few us a step, the step itself ~100 us).
+        noisy = action + self.scale * self.rng.standard_normal(action.shape)
+        np.minimum(np.maximum(noisy, self.low, out=noisy), self.high, out=noisy)
+        return noisy.astype(action.dtype, copy=False)
 
 
 @dataclass(frozen=True)
