@@ -81,8 +81,9 @@ if [ "$want_test" = 1 ]; then
 fi
 # <<< lerobot
 # >>> metaworld, for the Meta-World suites' tests: metaworld 3.0.0 runs only on MuJoCo <= 3.3,
-# so it gets a venv of its own (~/.local/share/rolltape/benchmarks/metaworld, ~50-85 s, ~380
-# MB), built as users build it; idempotent.
+# so it gets a venv of its own (~/.local/share/rolltape/benchmarks/metaworld, ~35-85 s, ~480
+# MB with the render side's PyAV), built as users build it; idempotent (rebuilt when its
+# recipe changed).
 # LeRobot's own Meta-World wrapper is checked against it in LeRobot's venv: its `metaworld`
 # extra's pin plus the MuJoCo 3.3.7 it needs (adds packages only, ~12 s; pip check clean).
 if [ "$want_test" = 1 ]; then
