@@ -2,7 +2,8 @@
 started from its benchmark venv (rolltape's own env has MuJoCo 4 and no metaworld), show
 Meta-World's scene, and metadata.json records that venv's versions; its eval_info.json is
 what LeRobot's own aggregation (lerobot_eval.eval_policy_all, in LeRobot's venv) makes of
-the same episodes, with rolltape's intervals beside it."""
+the same episodes, with rolltape's intervals beside it; tapes of another env are not drawn
+beside them, nor on Ray."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import subprocess
 
 import av
 import numpy as np
+import pytest
 from tests.suites.test_metaworld import LEROBOT_PYTHON, _servers
 
 import rolltape
+from rolltape.errors import UsageError
 from rolltape.suites import benchmarks
+from rolltape.suites.builtin import METAWORLD_ENV
+from rolltape.suites.hosted import render_python
 
 EPISODES = 2
 
@@ -114,3 +119,20 @@ def test_a_metaworld_video_is_drawn_in_its_venv_and_eval_info_is_lerobots(tmp_pa
             {k: lerobots[k] for k in set(lerobots) - timing}
     assert info["overall"]["pc_success"] == 100.0 and info["overall"]["n_success"] == EPISODES
     assert info["overall"]["video_paths"] == list(video.paths)
+
+
+def test_a_hosted_suites_tapes_are_drawn_by_its_venv_alone():
+    """Its tapes get the venv's interpreter, mixed with tapes of this env they are refused in
+    one sentence, and Ray (whose workers are not started from the venv) refuses them."""
+    from rolltape.executors.ray import RayExecutor
+    from rolltape.rendering import _render_work
+
+    venv = str(benchmarks.venv_python(benchmarks.METAWORLD))
+    assert render_python([METAWORLD_ENV, METAWORLD_ENV]) == venv
+    assert render_python(["CartPole-v1"]) is None
+    with pytest.raises(UsageError, match=r"render each benchmark's tapes on their own\.$"):
+        render_python([METAWORLD_ENV, "CartPole-v1"])
+    work = _render_work((0, 0), [METAWORLD_ENV], python=venv)
+    with pytest.raises(UsageError, match=r"drop --executor ray \(or ask for no video"):
+        RayExecutor().render_pool(work, [], ["egl"], 1, 10.0, on_progress=print,
+                                  on_done=print)
