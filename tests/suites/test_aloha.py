@@ -101,8 +101,8 @@ def test_gym_alohas_own_env_and_the_suite_give_the_same_episodes(tmp_path):
 
     # The policy read LeRobot's keys (else it raised); the tape digests each key per step.
     tape = tapes[0]
-    assert tape.obs_keys == ("observation.images.top", "observation.state")
-    assert tape.obs_key_digest is not None and tape.obs_key_digest.shape == (STEPS + 1, 2)
+    assert tape.obs_keys == ("observation.images.top", "observation.state", "task")
+    assert tape.obs_key_digest is not None and tape.obs_key_digest.shape == (STEPS + 1, 3)
     assert tape.physics is not None  # MuJoCo's physics rows, through dm_control's model
     png = tmp_path / "top.png"
     replayed, continued = json.loads(_venv(_REPLAY, str(run.path / rows[0]["tape"]), str(png)))

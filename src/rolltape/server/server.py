@@ -682,6 +682,8 @@ class EnvServer:
 def _obs(obs: Any) -> Any:
     if isinstance(obs, dict):
         return {str(k): _obs(v) for k, v in obs.items()}
+    if isinstance(obs, str):  # a Text space's value (LeRobot's "task"): msgpack's own str
+        return obs
     return np.asarray(obs)
 
 

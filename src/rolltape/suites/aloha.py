@@ -24,8 +24,9 @@ never read pixels, so they are gym-aloha's exactly.
 
 Observations are given under LeRobot's policy key names, so a served LeRobot or openpi
 policy reads them as they are: ``observation.images.<camera>`` (H x W x 3 uint8) and
-``observation.state`` (the 14 joint positions, gym-aloha's ``agent_pos``). The tape keeps a
-digest of each key per step (:func:`rolltape.pass1.fields.kept_obs`).
+``observation.state`` (the 14 joint positions, gym-aloha's ``agent_pos``), and ``task``,
+the text ``lerobot-eval`` adds to the observation (for gym-aloha its ``task``: the task's
+name). The tape keeps a digest of each key per step (:func:`rolltape.pass1.fields.kept_obs`).
 
 May import: gymnasium, numpy; gym_aloha and dm_control only inside the env (benchmark venv).
 """
@@ -43,6 +44,8 @@ MODULE_ENV = f"rolltape.suites.aloha:{ENV_ID}"
 EPISODE_LENGTH = 400  # LeRobot's AlohaEnv config: episode_length, its gym time limit
 TASKS = {"insertion": "AlohaInsertion-v0", "transfer_cube": "AlohaTransferCube-v0"}
 STATE_KEY = "observation.state"
+TASK_KEY = "task"
+_TASK_CHARS = "abcdefghijklmnopqrstuvwxyz_"
 JOINTS = 14  # two arms of 6 joints and a gripper each
 
 
@@ -73,7 +76,8 @@ class AlohaEnv(gym.Env):
         self.observation_space = spaces.Dict({
             **{image_key(c): spaces.Box(0, 255, (self.height, self.width, 3), np.uint8)
                for c in self.cameras},
-            STATE_KEY: spaces.Box(-1000.0, 1000.0, (JOINTS,), np.float64)})
+            STATE_KEY: spaces.Box(-1000.0, 1000.0, (JOINTS,), np.float64),
+            TASK_KEY: spaces.Text(max_length=32, charset=_TASK_CHARS)})
         self._env: Any = None
         try:
             from gym_aloha.env import AlohaEnv as GymAloha  # type: ignore[import-not-found]
@@ -122,6 +126,7 @@ class AlohaEnv(gym.Env):
         obs = {image_key(c): physics.render(height=self.height, width=self.width, camera_id=c)
                for c in self.cameras}
         obs[STATE_KEY] = np.asarray(raw["agent_pos"], np.float64)
+        obs[TASK_KEY] = self.task  # lerobot-eval's observation["task"]: env.call("task")
         return obs
 
     def reset(self, *, seed: int | None = None,
