@@ -88,9 +88,14 @@ def check_drawing(spec: dict[str, Any], cfg: EvalConfig) -> None:
         return
     from rolltape.interpreter import ChildFailed, run_once
     from rolltape.pass2.cameras import drawing_problem
+    from rolltape.suites.hosted import render_python
 
+    python = render_python([spec["id"]])
+    if python is not None:  # a hosted suite's env: pass 2 draws it in its venv, built there
+        spec = {key: value for key, value in spec.items() if key != "served"}
     try:
-        problem = run_once(drawing_problem, spec, cfg.width, cfg.height, cameras, env=NO_GL)
+        problem = run_once(drawing_problem, spec, cfg.width, cfg.height, cameras, env=NO_GL,
+                           python=python)
     except ChildFailed:
         problem = None  # it died: pass 1 builds the same env and reports why
     if problem:

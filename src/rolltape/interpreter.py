@@ -256,11 +256,12 @@ class ChildFailed(Exception):
 
 def run_once(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] | None = None,
              timeout: float | None = None, cwd_on_path: bool = True,
-             cwd: str | os.PathLike[str] | None = None, capture: bool = False) -> Any:
+             cwd: str | os.PathLike[str] | None = None, capture: bool = False,
+             python: str | None = None) -> Any:
     """``fn(*args)`` in a fresh interpreter (a module-level function or a partial of one;
     its arguments and result travel pickled), for a probe, a check or a benchmark child that
     must not import MuJoCo, GL or a user's module into this process. ``env``,
-    ``cwd_on_path`` and ``cwd`` as :func:`spawn_worker`; ``capture``: keep what the child
+    ``cwd_on_path``, ``cwd`` and ``python`` as :func:`spawn_worker`; ``capture``: keep what the child
     prints off this terminal (a failure carries it in :attr:`ChildFailed.output`).
 
     Raises:
@@ -270,7 +271,7 @@ def run_once(fn: Callable[..., Any], *args: Any, env: Mapping[str, str | None] |
     """
     with tempfile.TemporaryFile() if capture else nullcontext() as printed:
         worker = spawn_worker(_answer_once, fn, *args, env=env, cwd_on_path=cwd_on_path,
-                              cwd=cwd, output=printed)
+                              cwd=cwd, output=printed, python=python)
         try:
             if not worker.conn.poll(timeout):
                 raise ChildFailed(f"it gave no answer within {timeout:g} s", hung=True,

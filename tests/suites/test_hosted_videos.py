@@ -136,3 +136,13 @@ def test_a_hosted_suites_tapes_are_drawn_by_its_venv_alone():
     with pytest.raises(UsageError, match=r"drop --executor ray \(or ask for no video"):
         RayExecutor().render_pool(work, [], ["egl"], 1, 10.0, on_progress=print,
                                   on_done=print)
+
+
+def test_a_camera_the_venvs_env_lacks_is_refused_before_any_episode(tmp_path):
+    """--camera is checked against Meta-World's own model, built in its venv (rolltape's env
+    only has the wrapper's shell), before pass 1: one sentence, nothing written."""
+    assert benchmarks.installed(benchmarks.METAWORLD)
+    with pytest.raises(UsageError, match=r"has no camera 'nosuch'; its cameras are: topview, "):
+        rolltape.evaluate(suite="metaworld_mt10", tasks="reach", policy="metaworld-expert",
+                          episodes=1, video=1, cameras=("nosuch",), out=tmp_path / "run")
+    assert not (tmp_path / "run").exists() and _servers() == []
