@@ -21,11 +21,13 @@ def runs(tmp_path_factory):
                      baseline=None, out=root / "ledge")
     cartpole = evaluate("CartPole-v1", BALANCE, episodes=1, max_episode_steps=5, video=0,
                         baseline=None, out=root / "cartpole")
-    return str(ledge.path), str(cartpole.path)
+    stacked = evaluate(LEDGE, "random", frame_stack=2, episodes=1, max_episode_steps=5,
+                       video=0, baseline=None, out=root / "stacked")
+    return str(ledge.path), str(cartpole.path), str(stacked.path)
 
 
 def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
-    ledge, cartpole = runs
+    ledge, cartpole, stacked = runs
     out = tmp_path / "b"
 
     def refused(*args: str) -> str:
@@ -38,6 +40,8 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     assert "--branches must be at least 1" in refused(ledge, "--branches", "0")
     assert "--noise must be a finite number" in refused(ledge, "--noise", "nan")
     assert "--threshold must lie strictly between 0 and 1" in refused(ledge, "--threshold", "1")
+    assert "--executor must be one of local, ray; got 'nope'" in refused(ledge, "--executor",
+                                                                          "nope")
     assert "not a rolltape run" in refused(str(tmp_path / "none"))
     # A tape names its env's code: it is imported only when the user names it.
     assert "a tape may not run code" in refused(ledge)
@@ -46,6 +50,10 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     # A policy that is code, named only in the run's files; an env without MuJoCo states.
     assert "is code (or a server) named only in its files" in refused(cartpole)
     assert "holds no MuJoCo or ALE state" in refused(cartpole, "--policy", BALANCE)
+    # A frame stack's contents are not on the tape (observations are kept as digests).
+    said = refused(stacked, "--env", LEDGE)
+    assert "policy-side wrappers (frame_stack=2): their state at step t" in said
+    assert "keeps the base env's observations only as digests" in said
     # eval --branch with what it cannot branch: one sentence before any work.
     assert main(["eval", LEDGE, "--branch", "--until", "decided", "--max-episodes", "4",
                  "-o", str(out), "-q"]) == 2

@@ -40,6 +40,12 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
                       "end stays below (above) this."),
         seed: int = typer.Option(0, help="Seeds every branch's sampling and noise."),
         workers: int = typer.Option(0, help="Worker processes (0: one per CPU core)."),
+        executor: str = typer.Option("local", help="local (process pool) or ray: the "
+                                     "branches are dealt as pass-1 episodes are."),
+        ray_address: Optional[str] = typer.Option(
+            None, help="Ray cluster (host:port, auto, ray://host:10001); default "
+                       "RAY_ADDRESS, else a private local Ray. On a cluster the run's tapes "
+                       "and policy files must sit at the same path on every machine."),
         policy: Optional[str] = typer.Option(
             None, "--policy", "-p",
             help="The policy, when not the run's own (needed for a module or .py policy)."),
@@ -60,7 +66,8 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
                         noise=noise, budget=budget, threshold=threshold, seed=seed,
                         workers=workers, policy=policy, vecnormalize=vecnormalize, env=env,
                         out=None if output is None else str(output), overwrite=overwrite,
-                        quiet=quiet)
+                        quiet=quiet, executor=executor,
+                        executor_options={"address": ray_address} if ray_address else {})
         if result.thinned:
             say(result.thinned)
         for record in result.episodes:

@@ -78,7 +78,8 @@ class BranchConfig:
     env: str | None = None
     out: str | None = None
     overwrite: bool = False
-    executor: str = "local"
+    executor: str = "local"  # or "ray"
+    executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
     quiet: bool = True
 
     def check(self) -> None:
@@ -124,6 +125,7 @@ def branch(run: str, **options: Any) -> BranchResult:
     :class:`BranchConfig`'s fields."""
     cfg = BranchConfig(run=run, **options)
     cfg.check()
+    runner = executors.get(cfg.executor, **cfg.executor_options)  # a bad name: before work
     loaded = Run.load(cfg.run)
     policy, made = _policy_of(loaded, cfg)
     sources = _sources(loaded, cfg)
@@ -139,7 +141,7 @@ def branch(run: str, **options: Any) -> BranchResult:
     result = BranchResult(out=out, thinned=thinned)
     with atomic_folder(out) as tmp:
         units = _units(sources, tmp, cfg, noise)
-        rows = _play(units, sources, policy, cfg, _success_keys(loaded))
+        rows = _play(units, sources, policy, cfg, _success_keys(loaded), runner)
         for s in sources:
             rule = loaded.results.rule_of(s.episode.key.task_key)
             record = _record(s, units, rows, tmp, out, cfg, rule, noise, deterministic,
@@ -182,10 +184,6 @@ def _policy_of(run: Run, cfg: BranchConfig) -> tuple[dict[str, Any], dict[str, A
         raise UsageError(f"The run's policy '{source[:200]}' is code (or a server) named only "
                          "in its files, which rolltape does not run (or connect to) unasked; if "
                          f"you trust it, name it with --policy {source[:200]}.")
-    if config.get("wrappers") or config.get("frame_stack"):
-        raise UsageError("rolltape branch cannot yet rebuild policy-side wrappers' state (a "
-                         "frame stack, AtariWrapper's counters); branch a run made without "
-                         "--wrapper/--frame-stack.")
     if cfg.policy is not None:
         made = {"deterministic": config.get("deterministic", True)}
     job = {"policy": source, "vecnormalize": cfg.vecnormalize or config.get("vecnormalize"),
@@ -289,9 +287,11 @@ def _success_keys(run: Run) -> dict[tuple[Any, Any], str | None]:
 
 
 def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dict[str, Any],
-          cfg: BranchConfig, success_keys: dict[tuple[Any, Any], str | None]
-          ) -> dict[int, dict[str, Any] | None]:
-    """Play every branch on the executor's workers; each branch's row (None: it failed)."""
+          cfg: BranchConfig, success_keys: dict[tuple[Any, Any], str | None],
+          runner: executors.Executor) -> dict[int, dict[str, Any] | None]:
+    """Play every branch on ``runner``'s workers (Ray's: tasks that read the source tapes
+    where they run, and return the branch tapes as bytes); each branch's row (None: it
+    failed)."""
     jobs: list[PolicyJob] = []
     for s, mine in zip(sources, units):
         spec = dict(s.tape.env)
@@ -305,7 +305,6 @@ def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dic
     total = sum(len(m) for m in units)
     workers = min(per_core(cfg.workers), max(1, total))
     chunks = split_jobs(jobs, workers)
-    runner = executors.get(cfg.executor)
     runner.check()
     dealer = Dealer(chunks) if runner.runs_workers else None
     work = ShareWork(worker=policy_worker, args=(0, dealer is not None), env=NO_GL,

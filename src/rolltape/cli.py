@@ -220,7 +220,9 @@ def eval_(
         return
     print_run(run.results, run.path)
     if branch:
-        _branch_rendered(run, policies[0], env, values.get("vecnormalize"), quiet)
+        _branch_rendered(run, policies[0], env, values.get("vecnormalize"), quiet,
+                         values.get("executor", "local"),
+                         {k: v for k, v in options["executor_options"].items() if k == "address"})
     failed = run.results.failed
     if failed:  # the numbers are written, but they are not all the numbers asked for
         raise RunFailed(f"{len(failed)} episode(s) failed (see the warning above); rerun "
@@ -228,9 +230,9 @@ def eval_(
 
 
 def _branch_rendered(run: Any, policy: str, env: str | None, vecnormalize: str | None,
-                     quiet: bool) -> None:
+                     quiet: bool, executor: str, executor_options: dict[str, Any]) -> None:
     """``eval --branch``: branch the policy's rendered episodes with ``rolltape branch``'s
-    defaults; the policy and env are the ones named on this command line."""
+    defaults; the policy, env and executor are the ones named on this command line."""
     from rolltape.branching import branch
     from rolltape.outputs.branch_chart import summary_line
 
@@ -241,7 +243,8 @@ def _branch_rendered(run: Any, policy: str, env: str | None, vecnormalize: str |
                          "rendered; give --video (worst, for one).")
     own = env if env is not None and ":" in env else None  # a module or file the user named
     result = branch(str(run.path), episodes=tuple(shown), policy=policy,
-                    vecnormalize=vecnormalize, env=own, overwrite=True, quiet=quiet)
+                    vecnormalize=vecnormalize, env=own, overwrite=True, quiet=quiet,
+                    executor=executor, executor_options=executor_options)
     for line in [*([result.thinned] if result.thinned else []),
                  *(summary_line(r) for r in result.episodes), *result.notes]:
         out.print(line, highlight=False, markup=False)

@@ -262,3 +262,31 @@ def test_ray_workers_step_a_served_suite(ray_session, tmp_path):
         a, b = np.load(local.path / row["tape"]), np.load(served.path / row["tape"])
         for name in ("actions", "rewards", "obs_digest", "terminated", "truncated"):
             assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_branches_on_ray_are_the_local_executors_branches(ray_session, tmp_path):
+    """``rolltape branch --executor ray``: the branches are dealt to Ray tasks as pass-1
+    episodes are (each reads the source tape where it runs and returns its branch tape as
+    bytes), and they are the local workers' branches: same seeds, noise, tapes, curve."""
+    from pathlib import Path
+
+    from rolltape.branching import branch
+
+    policy = f"{Path(__file__).parent.parent / 'assets' / 'policies.py'}:function"
+    run = evaluate(ENV_ID, policy, episodes=1, seed=3, max_episode_steps=20, video=0,
+                   baseline=None, out=tmp_path / "run")
+    common = dict(episodes="all", branches=2, every=7, noise=0.1, policy=policy, workers=2)
+    local = branch(str(run.path), out=str(tmp_path / "local"), executor="local", **common)
+    on_ray = branch(str(run.path), out=str(tmp_path / "ray"), executor="ray", **common)
+    [a], [b] = local.episodes, on_ray.episodes
+    assert a == b  # grid, points, estimates and bands
+    assert [p["n"] for p in b["points"]] == [2, 2, 2]
+    tapes = sorted(p.relative_to(local.out) for p in local.out.rglob("*.npz"))
+    assert len(tapes) == 6
+    assert tapes == sorted(p.relative_to(on_ray.out) for p in on_ray.out.rglob("*.npz"))
+    for rel in tapes:
+        x, y = Tape.load(local.out / rel), Tape.load(on_ray.out / rel)
+        for name in ("actions", "rewards", "terminated", "truncated", "obs_digest", "physics"):
+            assert np.array_equal(getattr(x, name), getattr(y, name)), (rel, name)
+    k0, k1 = (Tape.load(local.out / rel).actions for rel in tapes[:2])  # from t = 0
+    assert not np.array_equal(k0, k1)  # the noise is seeded per branch

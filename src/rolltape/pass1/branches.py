@@ -38,7 +38,6 @@ import numpy as np
 from rolltape.envs import (
     continue_atari,
     continue_from,
-    obs_digest,
     physics_spec,
     set_elapsed_steps,
 )
@@ -47,6 +46,14 @@ from rolltape.pass1.fields import success_flag
 from rolltape.pass1.rollout import EpisodeJob, Opened, PolicyJob, record_episode
 from rolltape.policies import Policy
 from rolltape.tape import Tape
+
+# Why a run played through wrappers is not branched: one sentence, said when a tape names
+# them (before any work) or a worker finds them (a zoo folder's, which the tape may not name).
+WRAPPED = ("rolltape branch cannot continue an episode played through policy-side wrappers "
+           "({names}): their state at step t (a frame stack's last frames, AtariWrapper's "
+           "life and no-op counters) is not on the tape, which keeps the base env's "
+           "observations only as digests; branch a run whose policy saw the base env's "
+           "observations (no --wrapper, --frame-stack or zoo env_wrapper).")
 
 
 def branch_refusal(tape: Tape, path: str) -> str | None:
@@ -65,6 +72,9 @@ def branch_refusal(tape: Tape, path: str) -> str | None:
         return (f"Tape '{path}' was not recorded from a seeded reset (a training recording), "
                 "so its env's bookkeeping cannot be rebuilt; branch from an `rolltape eval` "
                 "run's tapes.")
+    wrappers = tape.policy.get("wrappers") if isinstance(tape.policy, dict) else None
+    if wrappers:
+        return WRAPPED.format(names=", ".join(map(str, wrappers))[:200])
     return None
 
 
@@ -107,13 +117,26 @@ class RestoredStart(gym.Wrapper):
             wrong = "its reward"
         elif bool(term) != bool(tape.terminated[t - 1]) or bool(trunc) != bool(tape.truncated[t - 1]):
             wrong = "its end-of-episode flags"
-        elif tape.obs_digest is not None and obs_digest(obs) != int(tape.obs_digest[t]):
-            wrong = "its observation"
+        # The observation is checked from the branch's tape (check_observation): its
+        # digests are taken for all steps at once there, one alone costs as much.
         if wrong:
-            raise UsageError(
-                f"Tape '{self.path}' ({tape.env_id}) cannot be restored faithfully at step {t}: "
-                f"continuing from its recorded state gives another {wrong[4:]} than pass 1 "
-                "(the env keeps state its recorded one does not hold); it cannot be branched.")
+            self.refuse(wrong)
+
+    def check_observation(self, digests: Any) -> None:
+        """Refuse unless the observation the branch began with (the first of its tape's
+        ``digests``) is pass 1's at step t."""
+        tape, t = self.tape, self.t
+        if (t and tape.obs_digest is not None and digests is not None
+                and int(digests[0]) != int(tape.obs_digest[t])):
+            self.refuse("its observation")
+
+    def refuse(self, wrong: str) -> None:
+        """The state at step t cannot be continued faithfully: ``wrong`` differs."""
+        raise UsageError(
+            f"Tape '{self.path}' ({self.tape.env_id}) cannot be restored faithfully at step "
+            f"{self.t}: continuing from its recorded state gives another {wrong[4:]} than "
+            "pass 1 (the env keeps state its recorded one does not hold); it cannot be "
+            "branched.")
 
     def _same_state(self, t: int) -> bool:
         """Whether the env's state is the tape's state t, bit for bit."""
@@ -196,10 +219,8 @@ class BranchJob(PolicyJob):
 
     def play(self, opened: Opened, ep: EpisodeJob) -> dict[str, Any]:
         assert isinstance(ep, BranchUnit)
-        if opened.wrapped is not None:
-            raise UsageError("rolltape branch cannot yet rebuild policy-side wrappers' state "
-                             "(a frame stack, AtariWrapper's counters); branch a run without "
-                             "--wrapper/--frame-stack.")
+        if opened.wrapped is not None:  # wrappers the tape did not name (a zoo folder's)
+            raise UsageError(WRAPPED.format(names=", ".join(opened.wrapped.names)))
         tape = Tape.load(ep.source)
         refusal = branch_refusal(tape, ep.source)
         if refusal:
@@ -210,6 +231,7 @@ class BranchJob(PolicyJob):
         start = RestoredStart(opened.env, tape, ep.step, ep.source)
         policy = Perturbed(opened.policy, ep.noise, opened.env.action_space)
         fields = record_episode(start, policy, ep.seed, None, self.success_key)
+        start.check_observation(fields.get("obs_digest"))
         before = self._success_before(opened.env, tape, ep)
         return _with_recorded_step(fields, tape, ep.step, before)
 
