@@ -106,3 +106,27 @@ def adroit_door(obs):
     """A deterministic AdroitHandDoor policy (the ``adroit`` suite's door: 39 observations,
     28 actuators): a fixed function of the observation."""
     return np.tanh(np.asarray(obs, dtype=np.float64)[:28] * 0.3).astype(np.float32)
+
+
+class CountingLedge(Ledge):
+    """Ledge whose observation ends with the steps taken since the reset, a count the
+    env keeps outside MuJoCo's state: restored at step t > 1, its first observation
+    differs from pass 1's while its physics, reward and flags agree."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float64)
+
+    def reset_model(self):
+        self.count = 0
+        return super().reset_model()
+
+    def step(self, action):
+        self.count += 1
+        return super().step(action)
+
+    def _get_obs(self):
+        return np.append(super()._get_obs(), float(getattr(self, "count", 0)))
+
+
+gym.register(id="CountingLedge-v0", entry_point=CountingLedge, max_episode_steps=30)

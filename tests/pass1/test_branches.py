@@ -118,6 +118,26 @@ def test_an_env_whose_state_is_more_than_mujoco_s_is_refused(tmp_path):
     assert [kind for kind, _ in sent].count("episode") == 1
 
 
+def test_an_observation_that_is_more_than_the_state_is_refused(tmp_path):
+    """CountingLedge's observation counts the steps since the reset outside MuJoCo's state:
+    restored at step 5, the physics, reward and flags agree with pass 1 but the first
+    observation does not (checked from the branch's own digests), and the branch says so."""
+    env_id = f"{ASSETS / 'ledge.py'}:CountingLedge-v0"
+    run = evaluate(env_id, "random", episodes=1, max_episode_steps=10, video=0,
+                   baseline=None, out=tmp_path / "run")
+    source = str(run.path / "tapes" / "policy-0000.npz")
+    job = BranchJob(env=env_spec(env_id, max_episode_steps=10), policy="random",
+                    deterministic=False, episodes=[
+                        BranchUnit("branch", i, 7, str(tmp_path / f"{t}.npz"), source=source,
+                                   step=t) for i, t in enumerate((0, 5))])
+    sent: list = []
+    with pytest.raises(UsageError, match="cannot be restored faithfully at step 5: "
+                                         "continuing from its recorded state gives another "
+                                         "observation than pass 1"):
+        run_policy_job(job, sent.append)
+    assert [kind for kind, _ in sent].count("episode") == 1  # step 0 is a plain reset
+
+
 def test_an_atari_branch_continues_from_the_emulator_state_bit_for_bit(tmp_path):
     """ALE's recorded states (RNG included: sticky actions) continue an Atari game exactly;
     the branch tape begins at the reset with the source's steps and verifies."""

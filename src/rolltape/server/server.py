@@ -122,6 +122,16 @@ class ServeConfig:
         return host, port, bind_token(self.bind, host, self.token_file)
 
 
+class Reply(Exception):
+    """A reply other than OK (STALE, INCOMPATIBLE), raised where it is decided:
+    :meth:`EnvServer.handle` sends it as it is, so an operation never checks what a helper
+    returned."""
+
+    def __init__(self, status: str, error: str, **extra: Any) -> None:
+        super().__init__(error)
+        self.reply: dict[str, Any] = {"status": status, "error": error, **extra}
+
+
 class _Timeout(Exception):
     """An env call ran past --request-timeout."""
 
@@ -309,6 +319,8 @@ class EnvServer:
             message = P.check_request(P.decode(payload, self.cfg.max_payload))
             rid = message.get("rid", 0)
             reply = self._ops[message["op"]](message)
+        except Reply as exc:
+            reply = dict(exc.reply)
         except P.ProtocolError as exc:
             reply = {"status": P.ERROR, "error": str(exc)}
         except UsageError as exc:
@@ -342,24 +354,24 @@ class EnvServer:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def _session(self, message: dict[str, Any], mutation: bool) -> Session | dict[str, Any]:
-        """The session a request names, or the STALE reply it gets."""
+    def _session(self, message: dict[str, Any], mutation: bool) -> Session:
+        """The session a request names; else the STALE reply it gets is raised."""
         sid = message.get("sid")
         session = self.sessions.get(sid) if sid is not None else None
         if session is None and sid in self.reclaimed:
-            return {"status": P.STALE, "reclaimed": True, "error": "this spare session was "
-                    "given to another client, as the server was full"}
+            raise Reply(P.STALE, "this spare session was given to another client, as the "
+                        "server was full", reclaimed=True)
         if session is None:
-            return {"status": P.STALE, "error": "the session is not open on this server (it "
-                    "was closed, timed out, or the server restarted)"}
+            raise Reply(P.STALE, "the session is not open on this server (it was closed, "
+                        "timed out, or the server restarted)")
         session.seen = time.monotonic()
         if mutation:
             if message["rid"] <= session.last_rid:
-                return {"status": P.STALE, "error": f"request id {message['rid']} was already "
-                        f"used (last {session.last_rid}); a mutation is never replayed"}
+                raise Reply(P.STALE, f"request id {message['rid']} was already used (last "
+                            f"{session.last_rid}); a mutation is never replayed")
             if message["op"] == "step" and message["gen"] != session.gen:
-                return {"status": P.STALE, "error": f"generation {message['gen']} is stale (the "
-                        f"session is at {session.gen})"}
+                raise Reply(P.STALE, f"generation {message['gen']} is stale (the session is "
+                            f"at {session.gen})")
             session.last_rid = message["rid"]
         return session
 
@@ -415,9 +427,10 @@ class EnvServer:
         finally:
             self._call_started = None
 
-    def _served(self, message: dict[str, Any]) -> Served | dict[str, Any]:
-        """The env a describe or open names (``env``; none needed when one is served), or
-        the INCOMPATIBLE reply (``unknown``: True) for a name this server does not serve."""
+    def _served(self, message: dict[str, Any]) -> Served:
+        """The env a describe or open names (``env``; none needed when one is served); for a
+        name this server does not serve, the INCOMPATIBLE reply (``unknown``: True) is
+        raised."""
         name = message.get("env")
         if name is not None and not isinstance(name, str):
             raise P.ProtocolError("'env' must be the name of a served env, or nil")
@@ -428,8 +441,7 @@ class EnvServer:
         names = ", ".join(self.envs)
         problem = (f"it serves no env named '{name}' (it serves {names})" if name is not None
                    else f"it serves {len(self.envs)} envs ({names}); a request names one")
-        return {"status": P.INCOMPATIBLE, "error": problem, "unknown": True,
-                "envs": list(self.envs)}
+        raise Reply(P.INCOMPATIBLE, problem, unknown=True, envs=list(self.envs))
 
     def _physics(self, session: Session, env: Any = None, out: np.ndarray | None = None
                  ) -> np.ndarray | None:
@@ -448,8 +460,6 @@ class EnvServer:
 
     def _op_describe(self, message: dict[str, Any]) -> dict[str, Any]:
         served = self._served(message)
-        if isinstance(served, dict):
-            return served
         return {"status": P.OK, "protocol": P.PROTOCOL_VERSION, "name": served.name,
                 "envs": list(self.envs), "descriptor": served.descriptor,
                 "spec": served.spec, "sessions": len(self.sessions),
@@ -462,8 +472,6 @@ class EnvServer:
         if not isinstance(expected, dict):
             raise P.ProtocolError("open needs the descriptor the client expects ('expect')")
         served = self._served(message)
-        if isinstance(served, dict):
-            return served
         diff = P.first_difference(expected, served.descriptor)
         problem = None if diff is None else P.difference_sentence(diff)
         if problem is None and expected.get("hash") not in (None, served.descriptor["hash"]):
@@ -493,8 +501,6 @@ class EnvServer:
 
     def _op_reset(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=True)
-        if isinstance(session, dict):
-            return session
         if session.vector:
             return self._reset_vector(session, message)
         seed, options = message.get("seed"), message.get("options")
@@ -509,8 +515,6 @@ class EnvServer:
 
     def _op_step(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=True)
-        if isinstance(session, dict):
-            return session
         if session.vector:
             return self._step_vector(session, message)
         if not session.reset_done:
@@ -642,8 +646,6 @@ class EnvServer:
 
     def _op_state(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=False)
-        if isinstance(session, dict):
-            return session
         if session.vector:
             raise P.ProtocolError(f"{message['op']} takes a one-env session; a vector "
                                   "session's physics rows come with each reply")
@@ -651,8 +653,6 @@ class EnvServer:
 
     def _op_render(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=False)
-        if isinstance(session, dict):
-            return session
         if session.vector:
             raise P.ProtocolError(f"{message['op']} takes a one-env session; a vector "
                                   "session's physics rows come with each reply")
@@ -667,9 +667,7 @@ class EnvServer:
         return {"status": P.OK, "frame": frame, "backend": os.environ.get("MUJOCO_GL")}
 
     def _op_close(self, message: dict[str, Any]) -> dict[str, Any]:
-        session = self._session(message, mutation=True)
-        if isinstance(session, dict):
-            return session
+        self._session(message, mutation=True)  # a STALE request closes nothing
         self._close_session(message["sid"])
         return {"status": P.OK}
 
