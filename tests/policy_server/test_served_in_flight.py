@@ -8,12 +8,14 @@ others play on. Nothing here asserts how the processes overlapped in time."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from conftest import Server
 from policy_servers import PolicyServer
 from rolltape import evaluate
 from rolltape.bench.common import make_checkpoint
@@ -68,26 +70,66 @@ def assert_local_tapes(tmp_path: Path, episodes: int, model: Path, stats: Path,
         env.close()
 
 
-def test_a_deterministic_served_policy_plays_episodes_at_once_with_the_local_tapes(
-        ppo_checkpoint: tuple[Path, Path], tmp_path: Path):
+@pytest.fixture(scope="module")
+def sb3_server(ppo_checkpoint: tuple[Path, Path]) -> Any:
+    """The deterministic PPO checkpoint served once for the module, 5 sessions at most."""
     model, stats = ppo_checkpoint
     server = PolicyServer(f"sb3:{model}", "--vecnormalize", str(stats), "--max-sessions", "5")
+    yield server
+    server.stop()
+
+
+def until_sessions(server: PolicyServer, n: int) -> int:
+    """The server's open sessions once they are ``n`` (a closed one is counted off when its
+    handler sees the close), or after 20 s."""
+    deadline = time.monotonic() + 20
+    while server.sessions() != n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return server.sessions()
+
+
+def test_a_deterministic_served_policy_plays_episodes_at_once_with_the_local_tapes(
+        ppo_checkpoint: tuple[Path, Path], sb3_server: PolicyServer, tmp_path: Path):
+    model, stats = ppo_checkpoint
+    ours = check_policy_server(sb3_server.address)[wire.ROLLTAPE_KEY]
+    assert ours["independent_sessions"] is True and ours["max_sessions"] == 5
+    job, sent, opened = play(sb3_server.address, tmp_path, 5)
     try:
-        ours = check_policy_server(server.address)[wire.ROLLTAPE_KEY]
-        assert ours["independent_sessions"] is True and ours["max_sessions"] == 5
-        job, sent, opened = play(server.address, tmp_path, 5)
+        rows = in_flight_sessions(job, opened.get(job, sent.append))
+        assert len(rows) == 3 and all(isinstance(env, AskAhead) for env, _ in rows)
+        assert len({id(policy.session) for _, policy in rows}) == 3
+        assert sb3_server.sessions() == 3  # one policy session per episode played at once
+        run_policy_job(job, sent.append, opened)
+    finally:
+        opened.close()
+    assert sorted(p["index"] for k, p in sent if k == "episode") == [0, 1, 2, 3, 4]
+    assert_local_tapes(tmp_path, 5, model, stats, deterministic=True)
+    assert until_sessions(sb3_server, 0) == 0  # every session closed with the job
+
+
+def test_a_served_env_and_policy_play_at_once_and_close_their_further_sessions(
+        sb3_server: PolicyServer, tmp_path: Path):
+    """On a served env too, each episode played at once has a policy session of its own,
+    closed with the env session when the worker moves to another job."""
+    env_server = Server()
+    try:
+        spec = env_spec(f"{env_server.address}/{ENV_ID}", max_episode_steps=STEPS)
+        job = PolicyJob(env=spec, policy=sb3_server.address, in_flight=3,
+                        episodes=Episodes("policy", range(3), seed=0, tapes=str(tmp_path)))
+        opened = OpenJobs()
+        sent: list[Any] = []
         try:
-            rows = in_flight_sessions(job, opened.get(job, sent.append))
-            assert len(rows) == 3 and all(isinstance(env, AskAhead) for env, _ in rows)
-            assert len({id(policy.session) for _, policy in rows}) == 3
-            assert server.sessions() == 3  # one policy session per episode played at once
+            slot = opened.get(job, sent.append)
+            assert len(in_flight_sessions(job, slot)) == 3 and sb3_server.sessions() == 3
             run_policy_job(job, sent.append, opened)
+            slot.close_more()  # what a worker does when it plays another job
+            assert until_sessions(sb3_server, 1) == 1  # the job's own, kept for its next piece
         finally:
             opened.close()
-        assert sorted(p["index"] for k, p in sent if k == "episode") == [0, 1, 2, 3, 4]
-        assert_local_tapes(tmp_path, 5, model, stats, deterministic=True)
+        assert [k for k, _ in sent].count("episode") == 3
+        assert until_sessions(sb3_server, 0) == 0
     finally:
-        server.stop()
+        env_server.stop()
 
 
 def test_a_sampling_served_policy_plays_one_episode_at_a_time(

@@ -35,7 +35,7 @@ from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
 from rolltape.pass1.inflight import AskAhead, play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
-from rolltape.policies import Policy, SB3Policy, load_policy
+from rolltape.policies import Policy, SB3Policy, ServedPolicy, load_policy
 from rolltape.record import Episode, EpisodeKey
 from rolltape.tape import Tape, finite_or_none
 
@@ -276,7 +276,10 @@ class Opened:
     def close_more(self) -> None:
         """Close the further sessions (their server's --max-sessions counts them)."""
         while self.more:
-            self.more.pop()[0].close()
+            env, policy = self.more.pop()
+            env.close()
+            if isinstance(policy, ServedPolicy):  # a session of its own (a served env's row;
+                policy.close()                    # an AskAhead has closed its own already)
 
     def close(self) -> None:
         self.close_more()
