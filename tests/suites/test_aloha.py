@@ -1,8 +1,9 @@
 """The ALOHA suite, in the benchmark's own venv (`rolltape suites install aloha`, built by
 scripts/setup.sh --test): gym-aloha's own env, made as LeRobot makes it, and rolltape's suite
 give a fixed-action policy the same episodes (every reward, success, length) on the same
-seeds; the policy reads LeRobot's keys; the tape keeps each key's digest per step, and a
-replay in the venv draws the same images (the digests) and a frame of the scene."""
+seeds; the policy reads LeRobot's keys; the tape keeps each key's digest per step; pass 2
+verifies its video in the venv, and a replay there draws the same images (the digests), also
+continued from a recorded state, and the video's first frame."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import os
 import subprocess
 from pathlib import Path
 
+import av
 import numpy as np
+from PIL import Image
 
 import rolltape
 from rolltape.outputs.artifacts import read_jsonl
@@ -86,7 +89,7 @@ def test_gym_alohas_own_env_and_the_suite_give_the_same_episodes(tmp_path):
     bench = benchmarks.ALOHA
     assert benchmarks.installed(bench), f"build it: {bench.install} (scripts/setup.sh --test)"
     run = rolltape.evaluate(suite="aloha", tasks="transfer_cube", policy=f"{POLICY}:reach",
-                            episodes=EPISODES, max_episode_steps=STEPS, video=0,
+                            episodes=EPISODES, max_episode_steps=STEPS, video="worst",
                             out=tmp_path / "run")
     rows = sorted(read_jsonl(run.path / "episodes.jsonl"), key=lambda r: r["index"])
     assert [r["status"] if "status" in r else "ok" for r in rows] == ["ok"] * EPISODES
@@ -100,17 +103,26 @@ def test_gym_alohas_own_env_and_the_suite_give_the_same_episodes(tmp_path):
     assert any(sum(r) > 0 for _, _, r in got)  # the arm touches the cube: rewards to compare
 
     # The policy read LeRobot's keys (else it raised); the tape digests each key per step.
-    tape = tapes[0]
+    [video] = run.results.videos  # pass 2, in the venv's render workers: every key verified
+    assert video.verified is True and video.get("backend") == "egl"
+    [row] = [r for r in rows if r["seed"] == video.key.seed]
+    tape = Tape.load(run.path / row["tape"])
     assert tape.obs_keys == ("observation.images.top", "observation.state", "task")
     assert tape.obs_key_digest is not None and tape.obs_key_digest.shape == (STEPS + 1, 3)
     assert tape.physics is not None  # MuJoCo's physics rows, through dm_control's model
     png = tmp_path / "top.png"
-    replayed, continued = json.loads(_venv(_REPLAY, str(run.path / rows[0]["tape"]), str(png)))
+    replayed, continued = json.loads(_venv(_REPLAY, str(run.path / row["tape"]), str(png)))
     assert np.array_equal(np.array(replayed, dtype=np.uint64), tape.obs_key_digest)
     # dm_control's step needs mj_step1 redone after a state is set (AlohaEnv.after_set_state):
     # without it a 400-step episode's pass-2 segment diverged at its first step.
     assert np.array_equal(np.array(continued, dtype=np.uint64), tape.obs_key_digest[STEPS // 2:])
-    assert png.stat().st_size > 10_000  # the scene (looked at: two arms over the table)
+    # The video's first frame is the policy's reset image (a lossy copy): the ALOHA scene
+    # (looked at: two arms at their start pose over the table, the red cube between them).
+    with av.open(str(run.path / video.paths[0])) as container:
+        frames = [f.to_ndarray(format="rgb24").astype(int) for f in container.decode(video=0)]
+    assert len(frames) == STEPS + 1
+    drawn = np.asarray(Image.open(png), dtype=int)
+    assert frames[0].std() > 30 and np.abs(frames[0] - drawn).mean() < 4
 
 
 def test_the_suite_is_hosted_in_alohas_venv_with_lerobots_length():
