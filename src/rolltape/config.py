@@ -1,11 +1,14 @@
-"""One evaluation's choices, checked before any work: :class:`EvalConfig`, what ``--video``
-picks, and the envs a run evaluates (:class:`Target`, one per env or suite task).
+"""One evaluation's choices, checked before any work: :class:`EvalConfig` and the envs a
+run evaluates (:class:`Target`, one per env or suite task). What ``--video`` picks is a
+:class:`rolltape.video_pick.VideoPick` (``EvalConfig.video``); ``video_picks``,
+``check_video``, ``needs_returns`` and ``select_episodes`` here are its questions asked of a
+value in any form the API takes.
 
 Everything here is refused or accepted before a worker starts, so a bad flag costs nothing
 and leaves nothing half-written.
 
 May import: the render side's request types and checks, executors (to pick one), envs,
-suites, limits, errors. Never: torch, GL (checks that need MuJoCo run in a fresh
+suites, limits, errors, video_pick. Never: torch, GL (checks that need MuJoCo run in a fresh
 interpreter), the orchestrator.
 
 >>> video_picks("best:2,0")
