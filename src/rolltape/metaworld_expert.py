@@ -4,10 +4,12 @@ Meta-World ships one hand-written policy per task (``metaworld.policies.ENV_POLI
 a function of the 39-number state observation. It lives in the benchmark's venv, not in
 rolltape's, so the policy runs there: a child interpreter of that venv (tied to this process,
 as every rolltape child is) reads observations and writes actions over a pipe, as fixed-size
-float64/float32 frames (nothing decoded from it can run code). The task comes from the env
+float64/float32 frames (nothing decoded from it can run code). In the pixel suites it reads
+the state from the observation's ``observation.environment_state``. The task comes from the env
 the policy is loaded for (the suite task's ``task`` kwarg).
 
-May import: suites.benchmarks, interpreter, errors, numpy. Never: the render side.
+May import: suites.benchmarks, suites.metaworld, interpreter, errors, numpy. Never: the render
+side.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from rolltape.errors import UsageError
 from rolltape.interpreter import python_command
+from rolltape.suites.metaworld import ENV_STATE_KEY  # the pixel suites' state
 
 SOURCE = "metaworld-expert"
 OBS_SIZE = 39  # Meta-World v3's state observation
@@ -59,9 +62,14 @@ class ExpertProcess:
         from rolltape.suites import benchmarks
 
         task = task_of(env)
-        if task is None or getattr(env.observation_space, "shape", None) != (OBS_SIZE,):
-            raise UsageError("--policy metaworld-expert plays the Meta-World suites' state "
-                             "observations only (e.g. --suite metaworld_mt10).")
+        space = env.observation_space
+        # The pixel suites' observation carries the state under this key (the expert reads it)
+        self.key = ENV_STATE_KEY if ENV_STATE_KEY in getattr(space, "spaces", {}) else None
+        if self.key is not None:
+            space = space[self.key]
+        if task is None or getattr(space, "shape", None) != (OBS_SIZE,):
+            raise UsageError("--policy metaworld-expert plays the Meta-World suites only "
+                             "(e.g. --suite metaworld_mt10 or metaworld_mt10_pixels).")
         python = benchmarks.require(benchmarks.METAWORLD)
         cmd = python_command(_PROGRAM, task)
         cmd[0] = str(python)
@@ -70,7 +78,8 @@ class ExpertProcess:
 
     def act(self, obs: Any) -> np.ndarray:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(np.asarray(obs, dtype=np.float64).reshape(OBS_SIZE).tobytes())
+        state = obs if self.key is None else obs[self.key]
+        self.proc.stdin.write(np.asarray(state, dtype=np.float64).reshape(OBS_SIZE).tobytes())
         self.proc.stdin.flush()
         frame = self.proc.stdout.read(ACTION_SIZE * 4)
         if len(frame) < ACTION_SIZE * 4:

@@ -87,7 +87,8 @@ METAWORLD_SUITES = (("mt10", "MT10", MT10), ("mt50", "MT50", MT50),
                     ("hard", "hard (LeRobot's group)", HARD),
                     ("very_hard", "very hard (LeRobot's group)", VERY_HARD))
 #: Built-in suites whose envs run in a benchmark's own venv (rolltape.suites.benchmarks).
-HOSTED = {f"metaworld_{group}": "metaworld" for group, _, _ in METAWORLD_SUITES}
+HOSTED = {f"metaworld_{group}{pixels}": "metaworld" for group, _, _ in METAWORLD_SUITES
+          for pixels in ("", "_pixels")}
 # gym-aloha's two tasks as LeRobot plays them (rolltape.suites.aloha), in their own venv.
 ALOHA_ENV = "rolltape.suites.aloha:Aloha-v0"
 HOSTED["aloha"] = "aloha"
@@ -125,6 +126,15 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "description": f"Meta-World {title} as LeRobot plays it, in its own venv",
         "success_key": "is_success",
         "tasks": {task: {"env": METAWORLD_ENV, "kwargs": {"task": f"{task}-v3"}}
+                  for task in tasks},
+    } for group, title, tasks in METAWORLD_SUITES},
+    # The same tasks with LeRobot's image observations (corner2 camera, 480 x 480, its keys).
+    **{f"metaworld_{group}_pixels": {
+        "description": f"Meta-World {title} with LeRobot's camera image and keys, in its own "
+                       "venv",
+        "success_key": "is_success",
+        "tasks": {task: {"env": METAWORLD_ENV,
+                         "kwargs": {"task": f"{task}-v3", "obs_type": "pixels_agent_pos"}}
                   for task in tasks},
     } for group, title, tasks in METAWORLD_SUITES},
     "aloha": {

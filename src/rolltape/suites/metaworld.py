@@ -15,8 +15,22 @@ The rules follow LeRobot's ``lerobot.envs.metaworld.MetaworldEnv`` (read, not co
 - ``info["is_success"]`` is Meta-World's ``success`` as a bool.
 
 Observations: ``obs_type="state"`` (default) is Meta-World's 39-number observation, which
-its scripted experts read (LeRobot has no state mode); ``"pixels_agent_pos"`` is LeRobot's
-``{"pixels": corner2 image (flipped as LeRobot flips it), "agent_pos": obs[:4]}``.
+its scripted experts read (LeRobot has no state mode). ``"pixels_agent_pos"`` (the
+``metaworld_*_pixels`` suites; LeRobot's default) is what LeRobot's wrapper gives
+(``{"pixels": corner2 image, "agent_pos": obs[:4]}``) under the names its
+``preprocess_observation`` maps them to, so a served LeRobot policy reads them as they are:
+
+- ``observation.image``: the ``corner2`` camera (placed as LeRobot places it, flipped on both
+  axes as LeRobot flips it), H x W x 3 uint8 at ``width`` x ``height`` (LeRobot's 480 x 480:
+  it never sets Meta-World's size, whose default that is);
+- ``observation.state``: the hand's position and gripper, ``obs[:4]`` (LeRobot's ``agent_pos``);
+- ``task``: the task's text as ``lerobot-eval`` adds it (``env.call("task_description")``);
+- ``observation.environment_state``: Meta-World's 39 numbers, which LeRobot's wrapper does not
+  give (its policies never read it): rolltape's own, so Meta-World's scripted expert, which
+  acts on the state, can play the pixel suites too.
+
+Only that camera is drawn, once a step (pass 1 draws nothing else); the tape keeps a digest
+of each key per step (:func:`rolltape.pass1.fields.kept_obs`), images included.
 
 May import: gymnasium, numpy; metaworld and mujoco only inside the env (benchmark venv).
 """
@@ -34,7 +48,64 @@ MODULE_ENV = f"rolltape.suites.metaworld:{ENV_ID}"
 MAX_PATH_LENGTH = 500  # Meta-World's own truncation, and LeRobot's rollout cap
 TASK_SEED = 42  # LeRobot's MT1 seed: which task variation family each task plays
 CAMERA = "corner2"
-
+IMAGE_KEY = "observation.image"  # LeRobot's key of a single (non-dict) "pixels" image
+STATE_KEY = "observation.state"  # LeRobot's agent_pos
+ENV_STATE_KEY = "observation.environment_state"  # Meta-World's 39 numbers (rolltape's extra)
+TASK_KEY = "task"
+STATE_SIZE = 39
+_TASK_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ,-"
+TASK_DESCRIPTIONS = {  # LeRobot's metaworld_config.json, the text its eval gives as 'task'
+    "assembly-v3": "Pick up a nut and place it onto a peg",
+    "basketball-v3": "Dunk the basketball into the basket",
+    "bin-picking-v3": "Grasp the puck from one bin and place it into another bin",
+    "box-close-v3": "Grasp the cover and close the box with it",
+    "button-press-topdown-v3": "Press a button from the top",
+    "button-press-topdown-wall-v3": "Bypass a wall and press a button from the top",
+    "button-press-v3": "Press a button",
+    "button-press-wall-v3": "Bypass a wall and press a button",
+    "coffee-button-v3": "Push a button on the coffee machine",
+    "coffee-pull-v3": "Pull a mug from a coffee machine",
+    "coffee-push-v3": "Push a mug under a coffee machine",
+    "dial-turn-v3": "Rotate a dial 180 degrees",
+    "disassemble-v3": "Pick a nut out of a peg",
+    "door-close-v3": "Close a door with a revolving joint",
+    "door-lock-v3": "Lock the door by rotating the lock clockwise",
+    "door-open-v3": "Open a door with a revolving joint",
+    "door-unlock-v3": "Unlock the door by rotating the lock counter-clockwise",
+    "hand-insert-v3": "Insert the gripper into a hole",
+    "drawer-close-v3": "Push and close a drawer",
+    "drawer-open-v3": "Open a drawer",
+    "faucet-open-v3": "Rotate the faucet counter-clockwise",
+    "faucet-close-v3": "Rotate the faucet clockwise",
+    "hammer-v3": "Hammer a screw on the wall",
+    "handle-press-side-v3": "Press a handle down sideways",
+    "handle-press-v3": "Press a handle down",
+    "handle-pull-side-v3": "Pull a handle up sideways",
+    "handle-pull-v3": "Pull a handle up",
+    "lever-pull-v3": "Pull a lever down 90 degrees",
+    "peg-insert-side-v3": "Insert a peg sideways",
+    "pick-place-wall-v3": "Pick a puck, bypass a wall and place the puck",
+    "pick-out-of-hole-v3": "Pick up a puck from a hole",
+    "reach-v3": "Reach a goal position",
+    "push-back-v3": "Push the puck to a goal",
+    "push-v3": "Push the puck to a goal",
+    "pick-place-v3": "Pick and place a puck to a goal",
+    "plate-slide-v3": "Slide a plate into a cabinet",
+    "plate-slide-side-v3": "Slide a plate into a cabinet sideways",
+    "plate-slide-back-v3": "Get a plate from the cabinet",
+    "plate-slide-back-side-v3": "Get a plate from the cabinet sideways",
+    "peg-unplug-side-v3": "Unplug a peg sideways",
+    "soccer-v3": "Kick a soccer into the goal",
+    "stick-push-v3": "Grasp a stick and push a box using the stick",
+    "stick-pull-v3": "Grasp a stick and pull a box with the stick",
+    "push-wall-v3": "Bypass a wall and push a puck to a goal",
+    "reach-wall-v3": "Bypass a wall and reach a goal",
+    "shelf-place-v3": "Pick and place a puck onto a shelf",
+    "sweep-into-v3": "Sweep a puck into a hole",
+    "sweep-v3": "Sweep a puck off the table",
+    "window-open-v3": "Push and open a window",
+    "window-close-v3": "Push and close a window",
+}
 
 
 class MetaWorldEnv(gym.Env):
@@ -51,11 +122,13 @@ class MetaWorldEnv(gym.Env):
         # of this env (no metaworld there) for the spaces a served session is checked against.
         self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
         if obs_type == "state":
-            self.observation_space = spaces.Box(-np.inf, np.inf, (39,), np.float64)
+            self.observation_space = spaces.Box(-np.inf, np.inf, (STATE_SIZE,), np.float64)
         else:
             self.observation_space = spaces.Dict({
-                "pixels": spaces.Box(0, 255, (height, width, 3), np.uint8),
-                "agent_pos": spaces.Box(-1000.0, 1000.0, (4,), np.float64)})
+                IMAGE_KEY: spaces.Box(0, 255, (height, width, 3), np.uint8),
+                STATE_KEY: spaces.Box(-1000.0, 1000.0, (4,), np.float64),
+                ENV_STATE_KEY: spaces.Box(-np.inf, np.inf, (STATE_SIZE,), np.float64),
+                TASK_KEY: spaces.Text(max_length=64, charset=_TASK_CHARS)})
         self._env: Any = None
         try:
             import metaworld  # type: ignore[import-not-found]  # only the benchmark venv's
@@ -90,7 +163,9 @@ class MetaWorldEnv(gym.Env):
     def _obs(self, raw: np.ndarray) -> Any:
         if self.obs_type == "state":
             return np.asarray(raw, dtype=np.float64)
-        return {"pixels": self.render().copy(), "agent_pos": np.asarray(raw[:4], np.float64)}
+        raw = np.asarray(raw, dtype=np.float64)
+        return {IMAGE_KEY: self.render().copy(), STATE_KEY: raw[:4].copy(),
+                ENV_STATE_KEY: raw, TASK_KEY: TASK_DESCRIPTIONS[self.task]}
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
