@@ -74,6 +74,52 @@ def test_served_sb3_policy_gives_the_local_tapes_and_parity_finds_no_difference(
     assert sb3_server.sessions() == 0  # every client closed its sessions
 
 
+def test_batched_inference_on_a_served_policy_is_one_forward_pass_and_parity_reports_it(
+        ppo_checkpoint: tuple[Path, Path], sb3_server: PolicyServer, tmp_path: Path):
+    """`--batched-inference --policy ws://` asks the server for every sub-env's action in one
+    request: the tapes are the local batched run's, bit for bit. `parity --batch B` asks for
+    each action within a batch of B and counts exactly the steps where that differs from
+    the policy's own batch-1 action (computed here on the same rows)."""
+    from rolltape.policy_parity import batch_of
+
+    model, stats = ppo_checkpoint
+    common = ("-n", "3", "--workers", "2", "--batched-inference", "--max-episode-steps", "20",
+              "--no-report")
+    served = run_cli("eval", "HalfCheetah-v5", "--policy", sb3_server.address, *common,
+                     "--out", str(tmp_path / "served"))
+    local = run_cli("eval", "HalfCheetah-v5", "--policy", f"sb3:{model}", "--vecnormalize",
+                    str(stats), *common, "--out", str(tmp_path / "local"))
+    assert served.returncode == 0 and local.returncode == 0, served.stderr + local.stderr
+    for i in range(3):
+        name = f"policy-{i:04d}.npz"
+        assert (tape_arrays(tmp_path / "served" / "tapes", name)
+                == tape_arrays(tmp_path / "local" / "tapes", name)), name
+    header = Tape.load(tmp_path / "served" / "tapes" / "policy-0000.npz").policy
+    assert "served" in str(header.get("inference")), header
+    parity = run_cli("parity", "HalfCheetah-v5", "--policy", sb3_server.address,
+                     "--local-policy", f"sb3:{model}", "--vecnormalize", str(stats), "-n", "1",
+                     "--max-episode-steps", "20", "--batch", "4", "--out",
+                     str(tmp_path / "parity.json"))
+    report = json.loads((tmp_path / "parity.json").read_text())
+    env = make_env(env_spec("HalfCheetah-v5", {}, 20))
+    policy = load_policy(f"sb3:{model}", env, vecnormalize=str(stats))
+    obs, _ = env.reset(seed=0)
+    earlier: list[Any] = []
+    differing = 0
+    for _ in range(20):
+        alone = policy.act(obs)
+        batched = policy.predict_action(batch_of(obs, earlier, 4))[0]
+        differing += alone.tobytes() != batched.tobytes()
+        earlier = [obs] + earlier[:2]
+        obs = env.step(alone)[0]
+    env.close()
+    assert report["batch"] == 4 and report["steps"] == 20
+    assert report["differing_steps"] == differing
+    assert parity.returncode == (1 if differing else 0), parity.stderr
+    if differing:
+        assert "asked within batches of 4" in parity.stderr
+
+
 def test_chunks_execute_as_a_reference_loop_and_the_server_imports_no_simulator(
         policies: Path, tmp_path: Path):
     probe = tmp_path / "modules.json"
@@ -92,6 +138,12 @@ def test_chunks_execute_as_a_reference_loop_and_the_server_imports_no_simulator(
                 assert npz["chunk_starts"].tolist() == starts == [0, 3, 6, 9]
         verified = run_cli("verify", str(out / "tapes" / "policy-0001.npz"))
         assert verified.returncode == 0, verified.stderr
+        # a callable acts on one observation a request: a batch is refused in one sentence
+        batch = run_cli("parity", "Pendulum-v1", "--policy", server.address, "--local-policy",
+                        "pols.py:Chunky", "-n", "1", "--max-episode-steps", "4", "--batch",
+                        "2", "--out", str(tmp_path / "p.json"), cwd=policies)
+        assert batch.returncode == 2, batch.stderr
+        assert "does not act on a batch of observations" in batch.stderr.strip().splitlines()[-1]
         # ... and K = 1, H (the server's default) through pass 1's own episode loop
         env = gym.make("Pendulum-v1", max_episode_steps=STEPS)
         for source, k in ((f"{server.address}?execute_steps=1", 1), (server.address, H)):

@@ -672,6 +672,8 @@ class ServedPolicy(Policy):
         # what one session asks does not change another's answers (an openpi server's
         # policy may draw from one generator for every connection: not said, so not taken)
         self.independent = isinstance(ours, dict) and ours.get("independent_sessions") is True
+        # one forward pass for a batch of observations (act_batch): said by serve-policy
+        self.batches = isinstance(ours, dict) and ours.get("batch") is True
         sessions = ours.get("max_sessions") if isinstance(ours, dict) else None
         self.max_sessions = sessions if type(sessions) is int and sessions >= 1 else 1
         served = meta.get("execute_steps")
@@ -775,6 +777,24 @@ class ServedPolicy(Policy):
             self._starts.append(self._t)
         self._t += 1
         return self._queue.pop(0)
+
+    def act_batch(self, obs: Any) -> np.ndarray:
+        """One action per row of ``obs`` (an array, or a map of arrays, of B rows) from one
+        forward pass on the server, for a server whose metadata says it batches."""
+        from rolltape.policy_server.client import PolicyServerError
+
+        if not self.batches:
+            raise UsageError(f"The policy server at {self.address.uri} does not act on a "
+                             "batch of observations (serve-policy does for a deterministic "
+                             "SB3 policy); drop --batched-inference or --batch.")
+        self._drop_asked()
+        reply = self._call({"observations": obs}, "a batch of observations")
+        actions = self._chunk(reply)  # [B, *action_shape]: checked as a chunk's rows are
+        rows = len(next(iter(obs.values())) if isinstance(obs, dict) else obs)
+        if len(actions) != rows:
+            raise PolicyServerError(f"the policy server at {self.address.uri} answered "
+                                    f"{len(actions)} actions for {rows} observations")
+        return actions
 
     def chunk(self, obs: Any) -> np.ndarray:
         return self._chunk(self._call({"observation": obs}, "an observation"))

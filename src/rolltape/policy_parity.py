@@ -26,7 +26,7 @@ import numpy as np
 from rolltape.envs import make_env
 from rolltape.errors import UsageError
 from rolltape.pass1.rollout import last_line, record_episode
-from rolltape.policies import Policy, load_policy
+from rolltape.policies import Policy, ServedPolicy, load_policy
 
 
 def compare_actions(local: Any, served: Any) -> tuple[bool, int | None, float]:
@@ -48,8 +48,24 @@ def compare_actions(local: Any, served: Any) -> tuple[bool, int | None, float]:
     return False, dim, float(np.nanmax(gap)) if gap.size else 0.0
 
 
-def _lockstep(env: Any, local: Policy, served: Policy, seed: int) -> dict[str, Any]:
-    """One episode stepped by ``local``, ``served`` asked on every observation."""
+def batch_of(obs: Any, earlier: list[Any], batch: int) -> Any:
+    """``obs`` as the first row of a batch of ``batch``, the other rows the observations
+    before it (the first repeated while there are too few): what a batched forward pass
+    sees beside an episode's observation.
+
+    >>> batch_of(np.array([3.0]), [np.array([2.0]), np.array([1.0])], 4)[:, 0].tolist()
+    [3.0, 2.0, 1.0, 3.0]
+    """
+    rows = ([obs] + earlier[:batch - 1] + [obs] * batch)[:batch]
+    if isinstance(obs, dict):
+        return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in obs}
+    return np.stack([np.asarray(r) for r in rows])
+
+
+def _lockstep(env: Any, local: Policy, served: Policy, seed: int, batch: int = 1
+              ) -> dict[str, Any]:
+    """One episode stepped by ``local``, ``served`` asked on every observation (as the
+    first row of a batch of ``batch`` when it is more than 1)."""
     obs, info = env.reset(seed=seed)
     local.reset(seed)
     served.reset(seed)
@@ -57,8 +73,14 @@ def _lockstep(env: Any, local: Policy, served: Policy, seed: int) -> dict[str, A
     steps, done = 0, False
     first: dict[str, Any] | None = None
     differing, largest = 0, 0.0
+    earlier: list[Any] = []
     while not done:
-        mine, theirs = local.act(obs), served.act(obs)
+        mine = local.act(obs)
+        if batch > 1 and isinstance(served, ServedPolicy):
+            theirs = served.act_batch(batch_of(obs, earlier, batch))[0]
+            earlier = [obs] + earlier[:batch - 2]
+        else:
+            theirs = served.act(obs)
         same, dim, gap = compare_actions(mine, theirs)
         if not same:
             differing += 1
@@ -77,21 +99,29 @@ def _lockstep(env: Any, local: Policy, served: Policy, seed: int) -> dict[str, A
 
 def run_policy_parity(spec: dict[str, Any], served_source: str, local_source: str,
                       episodes: int, seed: int, *, vecnormalize: str | None = None,
-                      algo: str | None = None, deterministic: bool = True,
+                      algo: str | None = None, deterministic: bool = True, batch: int = 1,
                       on_episode: Callable[[dict[str, Any]], None] | None = None
                       ) -> dict[str, Any]:
     """Compare ``served_source`` (ws://) with ``local_source`` on ``episodes`` seeded
-    episodes of the local env ``spec``; return the parity.json content."""
+    episodes of the local env ``spec``; return the parity.json content. With ``batch`` B
+    above 1 the served policy acts on each observation within a batch of B (one forward
+    pass, its other rows the episode's earlier observations), so the report says whether
+    batching changes its actions."""
     env = make_env(spec)
     served: Policy | None = None
     try:
         local = load_policy(local_source, env, vecnormalize=vecnormalize, algo=algo,
                             deterministic=deterministic)
         served = load_policy(served_source, env)
+        if batch > 1 and not (isinstance(served, ServedPolicy) and served.batches):
+            raise UsageError(f"--batch {batch}: the policy at {served_source} does not act on "
+                             "a batch of observations (serve-policy does for a deterministic "
+                             "SB3 policy); drop --batch.")
         rows = []
         for i in range(episodes):
             s = seed + i
-            row: dict[str, Any] = {"episode": i, "seed": s, **_lockstep(env, local, served, s)}
+            row: dict[str, Any] = {"episode": i, "seed": s,
+                                   **_lockstep(env, local, served, s, batch)}
             alone = record_episode(env, served, s)  # the served policy's own episode
             row["served"] = {"length": len(alone["rewards"]),
                              "return": float(np.sum(alone["rewards"])),
@@ -112,7 +142,7 @@ def run_policy_parity(spec: dict[str, Any], served_source: str, local_source: st
     firsts = [dict(episode=r["episode"], seed=r["seed"], **r["first_difference"])
               for r in rows if r["first_difference"] is not None]
     return {"env": spec, "policy": served_source, "local_policy": local_source,
-            "episodes": len(rows), "seed": seed,
+            "episodes": len(rows), "seed": seed, "batch": batch,
             "differing_steps": sum(r["differing_steps"] for r in rows),
             "steps": sum(r["length"] for r in rows),
             "max_abs_diff": max((r["max_abs_diff"] for r in rows), default=0.0),

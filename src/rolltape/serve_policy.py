@@ -10,6 +10,9 @@ binary message is a request:
 
 - ``{"observation": OBS}``: answered ``{"actions": array[H, *action_shape], "server_timing":
   {"infer_ms": ...}}`` (H is 1 for a policy that gives one action per call);
+- ``{"observations": array[B, ...]}`` (a rolltape extension, offered when the metadata's
+  ``"rolltape"`` says ``"batch": true``): answered ``{"actions": array[B, *action_shape]}``
+  from one forward pass (``--batched-inference``, ``parity --batch``);
 - ``{"__ctrl__": "reset", "seed": S}``: the session's policy is reset for an episode reset
   with seed S (its sampler reseeded, as a local policy is), answered ``{"__ack__": "reset"}``;
   another ``__ctrl__`` is answered ``{"__ack__": "ignored"}``.
@@ -135,10 +138,13 @@ def load_source(cfg: ServePolicyConfig) -> Loaded:
     # deterministic SB3 policy), so that a client may play several episodes at once on them;
     # not a sampling policy, whose sessions all draw from torch's one global generator.
     independent = first.fork() is not None
+    # One forward pass over a batch of observations (--batched-inference, parity --batch):
+    # an SB3 policy acting deterministically, as a local batched pass 1 requires.
+    batches = callable(getattr(first, "predict_action", None)) and cfg.deterministic
     metadata = {
         wire.ROLLTAPE_KEY: {"version": __version__, "reset": True,
                             "max_sessions": cfg.max_sessions,
-                            "independent_sessions": independent},
+                            "independent_sessions": independent, "batch": batches},
         "policy": description,
         "action_space": describe_space(action_space) if action_space is not None else None,
         "observation_space": (describe_space(observation_space)
@@ -299,6 +305,8 @@ class PolicyServer:
             with self._forward:
                 self._call(policy.reset, seed)
             return {wire.ACK: wire.RESET}
+        if "observations" in request:
+            return self._answer_batch(policy, request["observations"])
         if "observation" not in request:
             keys = ", ".join(sorted(map(str, request)))[:120]
             raise _Refused(f"malformed request: an infer request is a map with 'observation' "
@@ -308,6 +316,30 @@ class PolicyServer:
         with self._forward:
             action = self._call(policy.act, request["observation"])
         actions = self._chunk(action)
+        return {"actions": actions,
+                "server_timing": {"infer_ms": (time.perf_counter() - start) * 1e3}}
+
+    def _answer_batch(self, policy: Any, observations: Any) -> dict[str, Any]:
+        """``{"observations": [B, ...]}``: B actions from one forward pass, as a local
+        ``--batched-inference`` pass 1 gets them (a rolltape extension of openpi's wire)."""
+        if not self.loaded.metadata[wire.ROLLTAPE_KEY].get("batch"):
+            raise _Refused("this policy does not act on a batch of observations (only a "
+                           "deterministic SB3 policy does); send one 'observation' a request",
+                           CLOSE_POLICY_VIOLATION)
+        rows = [len(v) for v in (observations.values() if isinstance(observations, dict)
+                                 else [observations]) if isinstance(v, np.ndarray)]
+        if not rows or min(rows) < 1 or len(set(rows)) != 1 or any(
+                v.ndim < 1 for v in (observations.values() if isinstance(observations, dict)
+                                     else [observations])):
+            raise _Refused("malformed request: 'observations' must be an array (or a map of "
+                           "arrays) of at least one row, every array with the same number of "
+                           "rows", CLOSE_POLICY_VIOLATION)
+        start = time.perf_counter()
+        with self._forward:
+            actions = np.asarray(self._call(policy.predict_action, observations))
+        if actions.dtype.kind not in "biuf" or actions.ndim < 1 or len(actions) != rows[0]:
+            raise _Refused(f"the policy gave actions of shape {list(actions.shape)} and dtype "
+                           f"{actions.dtype} for {rows[0]} observations", CLOSE_INTERNAL_ERROR)
         return {"actions": actions,
                 "server_timing": {"infer_ms": (time.perf_counter() - start) * 1e3}}
 

@@ -134,6 +134,11 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
                                  "instead of --policy on --episodes seeds."),
         output: Path = typer.Option(Path("parity.json"), "--out", "-o",
                                     help="Where to write parity.json."),
+        batch: int = typer.Option(1, "--batch", rich_help_panel=POLICY,
+                                  help="With --policy ws://: ask the served policy for each "
+                                       "action within a batch of this many observations "
+                                       "(one forward pass), to see whether batching changes "
+                                       "its actions."),
         **config: Any,
     ) -> None:
         """Play the same seeded episodes locally and served (an env with --served, a policy
@@ -165,10 +170,15 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
             raise UsageError(f"--width/--height/--camera: {exc}.") from None
         if output.is_dir():
             raise UsageError(f"--out '{output}' is a folder; give the path of parity.json.")
+        if batch < 1:
+            raise UsageError(f"--batch must be at least 1, got {batch}.")
         if local_policy is not None or policy.startswith("ws://"):
             _policy_parity(env, served, policy, local_policy, episodes, seed, vecnormalize,
-                           algo, env_kwargs, max_episode_steps, output, say)
+                           algo, env_kwargs, max_episode_steps, output, say, batch)
             return
+        if batch != 1:
+            raise UsageError("--batch compares a served policy's batched actions: give "
+                             "--policy ws://HOST:PORT and --local-policy SOURCE with it.")
         if served is None:
             raise UsageError("Give the env server as --served tcp://HOST:PORT, or a policy "
                              "server as --policy ws://HOST:PORT with --local-policy SOURCE.")
@@ -218,7 +228,7 @@ def _policy_parity(env: str | None, served: str | None, policy: str,
                    local_policy: str | None, episodes: int, seed: int, vecnormalize: Any,
                    algo: str | None, env_kwargs: dict[str, Any],
                    max_episode_steps: int | None, output: Path,
-                   say: Callable[[str], None]) -> None:
+                   say: Callable[[str], None], batch: int = 1) -> None:
     """``parity --policy ws://... --local-policy SOURCE ENV``: a served policy against the
     same policy loaded here (:mod:`rolltape.policy_parity`), in a spawned worker."""
     from rolltape.envs import env_spec
@@ -237,7 +247,7 @@ def _policy_parity(env: str | None, served: str | None, policy: str,
     check_policy_server(policy)  # there, before the worker loads anything
     options = {"policy": policy, "local_policy": local_policy, "episodes": episodes,
                "seed": seed, "vecnormalize": str(vecnormalize) if vecnormalize else None,
-               "algo": algo}
+               "algo": algo, "batch": batch}
 
     def shown(row: dict[str, Any]) -> None:
         mark = ("agree" if row["first_difference"] is None else
@@ -249,8 +259,10 @@ def _policy_parity(env: str | None, served: str | None, policy: str,
     result = _run_worker(spec, options, None, say, policy_parity_worker, shown)
     write_json(output, result)
     if result["agree"]:
+        within = f" (asked within batches of {batch})" if batch > 1 else ""
         say(f"parity: {episodes} episode(s), {result['steps']} steps: the served policy's "
-            f"actions equal the local policy's bit for bit, 0 differing steps; wrote {output}")
+            f"actions{within} equal the local policy's bit for bit, 0 differing steps; "
+            f"wrote {output}")
         return
     first = result["first_difference"]
     where = (f"first at episode {first['episode']} (seed {first['seed']}) step "
@@ -258,7 +270,8 @@ def _policy_parity(env: str | None, served: str | None, policy: str,
              "in no action")
     outcomes = (f"; the outcome of episode(s) {result['outcomes_differ']} differs"
                 if result["outcomes_differ"] else "; no episode's outcome differs")
-    raise DivergenceError(f"parity: the served policy's actions differ at "
+    within = f" (asked within batches of {batch})" if batch > 1 else ""
+    raise DivergenceError(f"parity: the served policy's actions{within} differ at "
                           f"{result['differing_steps']} of {result['steps']} steps, {where}, "
                           f"largest difference {result['max_abs_diff']:.3g}{outcomes}; see "
                           f"{output}.")

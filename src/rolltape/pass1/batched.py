@@ -11,7 +11,7 @@ The envs run in Gymnasium's ``AsyncVectorEnv`` with autoreset disabled, or on ve
 sessions of a ``rolltape serve --num-envs N`` server (:mod:`rolltape.pass1.vectors`); a
 sub-env that finishes is reset with the next episode's seed, one that raises fails its own
 episode only. Policy-side wrappers run where each sub-env's episode is played. Only SB3 policies have a batched forward
-pass; other policies (the random baseline, callables, tapes) act row by row, one instance
+pass, here or on a ``serve-policy`` server that says it batches; other policies (the random baseline, callables, tapes) act row by row, one instance
 per sub-env, and their tapes are identical to per-row ones.
 
 May import: pass 1, envs, policies, errors. Never: an executor, the render side, outputs.
@@ -39,7 +39,7 @@ from rolltape.pass1.fields import kept_obs, reset_forms, success_flag, tape_fiel
 from rolltape.pass1.rollout import EpisodeJob, PolicyJob, refuse_if_it_cannot_draw, save_episode
 from rolltape.pass1.vectors import open_vector
 from rolltape.pass1.wrappers import WrappedEnv
-from rolltape.policies import Policy, SB3Policy, load_policy
+from rolltape.policies import Policy, SB3Policy, ServedPolicy, load_policy
 
 
 @dataclass
@@ -207,6 +207,16 @@ def _batch_actor(job: PolicyJob, env: Any, num_envs: int
             return first.predict_action(obs)
 
         return act_sb3, description
+
+    if isinstance(first, ServedPolicy) and first.batches:
+        # the server's one forward pass for every sub-env (serve-policy's SB3 policy)
+        description = {**first.description, "inference": f"batched ({num_envs} envs, served)"}
+
+        def act_served(obs: Any, rows: list[Any], active: np.ndarray, playing: list[Any]
+                       ) -> np.ndarray:
+            return first.act_batch(obs)
+
+        return act_served, description
 
     policies = [first] + [load() for _ in range(num_envs - 1)]
     started: list[Any] = [None] * num_envs
