@@ -217,10 +217,13 @@ def test_ctrl_c_in_a_served_eval_closes_every_session(server, tmp_path, trial, w
     try:
         log = out.with_name(f".{out.name}.partial") / "episodes.jsonl"
         deadline = time.monotonic() + 60
-        while not (log.is_file() and log.read_text().count("\n") >= 2 + trial):
-            assert time.monotonic() < deadline and proc.poll() is None, "no episode finished"
+        # episodes finished, and both sessions open (2 workers x 1 session, or 1 worker x 2):
+        # the first worker may finish several episodes before the second has started
+        while not (log.is_file() and log.read_text().count("\n") >= 2 + trial
+                   and sessions(server.address) == 2):
+            assert time.monotonic() < deadline and proc.poll() is None, \
+                f"not 2 sessions with episodes finished ({sessions(server.address)} open)"
             time.sleep(0.05)
-        assert sessions(server.address) == 2  # 2 workers x 1 session, or 1 worker x 2
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
