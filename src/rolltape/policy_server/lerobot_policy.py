@@ -9,11 +9,18 @@ one, images to CHW floats in [0, 1]), the env and policy preprocessors, ``select
 (the policy's own action queue does the chunking, so each call returns one action) and the
 postprocessor. A reset calls ``policy.reset()`` (and reseeds torch when given a seed).
 
-The mapping is declared per benchmark (PushT first): which env observation keys become which
-LeRobot env keys (LeRobot's own wrapper names: ``agent_pos``, ``environment_state``,
-``pixels``), and, for a flat vector observation (gym-pusht's ``obs_type="state"``), which
-slices of it are which key. A policy input the mapped observation lacks, or gives in another
-shape, is refused in one sentence (a :class:`~rolltape.errors.UsageError`).
+Which mapping an observation gets is decided from its keys, each step. An observation that
+already carries LeRobot's policy key names (a dict with an ``observation.*`` key: the
+``aloha`` and Meta-World ``_pixels`` suites give ``observation.images.<cam>`` /
+``observation.image``, ``observation.state``, ``task``) passes through: only the keys the
+policy's input features name are kept, renamed back to the env keys LeRobot's wrappers give
+(``pixels``, ``agent_pos``, ``environment_state``) and handed to LeRobot's own
+``preprocess_observation``, so images get exactly its conversion (HWC uint8 -> a batch of
+CHW float32 / 255); the observation's ``task`` text is lerobot-eval's ``observation["task"]``.
+Any other observation goes through the mapping declared for its benchmark (PushT: which env
+keys become which LeRobot env keys and, for gym-pusht's flat ``obs_type="state"`` vector,
+which slices). A policy input the observation lacks, or gives in another shape, is refused in
+one sentence naming both (a :class:`~rolltape.errors.UsageError`).
 
 Runs in LeRobot's environment: lerobot and torch are imported only when such a source loads.
 
@@ -60,6 +67,10 @@ MAPS: dict[str, ObservationMap] = {
                "pixels": "make the env with gym-pusht's obs_type='pixels_agent_pos', as "
                          "LeRobot does"}),
 }
+
+# LeRobot env configs (besides a benchmark's own) a policy can be served for: the suites that
+# give LeRobot's keys (rolltape.suites.aloha, the Meta-World _pixels suites)
+LEROBOT_ENVS = ("aloha", "metaworld")
 
 # LeRobot env key -> the policy input feature preprocess_observation makes of it
 FEATURE_OF = {"agent_pos": "observation.state", "environment_state": "observation.environment_state",
@@ -116,6 +127,62 @@ def map_observation(obs: Any, mapping: ObservationMap, needs: dict[str, tuple[in
     return out
 
 
+# LeRobot policy key -> the env key its wrappers give, which preprocess_observation reads
+# (observation.images.<cam> -> pixels[<cam>]; any other observation.<x> -> <x>)
+ENV_KEY_OF = {feature: key for key, feature in FEATURE_OF.items()}
+
+
+def is_lerobot_named(obs: Any) -> bool:
+    """Whether ``obs`` already carries LeRobot's policy key names (and so passes through).
+
+    >>> is_lerobot_named({"observation.state": [0.0], "task": "t"}), is_lerobot_named({"agent_pos": [0.0]})
+    (True, False)
+    """
+    return isinstance(obs, dict) and any(str(k).startswith("observation.") for k in obs)
+
+
+def pass_through(obs: dict[str, Any], needs: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """LeRobot's env observation (before ``preprocess_observation``) from an observation under
+    LeRobot's policy keys: the keys the policy's features ``needs`` name, checked and renamed
+    back to the env keys ``preprocess_observation`` turns into them.
+
+    >>> frame = {"observation.images.top": np.zeros((48, 64, 3), np.uint8),
+    ...          "observation.state": np.zeros(14), "task": "insertion", "observation.extra": 0}
+    >>> env = pass_through(frame, {"observation.images.top": (3, 48, 64), "observation.state": (14,)})
+    >>> sorted(env), env["pixels"]["top"].shape
+    (['agent_pos', 'pixels'], (48, 64, 3))
+    >>> pass_through(frame, {"observation.images.top": (3, 480, 640)})
+    Traceback (most recent call last):
+    ...
+    rolltape.errors.UsageError: the LeRobot policy needs 'observation.images.top' of shape [480, 640, 3] (its feature [3, 480, 640], channels first), and the observation's has shape [48, 64, 3]; give the env the policy's resolution (the suite's width and height).
+    >>> pass_through(frame, {"observation.image": (3, 48, 64)})
+    Traceback (most recent call last):
+    ...
+    rolltape.errors.UsageError: the LeRobot policy needs 'observation.image' (shape [3, 48, 64]), which the observation lacks (it has: observation.extra, observation.images.top, observation.state, task); serve this policy to a suite or env that gives that key.
+    """
+    out: dict[str, Any] = {}
+    for feature, shape in needs.items():
+        if feature not in obs:
+            raise UsageError(f"the LeRobot policy needs '{feature}' (shape {list(shape)}), which "
+                             f"the observation lacks (it has: {', '.join(sorted(map(str, obs)))}); "
+                             "serve this policy to a suite or env that gives that key.")
+        value = np.asarray(obs[feature])
+        image = feature == "observation.image" or feature.startswith("observation.images.")
+        # images travel HxWxC uint8 (as the env draws them); LeRobot's feature says CxHxW
+        want = (shape[1], shape[2], shape[0]) if image and len(shape) == 3 else tuple(shape)
+        if tuple(value.shape) != want:
+            layout = f" (its feature {list(shape)}, channels first)" if image else ""
+            fix = ("give the env the policy's resolution (the suite's width and height)" if image
+                   else "serve this policy to the benchmark it was trained on")
+            raise UsageError(f"the LeRobot policy needs '{feature}' of shape {list(want)}{layout}, "
+                             f"and the observation's has shape {list(value.shape)}; {fix}.")
+        if feature.startswith("observation.images."):
+            out.setdefault("pixels", {})[feature[len("observation.images."):]] = value
+        else:
+            out[ENV_KEY_OF.get(feature, feature[len("observation."):])] = value
+    return out
+
+
 class LeRobotPolicy:
     """One session's LeRobot policy: ``act(obs)`` gives one action, ``reset(seed)``."""
 
@@ -149,9 +216,13 @@ class LeRobotPolicy:
         import torch
         from lerobot.envs.utils import preprocess_observation
 
-        observation: dict[str, Any] = preprocess_observation(
-            map_observation(obs, self.mapping, self.needs))
-        observation["task"] = [""]  # lerobot-eval's default when the env names no task
+        if is_lerobot_named(obs):  # the observation is LeRobot's already (aloha, Meta-World)
+            env_obs = pass_through(obs, self.needs)
+            task = str(obs.get("task", ""))  # lerobot-eval's env.call("task_description"/"task")
+        else:
+            env_obs, task = map_observation(obs, self.mapping, self.needs), ""
+        observation: dict[str, Any] = preprocess_observation(env_obs)
+        observation["task"] = [task]  # lerobot-eval's default is "" when the env names no task
         observation = self.pre(self.env_pre(observation))
         with torch.inference_mode():
             action = self.policy.select_action(observation)
@@ -179,10 +250,26 @@ def load_lerobot(source: str, benchmark: str = "pusht", device: str = "cpu") -> 
     except ImportError as exc:
         raise UsageError(f"'{source}' needs LeRobot ({exc}); run the server in LeRobot's "
                          "environment (python -m rolltape.serve_policy).") from None
+    from lerobot.envs.utils import env_to_policy_features
+
     cfg = PreTrainedConfig.from_pretrained(str(folder))
     cfg.pretrained_path = folder
     cfg.device = device
-    env_cfg = EnvConfig.get_choice_class(mapping.lerobot_env)()
+    # make_policy takes the policy's action feature from the env config: the benchmark's,
+    # or else the first LeRobot env config whose action has the saved policy's shape (an
+    # ALOHA or Meta-World policy served to the suites that give LeRobot's keys)
+    saved = cfg.output_features.get("action")
+    env_cfg = None
+    for name in (mapping.lerobot_env, *LEROBOT_ENVS):
+        candidate = EnvConfig.get_choice_class(name)()
+        if saved is None or (tuple(env_to_policy_features(candidate)["action"].shape)
+                              == tuple(saved.shape)):
+            env_cfg = candidate
+            break
+    if env_cfg is None:
+        raise UsageError(f"'{source}' acts with shape {list(saved.shape)}, which none of "
+                         f"LeRobot's {', '.join((mapping.lerobot_env, *LEROBOT_ENVS))} env "
+                         "configs does; serve a policy for one of those benchmarks.")
     policy = make_policy(cfg=cfg, env_cfg=env_cfg)
     policy.eval()
     pre, post = make_pre_post_processors(
