@@ -151,6 +151,11 @@ def pass_through(obs: dict[str, Any], needs: dict[str, tuple[int, ...]]) -> dict
     >>> env = pass_through(frame, {"observation.images.top": (3, 48, 64), "observation.state": (14,)})
     >>> sorted(env), env["pixels"]["top"].shape
     (['agent_pos', 'pixels'], (48, 64, 3))
+    >>> pixels = {"observation.image": np.zeros((48, 48, 3), np.uint8), "observation.state":
+    ...           np.zeros(4), "observation.environment_state": np.zeros(39), "task": "reach"}
+    >>> {k: v.shape for k, v in pass_through(pixels, {"observation.image": (3, 48, 48),
+    ...                                               "observation.state": (4,)}).items()}
+    {'pixels': (48, 48, 3), 'agent_pos': (4,)}
     >>> pass_through(frame, {"observation.images.top": (3, 480, 640)})
     Traceback (most recent call last):
     ...
