@@ -555,6 +555,7 @@ def _print_replays(results: list[Any]) -> int:
                       f"{Tape.load(r.tape).total_return}, drawn from recorded states")
         else:
             what = ("drawn from recorded states" if not r.verified else "verified"
+                    if r.checked == "observations" else f"verified: {r.checked}"
                     if r.checked != "rewards" else "rewards and flags match (observations "
                     "not compared: the tape has no digests, or a tolerance was given)")
             out.print(f"[green]ok[/green] {r.tape}: {r.steps} steps, return "

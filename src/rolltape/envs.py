@@ -736,6 +736,17 @@ def flat_items(obs: dict[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return items
 
 
+def array_digest(value: Any) -> int:
+    """64-bit blake2b of an array's dtype, shape and bytes: a key's digest (the tape's
+    ``obs_key_digest``), and the digest of the flipped, transposed or reordered forms of a
+    reset observation."""
+    arr = np.ascontiguousarray(value)
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{arr.dtype.str}{arr.shape}".encode())
+    h.update(arr.tobytes())
+    return int.from_bytes(h.digest(), "little")
+
+
 def obs_digest(obs: Any) -> int:
     """The digest of one observation: :func:`obs_digests` for arrays, blake2b of the sorted
     keys' bytes for dict observations (a nested dict's leaves, :func:`flat_items`)."""

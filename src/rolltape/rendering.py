@@ -291,8 +291,8 @@ def render(
         stop_workers(warm)
         warm = ()
     work = _render_work((10 if background else 0, 0), [job.env_id for job in plain],
-                        needs_backend=[bool(job.outputs) and not _draws_without_gl(job)
-                                       for job in plain], cores=cores,
+                        needs_backend=[(bool(job.outputs) and not _draws_without_gl(job))
+                                       or _observes_images(job) for job in plain], cores=cores,
                         python=render_python(job.env_id or Tape.load(job.tape).env_id
                                              for job in plain))
     pool = runner.render_pool(work, plain, order, workers, timeout, on_progress=job_progress,
@@ -325,6 +325,15 @@ def _draws_without_gl(req: RenderRequest) -> bool:
     from rolltape.tape import Tape
 
     return is_atari(req.env_id or Tape.load(req.tape).env_id)  # loaded once: a cached read
+
+
+def _observes_images(req: RenderRequest) -> bool:
+    """True for a tape whose observations hold images (:attr:`Tape.obs_images`): the env
+    draws them at every step, so even a replay that only verifies runs on a GL backend, the
+    one its result names (their digests are compared when it is the one pass 1 drew with)."""
+    from rolltape.tape import Tape
+
+    return Tape.load(req.tape).obs_images is not None  # loaded once: a cached read
 
 
 def _render_work(args: tuple[int, int], env_ids: Sequence[str | None],

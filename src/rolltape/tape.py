@@ -80,6 +80,10 @@ class Tape:
             as it is ("value"), in flipped, transposed, reordered forms, and as the policy
             saw it through its wrappers ("seen"), or None: what ``rolltape diff`` reads to
             name a flip or a channel order.
+        obs_images: for a dict observation holding images (uint8 arrays of rank 3),
+            ``{"keys": [their key names], "backend": the GL backend (MUJOCO_GL) of the
+            process that stepped the env, or null}``, else None: pass 2 compares the
+            images' digests only when it draws with the same backend.
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
         physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.physics_spec`), from
             which stepping continues bit for bit; lets one episode render in segments.
@@ -117,6 +121,7 @@ class Tape:
     obs_key_digest: np.ndarray | None = None
     obs_keys: tuple[str, ...] | None = None
     obs_reset: dict[str, dict[str, str]] | None = None
+    obs_images: dict[str, Any] | None = None
     qpos: np.ndarray | None = None
     qvel: np.ndarray | None = None
     physics: np.ndarray | None = None
@@ -206,6 +211,8 @@ class Tape:
             extra["obs_keys"] = list(self.obs_keys)
         if self.obs_reset is not None:
             extra["obs_reset"] = self.obs_reset
+        if self.obs_images is not None:
+            extra["obs_images"] = self.obs_images
         return {
             "schema_version": SCHEMA_VERSION,
             "env": self.env,
@@ -300,6 +307,7 @@ class Tape:
                 window=tuple(header["window"]) if "window" in header else None,
                 obs_keys=tuple(header["obs_keys"]) if "obs_keys" in header else None,
                 obs_reset=header.get("obs_reset"),
+                obs_images=header.get("obs_images"),
                 **{name: contents[name] for name in _REQUIRED_ARRAYS},
                 **{name: contents[name] for name in _OPTIONAL_ARRAYS if name in contents},
             )
@@ -452,6 +460,8 @@ _HEADER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
                  and all(isinstance(x, str) for x in v), "a list of key names"),
     "obs_reset": (lambda v: is_obs_reset(v),
                   "an object of keys, each an object of form names and hex digests"),
+    "obs_images": (lambda v: is_obs_images(v),
+                   'an object {"keys": [key names], "backend": null or a backend name}'),
 }
 _ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "id": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
@@ -460,6 +470,16 @@ _ENV_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
                           "null or a positive integer"),
     "versions": (_optional(_is_dict), "null or an object"),
 }
+
+
+def is_obs_images(value: Any) -> bool:
+    """True for :attr:`Tape.obs_images`'s form: at most 256 key names and a backend name
+    (or null) of at most 32 characters."""
+    if not isinstance(value, dict) or set(value) != {"keys", "backend"}:
+        return False
+    keys, backend = value["keys"], value["backend"]
+    return (isinstance(keys, list) and len(keys) <= 256 and all(isinstance(k, str) for k in keys)
+            and (backend is None or (isinstance(backend, str) and len(backend) <= 32)))
 
 
 def is_obs_reset(value: Any) -> bool:

@@ -6,14 +6,22 @@ May import: envs, tape. Never: policies, the render side, executors, outputs.
 
 from __future__ import annotations
 
-import hashlib
 import math
+import os
 import time
 from typing import Any
 
 import numpy as np
 
-from rolltape.envs import BIG_OBS, DIGEST_BATCH, flat_items, json_safe, obs_digest, obs_digests
+from rolltape.envs import (
+    BIG_OBS,
+    DIGEST_BATCH,
+    array_digest,
+    flat_items,
+    json_safe,
+    obs_digest,
+    obs_digests,
+)
 
 
 def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any,
@@ -45,6 +53,25 @@ def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any
         "obs_keys": tuple(keys) if keys is not None else None,
         "obs_key_digest": by_key,
     }
+
+
+def image_facts(obs: Any, env: Any) -> dict[str, Any] | None:
+    """:attr:`rolltape.tape.Tape.obs_images` for a dict observation holding images (uint8
+    arrays of rank 3): their keys and the GL backend that drew them, the ``MUJOCO_GL`` of
+    the process that steps the env (a served env's server says its own); None without
+    images. Different rasterizers may differ in pixels, so pass 2 compares the images'
+    digests only when it draws with the same backend."""
+    if not isinstance(obs, dict):
+        return None
+    keys = [k for k, v in flat_items(obs)
+            if isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim == 3]
+    if not keys:
+        return None
+    while env is not None and not hasattr(env, "gl_backend") and hasattr(env, "env"):
+        env = env.env  # through wrappers, down to a served env's session
+    backend = getattr(env, "gl_backend", None) if hasattr(env, "gl_backend") \
+        else os.environ.get("MUJOCO_GL") or None
+    return {"keys": keys, "backend": backend.lower() if isinstance(backend, str) else None}
 
 
 def success_flag(value: Any) -> bool | None:
@@ -81,16 +108,6 @@ class KeyedDigest(int):
         made = super().__new__(cls, whole)
         made.per_key = per_key
         return made
-
-
-def array_digest(value: Any) -> int:
-    """64-bit blake2b of an array's dtype, shape and bytes: a key's digest, and the digest
-    of the flipped, transposed or reordered forms of a reset observation."""
-    arr = np.ascontiguousarray(value)
-    h = hashlib.blake2b(digest_size=8)
-    h.update(f"{arr.dtype.str}{arr.shape}".encode())
-    h.update(arr.tobytes())
-    return int.from_bytes(h.digest(), "little")
 
 
 def key_digests(observations: list[Any]) -> tuple[list[str] | None, np.ndarray | None]:

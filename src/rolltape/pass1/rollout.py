@@ -32,7 +32,14 @@ from rolltape.envs import (
 from rolltape.errors import EnvRaised, SessionReclaimed, UsageError
 from rolltape.pass1.clock import with_clock
 from rolltape.pass1.facts import env_facts
-from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
+from rolltape.pass1.fields import (
+    compact,
+    image_facts,
+    kept_obs,
+    reset_forms,
+    success_flag,
+    tape_fields,
+)
 from rolltape.pass1.inflight import AskAhead, play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
 from rolltape.policies import Policy, SB3Policy, ServedPolicy, load_policy
@@ -145,6 +152,7 @@ def play_episode(env: Any, policy: Policy, seed: int | None,
     if ale is not None:
         ale.record()
     first = kept_obs(obs)
+    images = image_facts(obs, env)  # which GL backend drew the images pass 2 checks
     forms = reset_forms(obs) or None  # what `rolltape diff` names a flip or a reorder by
     steps = []  # one tuple per step: fewer appends keep the loop as lean as a bare one
     done = False
@@ -175,6 +183,7 @@ def play_episode(env: Any, policy: Policy, seed: int | None,
         fields["chunk_starts"] = starts
     fields.update(policy.tape_fields())  # the clock's schedule, under a latency
     fields["obs_reset"] = forms
+    fields["obs_images"] = images
     if ale is not None:
         fields["ale_state"], fields["ale_state_offsets"] = ale.arrays()
     return fields

@@ -34,6 +34,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -181,6 +182,12 @@ class _Replayer:
         else:
             check_tape_env_module(tape.env_id, req.tape)  # checked by the parent too
         draw = bool(req.outputs)
+        # Images pass 1 drew with another GL backend are left out of the comparison.
+        apart = ImagesApart.of(tape, self.backend or os.environ.get("MUJOCO_GL"))
+        if apart is not None and req.rtol == 0 and req.atol == 0:
+            tape = apart.tape
+        else:
+            apart = None
         key, env = self._env(spec, req, draw)
         _check_same_env(tape, env, req.tape)
         mode = req.mode
@@ -230,7 +237,8 @@ class _Replayer:
         try:
             divergence, rewards = None, None
             if mode in ("resim", "auto"):
-                divergence, rewards = self._resim(tape, env, req, first, stop, reset, emit)
+                divergence, rewards = self._resim(tape, env, req, first, stop, reset, emit,
+                                                  view=apart.view if apart else None)
                 if divergence is not None and mode == "auto" and tape.can_restore and draw:
                     for w in _flat(writers):
                         w.abort()
@@ -257,7 +265,7 @@ class _Replayer:
             backend=self.backend if draw and _may_load_mujoco(spec["id"]) else None,
             steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
-            checked=None if req.mode == "restore" else checked_by(tape, req),
+            checked=None if req.mode == "restore" else apart.what if apart else checked_by(tape, req),
             divergence=divergence,
             replay_return=None if rewards is None else sum_rewards(rewards),
             seconds=time.perf_counter() - start, warnings=tuple(mujoco_warnings()),
@@ -270,7 +278,7 @@ class _Replayer:
     def _resim(self, tape: Tape, env: Any, req: RenderOptions, first: int, stop: int,
                reset: Callable[[int], Any], emit: Callable[[int], None],
                observe: Callable[[int, Any, Any], None] | None = None,
-               digests_later: bool = False
+               digests_later: bool = False, view: Callable[[Any], Any] | None = None
                ) -> tuple[Divergence | None, list[float]]:
         """Step the recorded actions, comparing each step with pass 1; draw frames
         first..stop-1. Without a recorded state to continue from (a window of a tape of
@@ -278,12 +286,15 @@ class _Replayer:
         ``observe(index, obs, info)`` sees the reset observation (index 0, info None) and
         each step's (an export keeps them: :mod:`rolltape.pass2.export`); one that keeps
         them may check their digests itself, all at once (``digests_later``:
-        :func:`first_wrong_digest`), which costs less than one by one."""
+        :func:`first_wrong_digest`), which costs less than one by one. ``view`` maps each
+        observation to what is compared (:class:`ImagesApart`) before any of that."""
         from rolltape.envs import continue_from, obs_digest
 
         divergence: Divergence | None = None
         from_reset = first == 0 or not tape.can_continue
         obs = reset(0 if from_reset else first)
+        if view is not None and obs is not None:
+            obs = view(obs)
         drawn = drawn_before(tape, first) if from_reset else set()
         if from_reset:
             if (tape.obs_digest is not None and obs is not None and not digests_later
@@ -311,6 +322,8 @@ class _Replayer:
         flags: list[tuple[bool, bool]] = []
         for t in range(begin, stop - 1):
             obs, reward, term, trunc, info = env.step(tape.actions[t])
+            if view is not None:
+                obs = view(obs)
             rewards.append(float(reward))
             if observe is not None:
                 observe(t + 1, obs, info)
@@ -363,6 +376,53 @@ def checked_by(tape: Tape, req: RenderOptions) -> str:
     digests and no tolerance relaxes them, else "rewards" (rewards and flags alone)."""
     exact = req.rtol == 0 and req.atol == 0
     return "observations" if tape.obs_digest is not None and exact else "rewards"
+
+
+class ImagesApart:
+    """The comparison of a tape whose images pass 1 drew with another GL backend than this
+    worker's: different rasterizers may differ in pixels, so only the other keys' digests
+    (the tape's ``obs_key_digest``) are compared, as one digest per frame. ``tape`` is the
+    tape with that digest in place of ``obs_digest`` and ``view`` maps an observation to
+    the row of its kept keys' digests, so every check that compares ``obs_digest`` compares
+    these instead; ``what`` is the result's ``checked``."""
+
+    def __init__(self, tape: Tape, kept: list[str], what: str) -> None:
+        from rolltape.envs import obs_digests
+
+        assert tape.obs_keys is not None and tape.obs_key_digest is not None  # see of()
+        columns = [tape.obs_keys.index(k) for k in kept]
+        rows = np.ascontiguousarray(tape.obs_key_digest[:, columns], dtype=np.uint64)
+        self.tape = replace(tape, obs_digest=obs_digests(rows))
+        self.kept = kept
+        self.what = what
+
+    @classmethod
+    def of(cls, tape: Tape, backend: str | None) -> ImagesApart | None:
+        """None where the whole observation is compared: no images, no per-key digests,
+        or pass 1 drew the images with this backend."""
+        facts = tape.obs_images
+        if (facts is None or tape.obs_digest is None or tape.obs_keys is None
+                or tape.obs_key_digest is None):
+            return None
+        drew, here = facts.get("backend"), (backend or "").lower() or None
+        if drew == here:
+            return None
+        kept = [k for k in tape.obs_keys if k not in set(facts.get("keys") or ())]
+        unnamed = "an unnamed backend"
+        return cls(tape, kept, f"observations except images (pass 1 drew them with "
+                               f"{drew or unnamed}, pass 2 with {here or unnamed})")
+
+    def view(self, obs: Any) -> Any:
+        """The kept keys' digests of a dict observation (as pass 1 digested each key); any
+        other observation as it is, whose digest then differs from the tape's."""
+        from rolltape.envs import array_digest, flat_items
+
+        if not isinstance(obs, dict):
+            return obs
+        leaves = dict(flat_items(obs))
+        if any(k not in leaves for k in self.kept):
+            return obs
+        return np.array([array_digest(leaves[k]) for k in self.kept], dtype=np.uint64)
 
 
 def drawn_before(tape: Tape, first: int) -> set[int]:

@@ -305,6 +305,9 @@ class RemoteEnv(gym.Env):  # a gymnasium.Env: policy-side wrappers go on it
         self.sid, self.gen = reply["sid"], reply["gen"]
         dims = reply.get("physics")
         self.physics_dims = (int(dims[0]), int(dims[1])) if dims else None
+        # What drew the observation's images (pass1.fields.image_facts): the server's GL.
+        backend = reply.get("backend")
+        self.gl_backend = backend if isinstance(backend, str) else None
 
     @classmethod
     def connect(cls, spec: dict[str, Any]) -> RemoteEnv:

@@ -496,8 +496,10 @@ class EnvServer:
         self.sessions[sid] = Session(envs=envs, served=served, vector=count is not None,
                                      last_rid=message["rid"], ready=[False] * len(envs),
                                      spare=spare)
+        # backend: the GL backend this process draws with, which a pixel observation's
+        # tape records (pass 2 compares images only when it draws with the same one).
         return {"status": P.OK, "sid": sid, "gen": 0, "physics": served.nq_nv,
-                "num_envs": len(envs)}
+                "num_envs": len(envs), "backend": os.environ.get("MUJOCO_GL")}
 
     def _op_reset(self, message: dict[str, Any]) -> dict[str, Any]:
         session = self._session(message, mutation=True)
