@@ -399,18 +399,19 @@ class ImagesApart:
     @classmethod
     def of(cls, tape: Tape, backend: str | None) -> ImagesApart | None:
         """None where the whole observation is compared: no images, no per-key digests,
-        or pass 1 drew the images with this backend."""
+        pass 1 drew the images with this backend, or it names none (a local pass-1 worker
+        runs without a GL backend: its images are drawn otherwise, gym-pusht's by pygame,
+        and compare whole as they always did)."""
         facts = tape.obs_images
         if (facts is None or tape.obs_digest is None or tape.obs_keys is None
                 or tape.obs_key_digest is None):
             return None
         drew, here = facts.get("backend"), (backend or "").lower() or None
-        if drew == here:
+        if drew is None or drew == here:
             return None
         kept = [k for k in tape.obs_keys if k not in set(facts.get("keys") or ())]
-        unnamed = "an unnamed backend"
         return cls(tape, kept, f"observations except images (pass 1 drew them with "
-                               f"{drew or unnamed}, pass 2 with {here or unnamed})")
+                               f"{drew}, pass 2 with {here or 'no GL backend'})")
 
     def view(self, obs: Any) -> Any:
         """The kept keys' digests of a dict observation (as pass 1 digested each key); any
