@@ -4,6 +4,7 @@ way probes, checks and benchmark children run; rolltape.interpreter)."""
 from __future__ import annotations
 
 import os
+import textwrap
 import time
 from pathlib import Path
 
@@ -37,6 +38,28 @@ def test_a_child_killed_by_a_signal_has_a_negative_returncode() -> None:
     with pytest.raises(ChildFailed, match="SIGKILL") as caught:
         run_once(exec, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
     assert caught.value.returncode == -9
+
+
+def test_a_sigterm_that_lands_in_a_finalizer_still_exits_quietly() -> None:
+    """SIGTERM's exit raised inside a weakref callback cannot propagate: the child printed
+    "Exception ignored ... Traceback" and went on as if never signalled (seen in CI as a
+    render worker's traceback under `rolltape render`'s one-line interrupt message). It
+    now exits with 143 a moment later, printing nothing."""
+    program = textwrap.dedent("""
+        import signal, sys, time, weakref
+        class Thing: pass
+        thing = Thing()
+        def stop(ref):  # SIGTERM's handler, run where a finalizer runs
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        ref = weakref.ref(thing, stop)
+        del thing
+        time.sleep(5)
+        sys.stderr.write("went on\\n")
+    """)
+    with pytest.raises(ChildFailed) as failed:
+        run_once(exec, program, capture=True, timeout=20)
+    assert failed.value.returncode == 143
+    assert failed.value.output == ""
 
 
 def test_a_hung_child_is_stopped_after_the_timeout() -> None:

@@ -389,10 +389,24 @@ def describe_exit(returncode: int | None) -> str:
 # A target that returned has closed what it wrote and said so over the pipe: the child
 # then leaves with os._exit, skipping the interpreter's teardown, which with torch and
 # SB3 loaded took 1-6 s (measured on 2 cores) while the parent waited for the exit.
+#
+# A SIGTERM that lands while a finalizer runs (a weakref callback, a __del__) raises its
+# SystemExit where Python cannot raise: it printed "Exception ignored ... Traceback" and the
+# child went on as if never signalled. The hook raises the same exit again 10 ms later, at
+# the main thread's next step, quietly: through a timer's SIGALRM, since nothing in the hook
+# may wait (the exit would land in the hook); the child is leaving, so whatever else used
+# SIGALRM no longer matters.
 _CHILD = """
 import importlib, os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+def _unraisable(u, default=sys.unraisablehook):
+    if not isinstance(u.exc_value, SystemExit):
+        return default(u)
+    code = u.exc_value.code
+    signal.signal(signal.SIGALRM, lambda signum, frame: sys.exit(code))
+    signal.setitimer(signal.ITIMER_REAL, 0.01)
+sys.unraisablehook = _unraisable
 from multiprocessing.connection import Connection
 module, qualname, fd = sys.argv[1:4]
 conn = Connection(int(fd))
