@@ -326,20 +326,19 @@ class PolicyServer:
             raise _Refused("this policy does not act on a batch of observations (only a "
                            "deterministic SB3 policy does); send one 'observation' a request",
                            CLOSE_POLICY_VIOLATION)
-        rows = [len(v) for v in (observations.values() if isinstance(observations, dict)
-                                 else [observations]) if isinstance(v, np.ndarray)]
-        if not rows or min(rows) < 1 or len(set(rows)) != 1 or any(
-                v.ndim < 1 for v in (observations.values() if isinstance(observations, dict)
-                                     else [observations])):
+        arrays = list(observations.values()) if isinstance(observations, dict) else [observations]
+        rows = {len(v) if isinstance(v, np.ndarray) and v.ndim >= 1 else 0 for v in arrays}
+        if len(rows) != 1 or 0 in rows:
             raise _Refused("malformed request: 'observations' must be an array (or a map of "
                            "arrays) of at least one row, every array with the same number of "
                            "rows", CLOSE_POLICY_VIOLATION)
         start = time.perf_counter()
         with self._forward:
             actions = np.asarray(self._call(policy.predict_action, observations))
-        if actions.dtype.kind not in "biuf" or actions.ndim < 1 or len(actions) != rows[0]:
+        (count,) = rows
+        if actions.dtype.kind not in "biuf" or actions.ndim < 1 or len(actions) != count:
             raise _Refused(f"the policy gave actions of shape {list(actions.shape)} and dtype "
-                           f"{actions.dtype} for {rows[0]} observations", CLOSE_INTERNAL_ERROR)
+                           f"{actions.dtype} for {count} observations", CLOSE_INTERNAL_ERROR)
         return {"actions": actions,
                 "server_timing": {"infer_ms": (time.perf_counter() - start) * 1e3}}
 

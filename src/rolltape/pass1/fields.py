@@ -69,8 +69,8 @@ def image_facts(obs: Any, env: Any) -> dict[str, Any] | None:
         return None
     while env is not None and not hasattr(env, "gl_backend") and hasattr(env, "env"):
         env = env.env  # through wrappers, down to a served env's session
-    backend = getattr(env, "gl_backend", None) if hasattr(env, "gl_backend") \
-        else os.environ.get("MUJOCO_GL") or None
+    backend = (env.gl_backend if hasattr(env, "gl_backend")
+               else os.environ.get("MUJOCO_GL") or None)
     return {"keys": keys, "backend": backend.lower() if isinstance(backend, str) else None}
 
 
