@@ -640,6 +640,14 @@ def _is_factory(obj: Any) -> bool:
                for p in params)
 
 
+
+def close_policy(policy: Any) -> None:
+    """Release what ``policy`` holds, when it holds something (a served policy's session,
+    a process); a policy without ``close`` holds nothing."""
+    close = getattr(policy, "close", None)
+    if close is not None:
+        close()
+
 class ServedPolicy(Policy):
     """A policy on a ``ws://`` server (:mod:`rolltape.policy_server`, openpi's protocol).
 

@@ -26,7 +26,7 @@ import numpy as np
 from rolltape.envs import make_env
 from rolltape.errors import UsageError
 from rolltape.pass1.rollout import last_line, record_episode
-from rolltape.policies import Policy, ServedPolicy, load_policy
+from rolltape.policies import Policy, ServedPolicy, close_policy, load_policy
 
 
 def compare_actions(local: Any, served: Any) -> tuple[bool, int | None, float]:
@@ -135,9 +135,7 @@ def run_policy_parity(spec: dict[str, Any], served_source: str, local_source: st
             if on_episode is not None:
                 on_episode(row)
     finally:
-        close = getattr(served, "close", None)
-        if close is not None:
-            close()
+        close_policy(served)
         env.close()
     firsts = [dict(episode=r["episode"], seed=r["seed"], **r["first_difference"])
               for r in rows if r["first_difference"] is not None]

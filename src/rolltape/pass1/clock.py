@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from rolltape.errors import UsageError
-from rolltape.policies import Policy
+from rolltape.policies import Policy, close_policy
 
 EXECUTIONS = ("sync", "async")
 HOLDS = ("last", "zero")
@@ -287,9 +287,7 @@ class ClockedPolicy(Policy):
                 "chunk_offset": np.asarray(self.offset, dtype=np.int32)}
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+        close_policy(self.inner)
 
     def fork(self) -> ClockedPolicy | None:
         inner = self.inner.fork()

@@ -42,7 +42,7 @@ from rolltape.pass1.fields import (
 )
 from rolltape.pass1.inflight import AskAhead, play_in_flight
 from rolltape.pass1.wrappers import WrappedEnv, record_wrapped_episode
-from rolltape.policies import Policy, SB3Policy, ServedPolicy, load_policy
+from rolltape.policies import Policy, SB3Policy, ServedPolicy, close_policy, load_policy
 from rolltape.record import Episode, EpisodeKey
 from rolltape.tape import Tape, finite_or_none
 
@@ -294,14 +294,6 @@ class Opened:
         self.close_more()
         (self.wrapped or self.env).close()
         close_policy(self.policy)  # a served policy's session: its server counts it
-
-
-def close_policy(policy: Policy) -> None:
-    """Release what ``policy`` holds, when it holds something (a served policy's session,
-    a process)."""
-    close = getattr(policy, "close", None)
-    if close is not None:
-        close()
 
 
 class OpenJobs:
