@@ -1,4 +1,6 @@
 """Shared parts of rolltape.stats: input checks, JSON-safe numbers, the z of an interval.
+Its names are public because the other stats modules use them; the module itself is not part
+of rolltape.stats' API (hence ``_core``).
 
 May import: numpy, the standard library, and the other modules of rolltape.stats.
 """
@@ -17,23 +19,24 @@ from numpy.typing import ArrayLike
 # the published reference values are reproduced digit for digit.
 _Z_95 = 1.959963984540054
 
-_DEFAULT_CONFIDENCE = 0.95
-_DEFAULT_RESAMPLES = 2000
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_RESAMPLES = 2000
 
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _z_for(confidence: float) -> float:
+def z_for(confidence: float) -> float:
     """Two-sided standard-normal critical value for ``confidence`` (e.g. 0.95 -> 1.96)."""
-    _check_confidence(confidence)
+    check_confidence(confidence)
     if confidence == 0.95:
         return _Z_95
     # The stdlib's inverse CDF (Wichura's AS241) is accurate to ~1e-16; no scipy needed.
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
 
 
-def _check_confidence(confidence: float) -> None:
+def check_confidence(confidence: float) -> None:
+    """Refuse, in one sentence, a confidence that is not a number strictly between 0 and 1."""
     # numbers.Real admits numpy floats; bool is excluded because True/False is surely a typo.
     if isinstance(confidence, bool) or not (
         isinstance(confidence, numbers.Real) and 0.0 < float(confidence) < 1.0
@@ -43,7 +46,7 @@ def _check_confidence(confidence: float) -> None:
         )
 
 
-def _as_finite_1d(values: ArrayLike, what: str) -> np.ndarray:
+def as_finite_1d(values: ArrayLike, what: str) -> np.ndarray:
     """``values`` as a non-empty 1-D float array of finite numbers, or a clear ValueError.
 
     NaN or infinite returns mean the environment or the evaluation loop is broken; averaging
@@ -63,7 +66,7 @@ def _as_finite_1d(values: ArrayLike, what: str) -> np.ndarray:
     return arr
 
 
-def _json_float(x: Any) -> float | None:
+def json_float(x: Any) -> float | None:
     """A plain Python float, or None where JSON has no number for it (NaN, +-inf)."""
     if x is None:
         return None
@@ -71,13 +74,14 @@ def _json_float(x: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _json_pair(pair: tuple[float, float] | None) -> list[float | None] | None:
+def json_pair(pair: tuple[float, float] | None) -> list[float | None] | None:
+    """An interval as a JSON-safe ``[low, high]`` (see :func:`json_float`), None for none."""
     if pair is None:
         return None
-    return [_json_float(pair[0]), _json_float(pair[1])]
+    return [json_float(pair[0]), json_float(pair[1])]
 
 
-def _parse_outcome(value: Any, index: int) -> bool | None:
+def parse_outcome(value: Any, index: int) -> bool | None:
     """One success flag: True/False (Python or numpy), 0/1, or None for "not reported".
 
     0/1 numbers are accepted because several Gymnasium environments (e.g. the robotics
@@ -97,13 +101,13 @@ def _parse_outcome(value: Any, index: int) -> bool | None:
     )
 
 
-def _count_outcomes(outcomes: Sequence[Any], what: str) -> tuple[int, int, int]:
+def count_outcomes(outcomes: Sequence[Any], what: str) -> tuple[int, int, int]:
     """(successes, known, unknown) for a sequence of success flags."""
     if isinstance(outcomes, (str, bytes)):
         raise ValueError(f"{what} must be a sequence of True/False/None, not a string.")
     successes = known = unknown = 0
     for i, value in enumerate(outcomes):
-        flag = _parse_outcome(value, i)
+        flag = parse_outcome(value, i)
         if flag is None:
             unknown += 1
         else:
@@ -112,7 +116,7 @@ def _count_outcomes(outcomes: Sequence[Any], what: str) -> tuple[int, int, int]:
     return successes, known, unknown
 
 
-def _trim_mean_rows(values: np.ndarray, axis: int = -1) -> np.ndarray | float:
+def trim_mean_rows(values: np.ndarray, axis: int = -1) -> np.ndarray | float:
     """Interquartile mean along ``axis`` (vectorised form of :func:`iqm`)."""
     arr = np.sort(np.asarray(values, dtype=float), axis=axis)
     n = arr.shape[axis]

@@ -15,28 +15,26 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rolltape.stats._core import (
-    _DEFAULT_RESAMPLES,
-    _as_finite_1d,
-    _check_confidence,
-    _count_outcomes,
-    _json_float,
-    _json_pair,
-    _trim_mean_rows,
+    DEFAULT_RESAMPLES,
+    as_finite_1d,
+    check_confidence,
+    count_outcomes,
+    json_float,
+    json_pair,
+    trim_mean_rows,
 )
-from rolltape.stats.intervals import _success_fields
-from rolltape.stats.paired import (
-    _improvement_resamples,
-)
+from rolltape.stats.intervals import success_fields
+from rolltape.stats.paired import improvement_resamples
 
 
 def _group_entry(successes: int, known: int, unknown: int) -> dict[str, Any]:
-    count, rate, ci = _success_fields(successes, known)
+    count, rate, ci = success_fields(successes, known)
     return {
         "success_count": count,
         "n": known,
         "n_unknown": unknown,
-        "success_rate": _json_float(rate),
-        "success_ci": _json_pair(ci),
+        "success_rate": json_float(rate),
+        "success_ci": json_pair(ci),
     }
 
 
@@ -70,7 +68,7 @@ def aggregate(groups: Mapping[str, Sequence[bool | None]]) -> dict[str, Any]:
     total_s = total_known = total_unknown = 0
     rates: list[float] = []
     for name, outcomes in groups.items():
-        s, known, unknown = _count_outcomes(outcomes, f"group {name!r}")
+        s, known, unknown = count_outcomes(outcomes, f"group {name!r}")
         result[str(name)] = _group_entry(s, known, unknown)
         total_s += s
         total_known += known
@@ -78,7 +76,7 @@ def aggregate(groups: Mapping[str, Sequence[bool | None]]) -> dict[str, Any]:
         if known:
             rates.append(s / known)
     overall = _group_entry(total_s, total_known, total_unknown)
-    overall["mean_group_rate"] = _json_float(sum(rates) / len(rates)) if rates else None
+    overall["mean_group_rate"] = json_float(sum(rates) / len(rates)) if rates else None
     result["overall"] = overall
     return result
 
@@ -89,7 +87,7 @@ def aggregate(groups: Mapping[str, Sequence[bool | None]]) -> dict[str, Any]:
 
 def suite_probability_of_improvement(
     x: Mapping[str, ArrayLike], y: Mapping[str, ArrayLike], *, paired: bool = True,
-    confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0,
+    confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
 ) -> dict[str, Any]:
     """rliable's probability of improvement over a suite: P(X > Y) on each task (as
     :func:`probability_of_improvement`), averaged over tasks, with a stratified bootstrap
@@ -102,7 +100,7 @@ def suite_probability_of_improvement(
     Raises:
         ValueError: the two suites name different tasks, or a task's values are bad.
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     xt, yt = _task_arrays(x), _task_arrays(y)
     if set(xt) != set(yt):
         raise ValueError(f"both need the same tasks, got {sorted(xt)} and {sorted(yt)}.")
@@ -112,7 +110,7 @@ def suite_probability_of_improvement(
         if paired and xt[task].size != yt[task].size:
             raise ValueError(f"task {task!r}: paired samples need one value per seed each, "
                              f"got {xt[task].size} and {yt[task].size}.")
-        point, values = _improvement_resamples(xt[task], yt[task], paired, n_resamples, rng)
+        point, values = improvement_resamples(xt[task], yt[task], paired, n_resamples, rng)
         points.append(point)
         draws.append(values)
     alpha = 1.0 - confidence
@@ -133,7 +131,7 @@ def normalize_scores(scores: ArrayLike, random_score: float,
     Raises:
         ValueError: when the reference scores what random scores (nothing to scale by).
     """
-    arr = _as_finite_1d(scores, "scores")
+    arr = as_finite_1d(scores, "scores")
     span = float(reference_score) - float(random_score)
     if not math.isfinite(span) or span == 0:
         raise ValueError(f"the reference scores {reference_score!r} and random "
@@ -146,7 +144,7 @@ def _aggregates(blocks: list[np.ndarray], gamma: float) -> dict[str, np.ndarray]
     task_means = np.stack([blk.mean(axis=-1) for blk in blocks], axis=-1)
     pooled = np.concatenate(blocks, axis=-1)
     clipped = np.stack([np.minimum(blk, gamma).mean(axis=-1) for blk in blocks], axis=-1)
-    return {"iqm": np.asarray(_trim_mean_rows(pooled, axis=-1)),
+    return {"iqm": np.asarray(trim_mean_rows(pooled, axis=-1)),
             "mean": task_means.mean(axis=-1),
             "median": np.median(task_means, axis=-1),
             "optimality_gap": gamma - clipped.mean(axis=-1)}
@@ -155,7 +153,7 @@ def _aggregates(blocks: list[np.ndarray], gamma: float) -> dict[str, np.ndarray]
 def _task_arrays(per_task: Mapping[str, ArrayLike]) -> dict[str, np.ndarray]:
     if len(per_task) == 0:
         raise ValueError("no tasks given; pass at least one task's scores.")
-    return {str(k): _as_finite_1d(v, f"scores of task {k!r}") for k, v in per_task.items()}
+    return {str(k): as_finite_1d(v, f"scores of task {k!r}") for k, v in per_task.items()}
 
 
 def _stratified(tasks: dict[str, np.ndarray], rng: np.random.Generator,
@@ -165,7 +163,7 @@ def _stratified(tasks: dict[str, np.ndarray], rng: np.random.Generator,
 
 
 def aggregate_scores(per_task: Mapping[str, ArrayLike], *, gamma: float = 1.0,
-                     confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES,
+                     confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
                      seed: int = 0) -> dict[str, Any]:
     """rliable's aggregates of normalized scores over a suite, with stratified bootstrap CIs.
 
@@ -182,7 +180,7 @@ def aggregate_scores(per_task: Mapping[str, ArrayLike], *, gamma: float = 1.0,
     >>> out["mean"]["value"], out["optimality_gap"]["value"]
     (0.625, 0.4375)
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     tasks = _task_arrays(per_task)
     points = _aggregates([v[None, :] for v in tasks.values()], gamma)
     boot = _aggregates(_stratified(tasks, np.random.default_rng(seed), n_resamples), gamma)
@@ -190,14 +188,14 @@ def aggregate_scores(per_task: Mapping[str, ArrayLike], *, gamma: float = 1.0,
     out: dict[str, Any] = {}
     for name, value in points.items():
         lo, hi = np.quantile(boot[name], [alpha / 2.0, 1.0 - alpha / 2.0])
-        out[name] = {"value": _json_float(value[0]), "ci": [_json_float(lo), _json_float(hi)]}
+        out[name] = {"value": json_float(value[0]), "ci": [json_float(lo), json_float(hi)]}
     out["tasks"] = len(tasks)
     out["episodes"] = int(sum(v.size for v in tasks.values()))
     return out
 
 
 def performance_profile(per_task: Mapping[str, ArrayLike], taus: ArrayLike, *,
-                        confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES,
+                        confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
                         seed: int = 0) -> dict[str, Any]:
     """rliable's score distribution: for each threshold tau, the fraction of episodes
     scoring above tau (per task, then averaged over tasks), with stratified bootstrap
@@ -207,7 +205,7 @@ def performance_profile(per_task: Mapping[str, ArrayLike], taus: ArrayLike, *,
     >>> p["fraction"]
     [0.75, 0.25]
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     tasks = _task_arrays(per_task)
     grid = np.asarray(taus, dtype=float).reshape(-1)
 

@@ -17,22 +17,24 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rolltape.stats._core import (
-    _DEFAULT_CONFIDENCE,
-    _DEFAULT_RESAMPLES,
-    _as_finite_1d,
-    _check_confidence,
-    _count_outcomes,
-    _json_float,
-    _json_pair,
-    _parse_outcome,
-    _trim_mean_rows,
-    _z_for,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    as_finite_1d,
+    check_confidence,
+    count_outcomes,
+    json_float,
+    json_pair,
+    parse_outcome,
+    trim_mean_rows,
+    z_for,
 )
 
 
-def _success_fields(
+def success_fields(
     successes: int, known: int
 ) -> tuple[int | None, float | None, tuple[float, float] | None]:
+    """(count, rate, Wilson 95% interval) of ``successes`` among ``known`` outcomes; all None
+    when none is known, so a group without a reported outcome shows no rate."""
     if known == 0:
         return None, None, None
     return successes, successes / known, wilson_interval(successes, known)
@@ -74,7 +76,7 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         )
     if total < 0 or not 0 <= s <= total:
         raise ValueError(f"need 0 <= successes <= n and n > 0, got successes={s}, n={total}.")
-    z = _z_for(confidence)
+    z = z_for(confidence)
 
     p = s / total
     z2 = z * z
@@ -106,8 +108,8 @@ def iqm(values: ArrayLike) -> float:
     Raises:
         ValueError: for empty input or non-finite values.
     """
-    arr = _as_finite_1d(values, "values")
-    return float(_trim_mean_rows(arr))
+    arr = as_finite_1d(values, "values")
+    return float(trim_mean_rows(arr))
 
 
 def bootstrap_ci(
@@ -140,8 +142,8 @@ def bootstrap_ci(
         ValueError: for empty or non-finite values, ``n_resamples < 1``, a confidence
             outside (0, 1), or a statistic that returns non-finite numbers.
     """
-    arr = _as_finite_1d(values, "values")
-    _check_confidence(confidence)
+    arr = as_finite_1d(values, "values")
+    check_confidence(confidence)
     try:
         resamples_count = operator.index(n_resamples)
     except TypeError:
@@ -151,7 +153,7 @@ def bootstrap_ci(
 
     # Route the public iqm to its vectorised twin: same numbers as summarize() gives, and
     # one sort of the whole resample matrix instead of 2000 Python calls.
-    vectorised: Callable[..., Any] = _trim_mean_rows if statistic is iqm else statistic
+    vectorised: Callable[..., Any] = trim_mean_rows if statistic is iqm else statistic
 
     n = arr.size
     if n == 1:
@@ -219,17 +221,17 @@ class Summary:
         """
         return {
             "n": int(self.n),
-            "mean": _json_float(self.mean),
-            "std": _json_float(self.std),
-            "min": _json_float(self.min),
-            "max": _json_float(self.max),
-            "median": _json_float(self.median),
-            "iqm": _json_float(self.iqm),
-            "iqm_ci": _json_pair(self.iqm_ci),
-            "mean_ci": _json_pair(self.mean_ci),
+            "mean": json_float(self.mean),
+            "std": json_float(self.std),
+            "min": json_float(self.min),
+            "max": json_float(self.max),
+            "median": json_float(self.median),
+            "iqm": json_float(self.iqm),
+            "iqm_ci": json_pair(self.iqm_ci),
+            "mean_ci": json_pair(self.mean_ci),
             "success_count": None if self.success_count is None else int(self.success_count),
-            "success_rate": _json_float(self.success_rate),
-            "success_ci": _json_pair(self.success_ci),
+            "success_rate": json_float(self.success_rate),
+            "success_ci": json_pair(self.success_ci),
         }
 
 
@@ -253,7 +255,7 @@ def summarize(
         ValueError: for empty or non-finite returns, bad success flags, or a ``successes``
             sequence whose length differs from ``returns``.
     """
-    arr = _as_finite_1d(returns, "returns")
+    arr = as_finite_1d(returns, "returns")
     n = int(arr.size)
 
     success_count: int | None = None
@@ -268,8 +270,8 @@ def summarize(
                 f"successes has {len(flags)} entries but returns has {n}; "
                 "give one success flag (or None) per episode."
             )
-        count, known, _unknown = _count_outcomes(flags, "successes")
-        success_count, success_rate, success_ci = _success_fields(count, known)
+        count, known, _unknown = count_outcomes(flags, "successes")
+        success_count, success_rate, success_ci = success_fields(count, known)
 
     return Summary(
         n=n,
@@ -278,9 +280,9 @@ def summarize(
         min=float(np.min(arr)),
         max=float(np.max(arr)),
         median=float(np.median(arr)),
-        iqm=float(_trim_mean_rows(arr)),
-        iqm_ci=bootstrap_ci(arr, iqm, _DEFAULT_CONFIDENCE, _DEFAULT_RESAMPLES, seed=0),
-        mean_ci=bootstrap_ci(arr, np.mean, _DEFAULT_CONFIDENCE, _DEFAULT_RESAMPLES, seed=0),
+        iqm=float(trim_mean_rows(arr)),
+        iqm_ci=bootstrap_ci(arr, iqm, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, seed=0),
+        mean_ci=bootstrap_ci(arr, np.mean, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, seed=0),
         success_count=success_count,
         success_rate=success_rate,
         success_ci=success_ci,
@@ -299,15 +301,15 @@ def success_percent(outcomes: Sequence[bool | None]) -> dict[str, Any]:
     >>> out["pc_success"], [round(b, 2) for b in out["pc_success_ci95"]]
     (90.0, [59.58, 98.21])
     """
-    s, known, unknown = _count_outcomes(outcomes, "outcomes")
-    count, rate, ci = _success_fields(s, known)
+    s, known, unknown = count_outcomes(outcomes, "outcomes")
+    count, rate, ci = success_fields(s, known)
     return {
         "n_episodes": known + unknown,
         "n_success": count,
         "n_unknown": unknown,
-        "pc_success": None if rate is None else _json_float(100.0 * rate),
-        "pc_success_ci95": None if ci is None else [_json_float(100.0 * ci[0]),
-                                                   _json_float(100.0 * ci[1])],
+        "pc_success": None if rate is None else json_float(100.0 * rate),
+        "pc_success_ci95": None if ci is None else [json_float(100.0 * ci[0]),
+                                                   json_float(100.0 * ci[1])],
     }
 
 
@@ -326,7 +328,7 @@ def mean_of_rates(groups: Sequence[Sequence[bool | None]], n_resamples: int = 20
     """
     flags = []
     for i, outcomes in enumerate(groups):
-        known = [f for f in (_parse_outcome(v, k) for k, v in enumerate(outcomes))
+        known = [f for f in (parse_outcome(v, k) for k, v in enumerate(outcomes))
                  if f is not None]
         if known:
             flags.append(np.asarray(known, dtype=float))
@@ -339,5 +341,5 @@ def mean_of_rates(groups: Sequence[Sequence[bool | None]], n_resamples: int = 20
         rates += f[rng.integers(0, f.size, size=(n_resamples, f.size))].mean(axis=1)
     rates /= len(flags)
     lo, hi = np.quantile(rates, [0.025, 0.975])
-    return {"n_tasks": len(flags), "pc_mean_task_success": _json_float(100.0 * mean),
-            "pc_mean_task_success_ci95": [_json_float(100.0 * lo), _json_float(100.0 * hi)]}
+    return {"n_tasks": len(flags), "pc_mean_task_success": json_float(100.0 * mean),
+            "pc_mean_task_success_ci95": [json_float(100.0 * lo), json_float(100.0 * hi)]}

@@ -17,14 +17,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rolltape.stats._core import (
-    _DEFAULT_CONFIDENCE,
-    _DEFAULT_RESAMPLES,
-    _as_finite_1d,
-    _check_confidence,
-    _json_float,
-    _json_pair,
-    _parse_outcome,
-    _z_for,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    as_finite_1d,
+    check_confidence,
+    json_float,
+    json_pair,
+    parse_outcome,
+    z_for,
 )
 from rolltape.stats.intervals import bootstrap_ci, wilson_interval
 
@@ -64,8 +64,8 @@ def paired_improvement(
     Raises:
         ValueError: if the two sequences differ in length, are empty, or hold non-finite values.
     """
-    policy = _as_finite_1d(policy_returns, "policy_returns")
-    baseline = _as_finite_1d(baseline_returns, "baseline_returns")
+    policy = as_finite_1d(policy_returns, "policy_returns")
+    baseline = as_finite_1d(baseline_returns, "baseline_returns")
     if policy.size != baseline.size:
         raise ValueError(
             f"policy_returns has {policy.size} episodes but baseline_returns has {baseline.size}; "
@@ -76,14 +76,14 @@ def paired_improvement(
     baseline_mean = float(np.mean(baseline))
     ratio = policy_mean / baseline_mean if baseline_mean > 0 and policy_mean >= 0 else None
     return {
-        "mean_diff": _json_float(np.mean(diffs)),
-        "diff_ci": _json_pair(
-            bootstrap_ci(diffs, np.mean, _DEFAULT_CONFIDENCE, _DEFAULT_RESAMPLES, seed=seed)
+        "mean_diff": json_float(np.mean(diffs)),
+        "diff_ci": json_pair(
+            bootstrap_ci(diffs, np.mean, DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, seed=seed)
         ),
-        "policy_mean": _json_float(policy_mean),
-        "baseline_mean": _json_float(baseline_mean),
+        "policy_mean": json_float(policy_mean),
+        "baseline_mean": json_float(baseline_mean),
         "n_pairs": int(policy.size),
-        "ratio_of_means": _json_float(ratio),
+        "ratio_of_means": json_float(ratio),
     }
 
 
@@ -97,7 +97,7 @@ def _resample_counts(rng: np.random.Generator, n: int, resamples: int) -> np.nda
 
 def probability_of_improvement(
     x: ArrayLike, y: ArrayLike, *, paired: bool = True, confidence: float = 0.95,
-    n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0,
+    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
 ) -> dict[str, Any]:
     """P(X > Y): the chance that an episode of X beats an episode of Y, ties counting half.
 
@@ -120,13 +120,13 @@ def probability_of_improvement(
     Raises:
         ValueError: empty or non-finite values, or paired samples of different lengths.
     """
-    xs = _as_finite_1d(x, "x")
-    ys = _as_finite_1d(y, "y")
-    _check_confidence(confidence)
+    xs = as_finite_1d(x, "x")
+    ys = as_finite_1d(y, "y")
+    check_confidence(confidence)
     if paired and xs.size != ys.size:
         raise ValueError(f"paired samples need one value per seed each, got {xs.size} and "
                          f"{ys.size}; pass paired=False for unmatched samples.")
-    point, values = _improvement_resamples(xs, ys, paired, n_resamples,
+    point, values = improvement_resamples(xs, ys, paired, n_resamples,
                                            np.random.default_rng(seed))
     alpha = 1.0 - confidence
     lo, hi = np.quantile(values, [alpha / 2.0, 1.0 - alpha / 2.0])
@@ -134,7 +134,7 @@ def probability_of_improvement(
             "n_y": int(ys.size), "paired": bool(paired)}
 
 
-def _improvement_resamples(xs: np.ndarray, ys: np.ndarray, paired: bool, resamples: int,
+def improvement_resamples(xs: np.ndarray, ys: np.ndarray, paired: bool, resamples: int,
                            rng: np.random.Generator) -> tuple[float, np.ndarray]:
     """P(X > Y) and its value on each of ``resamples`` bootstrap resamples."""
     n, m = xs.size, ys.size
@@ -173,7 +173,7 @@ def _paired_table(a: Sequence[Any], b: Sequence[Any]) -> tuple[int, int, int, in
                          f"{len(b)}.")
     both = only_a = only_b = neither = dropped = 0
     for i, (fa, fb) in enumerate(zip(a, b)):
-        sa, sb = _parse_outcome(fa, i), _parse_outcome(fb, i)
+        sa, sb = parse_outcome(fa, i), parse_outcome(fb, i)
         if sa is None or sb is None:
             dropped += 1
         elif sa and sb:
@@ -260,7 +260,7 @@ def minimum_detectable_difference(spread: float, n: int, confidence: float = 0.9
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}.")
-    z = _z_for(confidence) + (_Z_POWER if power == _POWER else NormalDist().inv_cdf(power))
+    z = z_for(confidence) + (_Z_POWER if power == _POWER else NormalDist().inv_cdf(power))
     return float(z * spread / math.sqrt(n))
 
 
@@ -268,7 +268,7 @@ def _episodes_needed(spread: float, effect: float, confidence: float) -> int | N
     """Paired episodes needed to detect ``effect`` with 80% power (None: no effect seen)."""
     if effect == 0 or spread == 0:
         return None
-    z = _z_for(confidence) + _Z_POWER
+    z = z_for(confidence) + _Z_POWER
     return int(math.ceil((z * spread / abs(effect)) ** 2))
 
 
@@ -288,7 +288,7 @@ def paired_comparison(
     a_returns: ArrayLike, b_returns: ArrayLike,
     a_success: Sequence[Any] | None = None, b_success: Sequence[Any] | None = None, *,
     a_name: str = "A", b_name: str = "B", confidence: float = 0.95,
-    n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0,
+    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
 ) -> dict[str, Any]:
     """Is A better than B? Every number on episodes matched by seed (index i = seed i).
 
@@ -308,8 +308,8 @@ def paired_comparison(
     >>> c["returns"]["verdict"]
     'better'
     """
-    a = _as_finite_1d(a_returns, "a_returns")
-    b = _as_finite_1d(b_returns, "b_returns")
+    a = as_finite_1d(a_returns, "a_returns")
+    b = as_finite_1d(b_returns, "b_returns")
     diff = paired_improvement(a, b, seed=seed) if a.size == b.size else None
     if diff is None:
         raise ValueError(f"a_returns has {a.size} episodes and b_returns {b.size}; a paired "
@@ -335,10 +335,10 @@ def paired_comparison(
                        if need and need > n else "."))
     returns = {
         "n_pairs": n, "a_mean": diff["policy_mean"], "b_mean": diff["baseline_mean"],
-        "mean_diff": mean, "diff_ci": [lo, hi], "diff_std": _json_float(spread),
+        "mean_diff": mean, "diff_ci": [lo, hi], "diff_std": json_float(spread),
         "probability_of_improvement": probability_of_improvement(
             a, b, paired=True, confidence=confidence, n_resamples=n_resamples, seed=seed),
-        "minimum_detectable_difference": _json_float(mde),
+        "minimum_detectable_difference": json_float(mde),
         "verdict": verdict, "sentence": sentence,
     }
     return {"a": a_name, "b": b_name, "returns": returns,
@@ -376,7 +376,7 @@ def _success_comparison(a: Sequence[Any] | None, b: Sequence[Any] | None, a_name
                     "more (80% power).")
     return {**test, "a_rate": (both + only_a) / n, "b_rate": (both + only_b) / n,
             "diff": diff, "diff_ci": [lo, hi],
-            "minimum_detectable_difference": _json_float(mde), "verdict": verdict,
+            "minimum_detectable_difference": json_float(mde), "verdict": verdict,
             "sentence": sentence}
 
 

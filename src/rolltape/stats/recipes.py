@@ -35,10 +35,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from rolltape.stats._core import (
-    _DEFAULT_RESAMPLES,
-    _check_confidence,
-    _json_float,
-    _trim_mean_rows,
+    DEFAULT_RESAMPLES,
+    check_confidence,
+    json_float,
+    trim_mean_rows,
 )
 from rolltape.stats.aggregates import aggregate_scores, suite_probability_of_improvement
 
@@ -97,11 +97,11 @@ def _matrices(per_task: Mapping[str, ArrayLike], what: str) -> dict[str, np.ndar
 def _interval(draws: np.ndarray, confidence: float) -> list[float | None]:
     alpha = 1.0 - confidence
     lo, hi = np.quantile(draws, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return [_json_float(lo), _json_float(hi)]
+    return [json_float(lo), json_float(hi)]
 
 
 def recipe_summary(per_task: Mapping[str, ArrayLike], *, confidence: float = 0.95,
-                   n_resamples: int = _DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, Any]:
+                   n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, Any]:
     """One recipe over its training runs.
 
     ``mean``: the mean over tasks of the mean over runs of each run's mean score, with a
@@ -114,7 +114,7 @@ def recipe_summary(per_task: Mapping[str, ArrayLike], *, confidence: float = 0.9
     >>> s["mean"]["value"], s["runs"], s["spread"]["t"]["between_runs"]
     (3.5, 3, 2.0)
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     tasks = _matrices(per_task, "recipe")
     runs = next(iter(tasks.values())).shape[0]
     run_scores = {t: m.mean(axis=1) for t, m in tasks.items()}
@@ -129,14 +129,14 @@ def recipe_summary(per_task: Mapping[str, ArrayLike], *, confidence: float = 0.9
     for t, m in tasks.items():
         within = np.sqrt(np.mean(m.var(axis=1, ddof=1))) if m.shape[1] > 1 else None
         between = float(np.std(m.mean(axis=1), ddof=1)) if runs > 1 else None
-        spread[t] = {"between_runs": _json_float(between), "within_run": _json_float(within)}
+        spread[t] = {"between_runs": json_float(between), "within_run": json_float(within)}
     return {
         "runs": runs, "tasks": len(tasks),
         "episodes": {t: int(m.shape[1]) for t, m in tasks.items()},
         "run_scores": {t: [float(v) for v in s] for t, s in run_scores.items()},
         "mean": means,
-        "iqm": {"value": _json_float(_trim_mean_rows(pooled)),
-                "ci": _interval(np.asarray(_trim_mean_rows(boot, axis=1)), confidence)},
+        "iqm": {"value": json_float(trim_mean_rows(pooled)),
+                "ci": _interval(np.asarray(trim_mean_rows(boot, axis=1)), confidence)},
         "spread": spread,
         "note": few_runs_note(runs),
     }
@@ -162,7 +162,7 @@ def _two_level(a: np.ndarray, b: np.ndarray, n_resamples: int,
 
 
 def recipe_comparison(a: Mapping[str, ArrayLike], b: Mapping[str, ArrayLike], *,
-                      confidence: float = 0.95, n_resamples: int = _DEFAULT_RESAMPLES,
+                      confidence: float = 0.95, n_resamples: int = DEFAULT_RESAMPLES,
                       seed: int = 0) -> dict[str, Any]:
     """Recipe A against recipe B, both evaluated on the same tasks and episode seeds.
 
@@ -180,7 +180,7 @@ def recipe_comparison(a: Mapping[str, ArrayLike], b: Mapping[str, ArrayLike], *,
     Raises:
         ValueError: different tasks, or a task whose episode seeds differ in number.
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     xa, xb = _matrices(a, "recipe A"), _matrices(b, "recipe B")
     if set(xa) != set(xb):
         raise ValueError(f"both recipes need the same tasks, got {sorted(xa)} and {sorted(xb)}.")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from rolltape.stats._core import _as_finite_1d, _check_confidence
+from rolltape.stats._core import as_finite_1d, check_confidence
 
 __all__ = ["betting_cs", "bernoulli_cs", "bernoulli_cs_at"]
 
@@ -61,7 +61,7 @@ def bernoulli_cs_at(successes: ArrayLike, n: ArrayLike, confidence: float = 0.95
     >>> round(float(lo), 3), round(float(hi), 3)
     (0.586, 0.937)
     """
-    _check_confidence(confidence)
+    check_confidence(confidence)
     s = np.asarray(successes, dtype=float)
     total = np.asarray(n, dtype=float)
     if np.any(total < 1) or np.any(s < 0) or np.any(s > total):
@@ -104,7 +104,7 @@ def bernoulli_cs(outcomes: ArrayLike, confidence: float = 0.95,
     >>> bool(np.all(np.diff(lo) >= 0) and np.all(np.diff(hi) <= 0))
     True
     """
-    x = _as_finite_1d(outcomes, "outcomes")
+    x = as_finite_1d(outcomes, "outcomes")
     if not np.all((x == 0) | (x == 1)):
         raise ValueError("outcomes must be 0/1 (False/True); a success rate needs flags.")
     n = np.arange(1, x.size + 1)
@@ -139,8 +139,8 @@ def betting_cs(values: ArrayLike, low: float = 0.0, high: float = 1.0,
     Raises:
         ValueError: a value outside ``[low, high]``, or bounds that are not low < high.
     """
-    _check_confidence(confidence)
-    raw = _as_finite_1d(values, "values")
+    check_confidence(confidence)
+    raw = as_finite_1d(values, "values")
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
         raise ValueError(f"bounds must be finite with low < high, got [{low}, {high}].")
     if raw.min() < low or raw.max() > high:
