@@ -40,7 +40,8 @@ def test_render_processes_default_to_one_per_core_as_eval_and_export(verb: str) 
 
 
 def test_render_by_default_splits_a_long_video_across_the_cores(tmp_path: Path) -> None:
-    from rolltape.envs import env_spec, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.envs.ids import env_spec
     from rolltape.pass1.rollout import record_episode
     from rolltape.policies import load_policy
     from rolltape.tape import Tape

@@ -35,7 +35,8 @@ def test_a_stopped_server_verb_is_not_told_to_rerun() -> None:
     ("gymnasium_robotics:AdroitHandDoor-v1", True)])
 def test_the_dense_adroit_notice_is_printed_only_for_the_envs_it_names(
         env_id: str, noticed: bool) -> None:
-    code = ("from rolltape.envs import env_spec, make_env; "
+    code = ("from rolltape.envs.build import make_env; "
+            "from rolltape.envs.ids import env_spec; "
             f"make_env(env_spec({env_id!r})).close()")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)

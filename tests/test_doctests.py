@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
-         "rolltape.stats.aggregates", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs",
+         "rolltape.stats.aggregates", "rolltape.outputs.summary", "rolltape.files", "rolltape.pass1.rollout", "rolltape.envs.ids",
+         "rolltape.envs.build", "rolltape.envs.digests",
          "rolltape.outputs.plots", "rolltape.progress", "rolltape.executors.fallback",
          "rolltape.pass1.remote", "rolltape.pass2.replay", "rolltape.interpreter",
          "rolltape.compare.checkpoints", "rolltape.server.protocol", "rolltape.address",

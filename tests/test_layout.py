@@ -185,7 +185,8 @@ def test_bench_is_reached_only_through_the_cli_verb():
 
 def test_a_running_render_worker_has_loaded_nothing_forbidden(tmp_path):
     """At run time too: a real worker draws a real MuJoCo tape and lists what it imported."""
-    from rolltape.envs import env_spec, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.envs.ids import env_spec
     from rolltape.pass1.rollout import record_episode
     from rolltape.policies import load_policy
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import Server
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 from rolltape.parity import compare_episode, open_sessions, parity_worker, run_parity
 from rolltape.pass1.rollout import record_episode

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 from rolltape.pass1.rollout import record_episode
 from rolltape.pass2.replay import RenderRequest

@@ -19,7 +19,8 @@ import pytest
 
 from conftest import ROOT, run_cli
 from policy_servers import STEPS, H, PolicyServer, reference_actions, write_policies
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.pass1.rollout import record_episode
 from rolltape.policies import load_policy
 from rolltape.policy_server import wire

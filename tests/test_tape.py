@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rolltape import Tape, UsageError
+from rolltape.tape import json_safe
 
 
 def make_tape(steps: int = 5, **overrides) -> Tape:
@@ -98,3 +100,12 @@ def test_missing_array_is_refused(tmp_path):
     with pytest.raises(UsageError, match="lacks the arrays"):
         Tape.load(path)
     assert zipfile.is_zipfile(path)
+
+
+def test_json_safe_makes_plain_json_and_nan_null() -> None:
+    value = {1: np.float32(0.5), "a": (np.int64(3), np.bool_(True)), "n": float("nan"),
+             "arr": np.array([[1.0, np.inf]]), "s": "x", "o": Path("p")}
+    safe = json_safe(value)
+    assert safe == {"1": 0.5, "a": [3, True], "n": None, "arr": [[1.0, None]], "s": "x",
+                    "o": "p"}
+    assert json.loads(json.dumps(safe, allow_nan=False)) == safe

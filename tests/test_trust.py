@@ -13,7 +13,7 @@ import pytest
 
 from conftest import run_cli
 from rolltape import RenderRequest, Tape, UsageError, render
-from rolltape.envs import check_tape_env_module
+from rolltape.envs.ids import check_tape_env_module
 
 # Imported as code, this leaves a marker; a test passes only if the marker never appears.
 EVIL = "from pathlib import Path\nPath({marker!r}).write_text('imported')\n"

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from rolltape.config import EvalConfig, Target
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.pass1.rollout import record_episode
 from rolltape.policies import load_policy
 from rolltape.progress import Progress

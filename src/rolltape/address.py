@@ -1,7 +1,7 @@
 """Server addresses: ``tcp://HOST:PORT`` for a server, ``tcp://HOST:PORT/ENV_ID`` for an env
 on it, and ``HOST:PORT`` for ``serve --bind``.
 
-It sits beside the env-id grammar (:mod:`rolltape.envs` reads served ids with it), below
+It sits beside the env-id grammar (:mod:`rolltape.envs.ids` reads served ids with it), below
 the server's wire (:mod:`rolltape.server`).
 
 May import: errors. Never: anything else of rolltape.

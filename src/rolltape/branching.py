@@ -39,7 +39,7 @@ import numpy as np
 
 from rolltape import executors
 from rolltape.config import select_episodes
-from rolltape.envs import check_tape_env_module, json_safe
+from rolltape.envs.ids import check_tape_env_module
 from rolltape.errors import UsageError
 from rolltape.executors.base import ShareWork
 from rolltape.executors.launch import per_core
@@ -54,7 +54,7 @@ from rolltape.pass1.worker import policy_worker
 from rolltape.progress import Progress
 from rolltape.record import Episode, Run
 from rolltape.stats import bootstrap_ci, wilson_interval
-from rolltape.tape import Tape, sum_rewards
+from rolltape.tape import Tape, json_safe, sum_rewards
 
 DEFAULT_NOISE = 0.1  # of the action range's half-width, for a deterministic policy
 SCHEMA = 1

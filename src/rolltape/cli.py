@@ -491,10 +491,10 @@ def verify(
 def trusted_env(tape: Path, env: str | None, trusted: list[str] | None) -> str | None:
     """The env a tape replays on, as if the user named it: ``--env``, else the tape's own
     id when its module is one ``--trust-module`` names (a tape's other env modules are
-    imported only if they are packages of Gymnasium envs: rolltape.envs.env_package)."""
+    imported only if they are packages of Gymnasium envs: rolltape.envs.ids.env_package)."""
     if env is not None or not trusted:
         return env
-    from rolltape.envs import trusted_env_id
+    from rolltape.envs.ids import trusted_env_id
     from rolltape.tape import Tape
 
     return trusted_env_id(Tape.load(tape).env_id, trusted)

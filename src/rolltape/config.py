@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from rolltape import executors
 from rolltape.address import is_served
-from rolltape.envs import env_spec
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError, check_choice
 from rolltape.executors.base import Executor
 from rolltape.executors.launch import check_worker_count
@@ -116,7 +116,7 @@ class BuildCheck:
     def __init__(self, specs: list[dict[str, Any]]) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        from rolltape.envs import build_problem
+        from rolltape.envs.build import build_problem
         from rolltape.interpreter import run_once
 
         self._answer = None

@@ -35,7 +35,6 @@ from rolltape.config import (  # noqa: F401  (select_episodes: rolltape.evaluati
     select_episodes,
     targets_of,
 )
-from rolltape.envs import json_safe
 from rolltape.errors import DivergenceError, Interrupted, RunFailed, UsageError
 from rolltape.executors.base import ShareWork
 from rolltape.executors.launch import (
@@ -76,7 +75,7 @@ from rolltape.record import (
     episodes_of,
 )
 from rolltape.suites.hosted import HostedServer
-from rolltape.tape import Tape
+from rolltape.tape import Tape, json_safe
 from rolltape.videos import EarlyRender, pass2_videos, warm_render_workers
 
 RunResult = Run  # what evaluate() returns: the run's typed record (rolltape.record)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import make_env
+from rolltape.envs.build import make_env
 from rolltape.errors import UsageError
 from rolltape.pass1.rollout import last_line, record_episode
 from rolltape.policies import load_policy

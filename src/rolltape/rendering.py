@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rolltape import executors
-from rolltape.envs import check_tape_env_module
+from rolltape.envs.ids import check_tape_env_module
 from rolltape.errors import UsageError
 from rolltape.executors.base import Executor, RenderWork
 from rolltape.executors.launch import check_worker_count, stop_workers
@@ -176,9 +176,8 @@ def check_requests(requests: Sequence[RenderRequest], backends: str | Sequence[s
 
 def _write_records(req: RenderRequest, result: RenderResult) -> RenderResult:
     """Write the pixel-free outputs and a ``.metadata.json`` sidecar beside every output."""
-    from rolltape.envs import json_safe
     from rolltape.outputs.artifacts import provenance, write_sidecar
-    from rolltape.tape import Tape
+    from rolltape.tape import Tape, json_safe
 
     if not req.outputs:
         return result  # verification only: nothing was written, nothing to describe
@@ -321,7 +320,7 @@ def _draws_without_gl(req: RenderRequest) -> bool:
     """True for an Atari tape: its frames are ALE's screen, so its worker needs no GL
     backend (and does not pay for starting one: importing MuJoCo and PyOpenGL, making a
     context)."""
-    from rolltape.envs import is_atari
+    from rolltape.envs.ids import is_atari
     from rolltape.tape import Tape
 
     return is_atari(req.env_id or Tape.load(req.tape).env_id)  # loaded once: a cached read

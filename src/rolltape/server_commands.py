@@ -144,7 +144,7 @@ def register(app: typer.Typer, say: Callable[[str], None]) -> None:
         """Play the same seeded episodes locally and served (an env with --served, a policy
         with --policy ws://... --local-policy); exit 1 at any difference."""
         from rolltape.address import parse_server
-        from rolltape.envs import env_spec
+        from rolltape.envs.ids import env_spec
         from rolltape.files import write_json
         from rolltape.server.client import describe, served_difference
         from rolltape.server.frames import check_size
@@ -231,7 +231,7 @@ def _policy_parity(env: str | None, served: str | None, policy: str,
                    say: Callable[[str], None], batch: int = 1) -> None:
     """``parity --policy ws://... --local-policy SOURCE ENV``: a served policy against the
     same policy loaded here (:mod:`rolltape.policy_parity`), in a spawned worker."""
-    from rolltape.envs import env_spec
+    from rolltape.envs.ids import env_spec
     from rolltape.files import write_json
     from rolltape.policy_parity import policy_parity_worker
     from rolltape.policy_server.client import check_policy_server

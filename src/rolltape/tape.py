@@ -85,7 +85,7 @@ class Tape:
             process that stepped the env, or null}``, else None: pass 2 compares the
             images' digests only when it draws with the same backend.
         qpos, qvel: (T+1, nq) and (T+1, nv) MuJoCo state per frame, or None.
-        physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.physics_spec`), from
+        physics: (T+1, n) MuJoCo state per frame (:func:`rolltape.envs.state.physics_spec`), from
             which stepping continues bit for bit; lets one episode render in segments.
         ale_state, ale_state_offsets: Atari (ale-py) only: each frame's emulator state as ALE
             serializes it, end to end (uint8), and the T+2 offsets where state t is
@@ -622,3 +622,22 @@ def sum_rewards(rewards: list[float]) -> float:
 def finite_or_none(value: float) -> float | None:
     """``value`` when it is finite, else None: JSON has no NaN or infinity."""
     return value if math.isfinite(value) else None
+
+
+def json_safe(value: Any) -> Any:
+    """Turn numpy scalars/arrays and non-finite floats into plain JSON (NaN becomes None)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return finite_or_none(float(value))
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from rolltape.config import EvalConfig, Target
-from rolltape.envs import json_safe
 from rolltape.errors import UsageError
 from rolltape.executors.launch import per_core, stop_workers
 from rolltape.executors.local import Prestart
@@ -24,6 +23,7 @@ from rolltape.pass2.request import RenderRequest, RenderResult
 from rolltape.progress import Progress
 from rolltape.record import Episode, Video
 from rolltape.rendering import MIN_SEGMENT, prestart_render_workers, render
+from rolltape.tape import json_safe
 
 if TYPE_CHECKING:
     from rolltape.suites.manifest import Task

@@ -22,7 +22,7 @@ Atari folders sample actions, as enjoy.py does unless told ``--deterministic``.
 A zoo folder is data: reading it imports nothing it names. Its YAML is read with the suite
 manifests' caps (size, aliases); every value is type-checked and sizes are bounded. The
 modules it names (``env_wrapper`` entries, ``gym_packages``, an ``env`` of ``module:Id``)
-must be installed packages of Gymnasium envs or wrappers (:func:`rolltape.envs.env_package`,
+must be installed packages of Gymnasium envs or wrappers (:func:`rolltape.envs.ids.env_package`,
 judged from installed metadata, never by importing) or be named by the user
 (``--trust-module``); a wrapper must then be a ``gymnasium.Wrapper`` class, checked in the
 pass-1 worker after its package is imported and before it is called.
@@ -157,11 +157,11 @@ def _frame_stack(value: Any, where: Path) -> int:
 def _sb3_package(top: str) -> bool:
     """True for an installed distribution of SB3 wrappers (sb3-contrib's TimeFeatureWrapper,
     in many rl-zoo3 configs): one named as ``top`` that requires stable-baselines3 (SB3
-    itself requires Gymnasium, so :func:`rolltape.envs.env_package` admits it). Read from
+    itself requires Gymnasium, so :func:`rolltape.envs.ids.env_package` admits it). Read from
     installed metadata; nothing is imported."""
     from importlib.metadata import PackageNotFoundError, requires
 
-    from rolltape.envs import env_package
+    from rolltape.envs.ids import env_package
 
     try:
         needs = requires(top) or []
@@ -176,7 +176,7 @@ def _check_module(module: str, what: str, where: Path, trusted: tuple[str, ...])
     """Refuse, from installed metadata and before anything is imported, a module a zoo folder
     names that is neither an installed package of Gymnasium envs (or wrappers) nor one the
     user trusts: ``pydoc``, ``antigravity`` or a file put beside the folder would run."""
-    from rolltape.envs import env_package
+    from rolltape.envs.ids import env_package
 
     parts = module.split(".")
     top = parts[0]

@@ -22,7 +22,9 @@ from rolltape.bench.served import (
     minimal_server,
     per_env_overhead,
 )
-from rolltape.envs import env_spec, make_env, physics_spec
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
+from rolltape.envs.state import physics_spec
 from rolltape.server.client import RemoteEnv
 
 STEPS = 6

@@ -385,7 +385,7 @@ def test_lock_file_pins_the_assets_without_a_registry_host() -> None:
 
 def test_describe_envs_soon_hands_its_answer_to_the_next_describe_envs():
     """eval starts the viewer's env probe beside pass 2; export_viewer takes its answer."""
-    from rolltape.envs import env_spec
+    from rolltape.envs.ids import env_spec
     from rolltape.outputs import viewer
 
     specs = [env_spec("Pusher-v5")]

@@ -15,7 +15,7 @@ import pytest
 
 from rolltape import RenderRequest, evaluate, render
 from rolltape.branching import branch, same_as_source
-from rolltape.envs import env_spec
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 from rolltape.pass1.branches import BranchJob, BranchUnit
 from rolltape.pass1.rollout import run_policy_job

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from rolltape.envs import BIG_OBS, DIGEST_BATCH, obs_digest, obs_digests
+from rolltape.envs.digests import BIG_OBS, DIGEST_BATCH, obs_digest, obs_digests
 from rolltape.pass1.fields import (
     compact,
     digest_all,

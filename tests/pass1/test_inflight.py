@@ -19,7 +19,7 @@ pytest.importorskip("zmq")
 
 from conftest import Server, server_stats, tape_bytes  # noqa: E402
 from rolltape import Tape, evaluate  # noqa: E402
-from rolltape.envs import env_spec  # noqa: E402
+from rolltape.envs.ids import env_spec  # noqa: E402
 from rolltape.pass1.dealer import Dealer  # noqa: E402
 from rolltape.pass1.inflight import IN_FLIGHT, sessions_per_worker  # noqa: E402
 from rolltape.pass1.rollout import (  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rolltape.envs import env_spec
+from rolltape.envs.ids import env_spec
 from rolltape.pass1.remote import EPISODES_PER_TASK, cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import Episodes, PolicyJob
 from rolltape.tape import Tape

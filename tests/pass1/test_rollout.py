@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from rolltape import RenderRequest, Tape, UsageError, evaluate, render
-from rolltape.envs import obs_digest
+from rolltape.envs.digests import obs_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "tests" / "assets"

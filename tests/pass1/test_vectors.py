@@ -11,7 +11,9 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from rolltape.envs import env_spec, make_env, mujoco_data, physics_spec
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
+from rolltape.envs.state import mujoco_data, physics_spec
 from rolltape.pass1.vectors import Facts, LocalVector, open_vector
 
 ENV = "InvertedPendulum-v5"

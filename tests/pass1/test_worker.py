@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from rolltape.envs import env_spec
+from rolltape.envs.ids import env_spec
 from rolltape.pass1.rollout import Episodes, PolicyJob
 from rolltape.pass1.worker import policy_worker
 from rolltape.tape import Tape

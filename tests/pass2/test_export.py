@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 from conftest import ENV_ID
 from rolltape import Run, Tape, evaluate
-from rolltape.envs import env_spec
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 from rolltape.pass2.export import (
     ExportJob,

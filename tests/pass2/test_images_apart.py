@@ -11,7 +11,7 @@ from tests.assets.pixel_toy import PixelToy
 
 from conftest import Server
 from rolltape import RenderRequest, Tape, evaluate, render
-from rolltape.envs import array_digest
+from rolltape.envs.digests import array_digest
 
 PIXEL = "tests.assets.pixel_toy:PixelToy-v0"
 

@@ -10,7 +10,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.interpreter import run_once
 from rolltape.pass1.rollout import record_episode
 from rolltape.pass2.remote import replay_shipped

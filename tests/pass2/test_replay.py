@@ -169,7 +169,7 @@ def test_atari_screens_are_verified_in_batches_and_drawn_without_gl(tmp_path):
     checked against pass 1's digest, a batch at a time: a wrong digest past the first
     batch is named at its own step, and the frames written are the screens."""
     from rolltape import evaluate
-    from rolltape.envs import DIGEST_BATCH
+    from rolltape.envs.digests import DIGEST_BATCH
 
     run = evaluate("BreakoutNoFrameskip-v4", "random", episodes=1, seed=7,
                    max_episode_steps=DIGEST_BATCH + 60, out=tmp_path / "run",

@@ -19,7 +19,8 @@ from conftest import Server
 from policy_servers import PolicyServer
 from rolltape import evaluate
 from rolltape.bench.common import make_checkpoint
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.pass1.inflight import AskAhead
 from rolltape.pass1.rollout import (
     Episodes,

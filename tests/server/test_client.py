@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import Server
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.errors import EnvRaised, UsageError
 from rolltape.pass1.rollout import last_line
 from rolltape.server import protocol as P

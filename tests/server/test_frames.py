@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rolltape.envs import env_spec
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 from rolltape.interpreter import run_once
 from rolltape.server.frames import MAX_SIDE, FrameDrawer, check_size
@@ -44,7 +44,8 @@ def _draw_in_a_fresh_process() -> dict[str, Any]:
     """(In a child with MUJOCO_GL set.) Frames of two physics rows by two drawers."""
     import mujoco
 
-    from rolltape.envs import make_env, physics_spec
+    from rolltape.envs.build import make_env
+    from rolltape.envs.state import physics_spec
 
     spec = env_spec("InvertedPendulum-v5", max_episode_steps=10)
     env = make_env(spec)

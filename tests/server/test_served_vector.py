@@ -75,7 +75,8 @@ def test_served_batched_tapes_equal_a_local_batched_run_bit_for_bit(server, ppo_
 
 
 def test_one_request_steps_every_sub_env_and_physics_rows_come_per_sub_env(server):
-    from rolltape.envs import env_spec, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.envs.ids import env_spec
 
     spec = env_spec(f"{server.address}/{ENV_ID}", max_episode_steps=STEPS)
     vec = RemoteVectorEnv.connect(spec, sessions=2)  # 2 sessions x 4 sub-envs

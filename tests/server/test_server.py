@@ -413,7 +413,7 @@ def test_unreachable_server_is_one_sentence_within_the_timeout(tmp_path):
     assert result.returncode == 2 and "No env server answers" in result.stderr
     assert time.monotonic() - started < 30
     assert not (tmp_path / "run").exists()
-    from rolltape.envs import env_spec
+    from rolltape.envs.ids import env_spec
     from rolltape.errors import UsageError
 
     for bad in ("tcp://127.0.0.1/HalfCheetah-v5", "tcp://127.0.0.1:7450", "tcp://:1/X"):

@@ -56,7 +56,7 @@ print(json.dumps(rows))
 _REPLAY = """\
 import json, sys
 from PIL import Image
-from rolltape.envs import continue_from
+from rolltape.envs.state import continue_from
 from rolltape.pass1.fields import array_digest
 from rolltape.suites import aloha
 from rolltape.tape import Tape

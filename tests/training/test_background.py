@@ -20,7 +20,8 @@ import pytest
 from tests.conftest import drive
 
 from conftest import fill
-from rolltape.envs import env_spec, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 from rolltape.pass1.rollout import record_episode
 from rolltape.pass2.encode import count_frames

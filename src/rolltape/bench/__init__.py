@@ -203,7 +203,7 @@ def select(only: str | Sequence[str] | None) -> list[str]:
 
 
 def _machine() -> dict[str, Any]:
-    from rolltape.envs import package_version
+    from rolltape.envs.ids import package_version
 
     return {"platform": platform.platform(), "python": platform.python_version(),
             "cpu_count": os.cpu_count(),

@@ -44,7 +44,7 @@ def bench_branch_step_cost(ctx: Context) -> dict[str, Any]:
     mj_setState, same env, policy, noise and steps."""
     from rolltape.branching import branch_seed
     from rolltape.demo import demo_assets
-    from rolltape.envs import env_spec
+    from rolltape.envs.ids import env_spec
     from rolltape.pass1.branches import BranchJob, BranchUnit
     from rolltape.pass1.rollout import OpenJobs, record_episode, run_policy_job
     from rolltape.tape import Tape
@@ -153,7 +153,7 @@ def bare_branches(env: Any, policy: Any, units: list[Any], sources: dict[str, An
     import mujoco
     import numpy as np
 
-    from rolltape.envs import physics_spec, set_elapsed_steps
+    from rolltape.envs.state import physics_spec, set_elapsed_steps
 
     base = env.unwrapped
     model, data, bits = base.model, base.data, physics_spec()

@@ -125,7 +125,8 @@ def make_checkpoint(folder: Path, env_id: str = ENV_ID) -> tuple[Path, Path]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from rolltape.envs import env_spec, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.envs.ids import env_spec
 
     torch.set_num_threads(1)
     venv = VecNormalize(DummyVecEnv([lambda: make_env(env_spec(env_id))]), norm_obs=True,

@@ -28,7 +28,8 @@ from rolltape.bench.common import (
 
 def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
     """record_episode vs a bare policy.act + env.step loop, same env, policy and seeds."""
-    from rolltape.envs import env_spec, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.envs.ids import env_spec
     from rolltape.pass1.rollout import record_episode
     from rolltape.policies import load_policy
 

@@ -84,7 +84,9 @@ def _step_times(env: Any, actions: Any, seed: int) -> list[float]:
 # wake-ups of a zmq round trip, the env gone cold between requests).
 _MINIMAL_SERVER = """
 import sys, mujoco, numpy as np, zmq
-from rolltape.envs import env_spec, make_env, physics_spec
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
+from rolltape.envs.state import physics_spec
 env = make_env(env_spec(sys.argv[1], max_episode_steps=int(sys.argv[2])))
 base, spec = env.unwrapped, physics_spec()
 row = np.empty(mujoco.mj_stateSize(base.model, spec))
@@ -215,7 +217,8 @@ def bench_served_step_overhead(ctx: Context) -> dict[str, Any]:
     and the minimal server's steps are taken in turns, local ones in episodes of their own."""
     import numpy as np
 
-    from rolltape.envs import env_spec, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.envs.ids import env_spec
     from rolltape.server.client import RemoteEnv
 
     quick = ctx.config.quick
@@ -465,7 +468,8 @@ def per_env_overhead(ctx: Context, sizes: tuple[int, ...], steps: int
     and the overhead per env, (served - local) / N. Served and local steps alternate."""
     import numpy as np
 
-    from rolltape.envs import env_spec, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.envs.ids import env_spec
     from rolltape.server.client import RemoteVectorEnv
 
     out: dict[int, dict[str, float]] = {}
@@ -507,7 +511,7 @@ def bench_served_concurrent_clients(ctx: Context) -> dict[str, Any]:
     differing episodes (target 0); the ratio is concurrent wall time / alone wall time."""
     import numpy as np
 
-    from rolltape.envs import env_spec
+    from rolltape.envs.ids import env_spec
     from rolltape.pass1.rollout import record_episode
     from rolltape.policies import load_policy
     from rolltape.server.client import RemoteEnv

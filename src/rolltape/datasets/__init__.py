@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rolltape.envs import trusted_env_id
+from rolltape.envs.ids import trusted_env_id
 from rolltape.errors import Interrupted, RunFailed, UsageError, check_choice
 from rolltape.files import move_into_place, sha256_of
 from rolltape.limits import check_folder_name, check_fps, check_frame_size

@@ -397,7 +397,7 @@ def write_tape_copy(path: str | os.PathLike[str], tape: Tape, record: dict[str, 
 
 def versions() -> dict[str, str | None]:
     """Versions of the parts that decide the numbers, read without importing them."""
-    from rolltape.envs import package_version
+    from rolltape.envs.ids import package_version
 
     names = ["rolltape", "numpy", "gymnasium", "mujoco", "stable-baselines3", "torch", "av"]
     return {"python": platform.python_version(), **{n: package_version(n) for n in names}}

@@ -27,9 +27,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from rolltape.envs import json_safe
 from rolltape.outputs.artifacts import write_json
 from rolltape.record import Run
+from rolltape.tape import json_safe
 
 CARD = "protocol.json"
 CARD_VERSION = 1

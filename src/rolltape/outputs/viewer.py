@@ -251,7 +251,8 @@ def model_files(main: str | os.PathLike[str]) -> list[Path]:
 def _describe_envs(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """(Runs in a fresh interpreter.) What the viewer needs from each env: its MJCF path,
     step duration, nq and the camera Gymnasium renders with; ``fullpath`` None if not MuJoCo."""
-    from rolltape.envs import json_safe, make_env
+    from rolltape.envs.build import make_env
+    from rolltape.tape import json_safe
 
     out = []
     for spec in specs:
@@ -411,7 +412,7 @@ def export_viewer(run_dir: str | os.PathLike[str],
     ``trusted``: the user named the run's env on this command line (eval does), so its code
     may come from the current folder; otherwise it is read from tapes, and must be installed.
     """
-    from rolltape.envs import check_tape_env_module
+    from rolltape.envs.ids import check_tape_env_module
     from rolltape.tape import Tape
 
     run_dir = Path(run_dir)

@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rolltape.envs import AleLog, make_env, mujoco_data, split_physics
+from rolltape.envs.build import make_env
+from rolltape.envs.state import AleLog, mujoco_data, split_physics
 from rolltape.errors import UsageError
 from rolltape.pass1.facts import env_facts
 from rolltape.pass1.fields import kept_obs, reset_forms, success_flag, tape_fields

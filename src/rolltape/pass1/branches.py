@@ -35,12 +35,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rolltape.envs import (
-    continue_atari,
-    continue_from,
-    physics_spec,
-    set_elapsed_steps,
-)
+from rolltape.envs.state import continue_atari, continue_from, physics_spec, set_elapsed_steps
 from rolltape.errors import UsageError
 from rolltape.pass1.fields import success_flag
 from rolltape.pass1.rollout import EpisodeJob, Opened, PolicyJob, record_episode

@@ -128,7 +128,7 @@ def measure_latency(spec: dict[str, Any], source: str) -> tuple[int, str]:
     :data:`MEASURE_CALLS` calls on the env's first observation, in steps of its control
     period (rounded up), and a sentence saying so. Run once, before pass 1 (in a fresh
     interpreter: it builds the env), so every episode plays on the same clock."""
-    from rolltape.envs import make_env
+    from rolltape.envs.build import make_env
     from rolltape.policy_server import wire
     from rolltape.policy_server.client import PolicySession
 

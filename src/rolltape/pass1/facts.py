@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import json_safe
+from rolltape.tape import json_safe
 
 _MAX_BOUNDS = 64  # per-dimension bounds kept for spaces this small; larger: min and max
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import (
+from rolltape.envs.digests import (
     BIG_OBS,
     DIGEST_BATCH,
     array_digest,
     flat_items,
-    json_safe,
     obs_digest,
     obs_digests,
 )
+from rolltape.tape import json_safe
 
 
 def tape_fields(seed: int | None, options: dict[str, Any] | None, first_obs: Any,

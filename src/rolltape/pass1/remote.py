@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rolltape.envs import forget_mujoco_warnings, mujoco_warnings
+from rolltape.envs.build import forget_mujoco_warnings, mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.files import unmap_paths
 from rolltape.interpreter import GL_VARIABLES

@@ -21,14 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import (
-    DIGEST_BATCH,
-    AleLog,
-    PhysicsLog,
-    build_refusal,
-    check_render_mode,
-    make_env,
-)
+from rolltape.envs.build import build_refusal, check_render_mode, make_env
+from rolltape.envs.digests import DIGEST_BATCH
+from rolltape.envs.state import AleLog, PhysicsLog
 from rolltape.errors import EnvRaised, SessionReclaimed, UsageError
 from rolltape.pass1.clock import with_clock
 from rolltape.pass1.facts import env_facts

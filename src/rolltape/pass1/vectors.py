@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rolltape.envs import mujoco_data, physics_spec
+from rolltape.envs.state import mujoco_data, physics_spec
 from rolltape.pass1.rollout import last_line
 
 INFO_KEY = "rolltape"  # what each local sub-env adds to its info: its Facts
@@ -141,7 +141,7 @@ def _recording_env(spec: dict[str, Any], entries: tuple[dict[str, Any], ...],
     (:class:`_ThroughWrappers`)."""
     import gymnasium as gym
 
-    from rolltape.envs import ale_state
+    from rolltape.envs.state import ale_state
     from rolltape.pass1.rollout import open_env
 
     env = open_env(spec)

@@ -12,7 +12,7 @@ import sys
 import traceback
 from typing import Any
 
-from rolltape.envs import mujoco_warnings
+from rolltape.envs.build import mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass1.batched import run_batched_job

@@ -142,7 +142,8 @@ def recording_tap(base: Any) -> Any:
     """A ``gymnasium.Wrapper`` right over ``base`` that keeps one tape episode of it."""
     import gymnasium as gym
 
-    from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog
+    from rolltape.envs.digests import DIGEST_BATCH
+    from rolltape.envs.state import AleLog, PhysicsLog
     from rolltape.pass1.fields import compact, kept_obs, reset_forms, success_flag, tape_fields
 
     class Tap(gym.Wrapper):

@@ -316,7 +316,7 @@ def drawing_problem(spec: dict[str, Any], width: int | None, height: int | None,
     asks for a size or cameras, since importing MuJoCo in the orchestrator would fix its GL
     backend.) Build the env without rendering and check that it has what was asked for:
     None, or the one-line problem."""
-    from rolltape.envs import check_sizing, make_env
+    from rolltape.envs.build import check_sizing, make_env
 
     try:
         env = make_env(spec)

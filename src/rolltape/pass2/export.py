@@ -68,7 +68,7 @@ class ExportJob(RenderOptions):
 
     def perform(self, replayer: Any) -> ExportResult:
         """Replay the tape on ``replayer`` (a render worker's, whose envs it reuses)."""
-        from rolltape.envs import check_tape_env_module
+        from rolltape.envs.ids import check_tape_env_module
         from rolltape.pass2.cameras import CameraRig
         from rolltape.pass2.encode import open_av1_writer
         from rolltape.pass2.replay import _check_same_env, encoding_beside
@@ -173,7 +173,7 @@ def _step_from_states(tape: Any, env: Any, job: ExportJob, reset: Callable[[], A
     fail its digest. One step from the recorded state gives pass 1's very observation
     (and the info with its success flag) and cannot inherit an earlier step's error.
     Returns the first divergence, or None."""
-    from rolltape.envs import continue_from, restore_ale_state, restore_state
+    from rolltape.envs.state import continue_from, restore_ale_state, restore_state
     from rolltape.pass2.replay import _compare_step
 
     observe(0, reset(), None)
@@ -351,7 +351,8 @@ class ProbeJob:
     tapes: tuple[str, ...] = ()  # the tape each spec comes from (named when refused)
 
     def perform(self, replayer: Any = None) -> list[tuple[Any, ...]]:
-        from rolltape.envs import check_tape_env_module, make_env
+        from rolltape.envs.build import make_env
+        from rolltape.envs.ids import check_tape_env_module
         from rolltape.pass2.cameras import check_cameras
 
         out = []

@@ -39,13 +39,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from rolltape.envs import (
-    ALE_STEPS_AGAIN,
-    BIG_OBS,
-    DIGEST_BATCH,
-    check_tape_env_module,
-    continue_atari,
-)
+from rolltape.envs.digests import BIG_OBS, DIGEST_BATCH
+from rolltape.envs.ids import check_tape_env_module
+from rolltape.envs.state import ALE_STEPS_AGAIN, continue_atari
 from rolltape.errors import UsageError
 from rolltape.pass2.backends import select_backend_in_this_process
 from rolltape.pass2.cameras import (
@@ -129,7 +125,7 @@ class _Replayer:
         self._envs.clear()
 
     def _env(self, spec: dict[str, Any], req: RenderRequest, draw: bool) -> tuple[str, Any]:
-        from rolltape.envs import make_env
+        from rolltape.envs.build import make_env
 
         key = json.dumps([spec, draw, req.width, req.height, req.quality], sort_keys=True)
         if key not in self._envs:
@@ -169,7 +165,7 @@ class _Replayer:
         return obs
 
     def run(self, req: RenderRequest) -> RenderResult:
-        from rolltape.envs import _may_load_mujoco, mujoco_warnings
+        from rolltape.envs.build import may_load_mujoco, mujoco_warnings
         from rolltape.pass2.encode import open_writer
 
         start = time.perf_counter()
@@ -262,7 +258,7 @@ class _Replayer:
             tape=req.tape, outputs=tuple(outputs), mode=mode,
             # Only MuJoCo draws with the worker's GL backend: ALE's screens and pygame's
             # frames (classic control, Box2D) are drawn without it, so none is named.
-            backend=self.backend if draw and _may_load_mujoco(spec["id"]) else None,
+            backend=self.backend if draw and may_load_mujoco(spec["id"]) else None,
             steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
             checked=None if req.mode == "restore" else apart.what if apart else checked_by(tape, req),
@@ -288,7 +284,8 @@ class _Replayer:
         them may check their digests itself, all at once (``digests_later``:
         :func:`first_wrong_digest`), which costs less than one by one. ``view`` maps each
         observation to what is compared (:class:`ImagesApart`) before any of that."""
-        from rolltape.envs import continue_from, obs_digest
+        from rolltape.envs.digests import obs_digest
+        from rolltape.envs.state import continue_from
 
         divergence: Divergence | None = None
         from_reset = first == 0 or not tape.can_continue
@@ -355,7 +352,7 @@ class _Replayer:
         """Draw the recorded states themselves, no simulation. An Atari screen is not part of
         its emulator state: frame t is drawn by restoring state t-1 and taking the recorded
         action t-1 from it (one emulator step, RNG included in the state)."""
-        from rolltape.envs import restore_state
+        from rolltape.envs.state import restore_state
 
         reset(first)
         if tape.has_ale_state and not tape.has_state:
@@ -387,7 +384,7 @@ class ImagesApart:
     these instead; ``what`` is the result's ``checked``."""
 
     def __init__(self, tape: Tape, kept: list[str], what: str) -> None:
-        from rolltape.envs import obs_digests
+        from rolltape.envs.digests import obs_digests
 
         assert tape.obs_keys is not None and tape.obs_key_digest is not None  # see of()
         columns = [tape.obs_keys.index(k) for k in kept]
@@ -416,7 +413,7 @@ class ImagesApart:
     def view(self, obs: Any) -> Any:
         """The kept keys' digests of a dict observation (as pass 1 digested each key); any
         other observation as it is, whose digest then differs from the tape's."""
-        from rolltape.envs import array_digest, flat_items
+        from rolltape.envs.digests import array_digest, flat_items
 
         if not isinstance(obs, dict):
             return obs
@@ -450,7 +447,7 @@ def encoding_beside(writer: FrameWriter, env_id: str) -> FrameWriter | Backgroun
     for the GIL at every frame: there the writer encodes in line (1,500 Pong frames: 1.1 s
     with the thread, 0.93 s in line; a process per output, 0.9 s, pays its ~0.2 s start
     again for every episode)."""
-    from rolltape.envs import is_atari
+    from rolltape.envs.ids import is_atari
     from rolltape.pass2.encode import BackgroundWriter
 
     return writer if is_atari(env_id) else BackgroundWriter(writer)
@@ -466,7 +463,12 @@ def _reset_as_recorded(env: Any, tape: Tape) -> Any:
     tape's first frame is then set too (the same state, unless the env keeps state the
     generator does not explain). A tape that begins after ``start_step`` steps of its
     episode continues from that state, with the time limit advanced to match."""
-    from rolltape.envs import continue_from, restore_ale_state, set_elapsed_steps, set_rng_state
+    from rolltape.envs.state import (
+        continue_from,
+        restore_ale_state,
+        set_elapsed_steps,
+        set_rng_state,
+    )
 
     if tape.reset_rng is not None:
         set_rng_state(env, tape.reset_rng)
@@ -522,7 +524,7 @@ class _PendingDigests:
         """The first pending step whose observation differs from pass 1's, if any."""
         if not self.steps:
             return None
-        from rolltape.envs import obs_digests
+        from rolltape.envs.digests import obs_digests
 
         assert self.rows is not None  # made by the first add
         digests = obs_digests(self.rows[:len(self.steps)])
@@ -535,7 +537,7 @@ class _PendingDigests:
 
 def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, obs: Any,
                   rtol: float, atol: float) -> Divergence | None:
-    from rolltape.envs import obs_digest
+    from rolltape.envs.digests import obs_digest
 
     expected = float(tape.rewards[t])
     reward = math.nan if reward is None else float(reward)  # as pass 1 recorded a None
@@ -589,8 +591,8 @@ def first_wrong_digest(tape: Tape, observations: list[Any], rtol: float = 0.0,
                        atol: float = 0.0) -> Divergence | None:
     """The first of a replay's observations (the reset's, then each step's) whose digest is
     not pass 1's, as :func:`_compare_step` would report it, or None. Array observations
-    are digested all at once (:func:`rolltape.envs.obs_digests`, the same digest)."""
-    from rolltape.envs import obs_digest, obs_digests
+    are digested all at once (:func:`rolltape.envs.digests.obs_digests`, the same digest)."""
+    from rolltape.envs.digests import obs_digest, obs_digests
 
     if tape.obs_digest is None or rtol != 0 or atol != 0 or not observations:
         return None
@@ -609,7 +611,7 @@ def first_wrong_digest(tape: Tape, observations: list[Any], rtol: float = 0.0,
 
 def _check_same_env(tape: Tape, env: Any, path: str) -> None:
     """Refuse to replay a tape on an env whose action or state shapes differ from its own."""
-    from rolltape.envs import mujoco_data
+    from rolltape.envs.state import mujoco_data
 
     space = env.action_space
     shape = tuple(getattr(space, "shape", None) or ())
@@ -752,7 +754,8 @@ def _import_what_jobs_need(backend: str | None) -> None:
     first tape (PyAV, Gymnasium, PyOpenGL for the frame readback)."""
     import gymnasium  # noqa: F401
 
-    from rolltape import envs, tape  # noqa: F401
+    from rolltape import tape  # noqa: F401
+    from rolltape.envs import build, digests, state  # noqa: F401
     from rolltape.pass2 import encode  # noqa: F401  (PyAV's codecs: ~0.15 s)
 
     if backend is not None:

@@ -138,7 +138,7 @@ class RenderResult:
         del row["rewards"]
         row["divergence"] = asdict(self.divergence) if self.divergence else None
         row["divergence_text"] = self.divergence.describe() if self.divergence else None
-        from rolltape.envs import json_safe  # NaN (a replay of NaN rewards) is null in JSON
+        from rolltape.tape import json_safe  # NaN (a replay of NaN rewards) is null in JSON
 
         return json_safe(json.loads(json.dumps(row, default=_plain)))
 

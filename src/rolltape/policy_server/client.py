@@ -156,7 +156,7 @@ def action_space_problem(uri: str, theirs: dict[str, Any], specs: list[dict[str,
                          ) -> str | None:
     """The refusal for the first env of ``specs`` whose action space is not the served
     policy's (``theirs``, as described in its metadata), else None."""
-    from rolltape.envs import make_env
+    from rolltape.envs.build import make_env
 
     for spec in specs:
         env = make_env(spec)

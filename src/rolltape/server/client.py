@@ -30,7 +30,8 @@ import gymnasium as gym
 import numpy as np
 
 from rolltape.address import DEFAULT_TIMEOUT, TOKEN_FILE_VARIABLE, read_token
-from rolltape.envs import make_env, split_physics
+from rolltape.envs.build import make_env
+from rolltape.envs.state import split_physics
 from rolltape.errors import SessionReclaimed, UsageError
 from rolltape.server import protocol as P
 
@@ -222,7 +223,7 @@ def check_server(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 class RemotePhysicsLog:
-    """The :class:`rolltape.envs.PhysicsLog` of a served env: rows come in the replies."""
+    """The :class:`rolltape.envs.state.PhysicsLog` of a served env: rows come in the replies."""
 
     def __init__(self, env: RemoteEnv) -> None:
         self.env = env

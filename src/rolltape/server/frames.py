@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.envs import continue_from, make_env
+from rolltape.envs.build import make_env
+from rolltape.envs.state import continue_from
 from rolltape.errors import UsageError
 
 MAX_SIDE = 4096

@@ -43,11 +43,14 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from rolltape.address import bind_token, endpoint, split_host_port
-from rolltape.envs import ale_state, env_spec, json_safe, make_env, mujoco_data, physics_spec
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
+from rolltape.envs.state import ale_state, mujoco_data, physics_spec
 from rolltape.errors import UsageError
 from rolltape.flags import EPISODES, SERVER, flag, parse_kwargs
 from rolltape.server import protocol as P
 from rolltape.server.frames import FrameDrawer
+from rolltape.tape import json_safe
 
 POLL_MS = 200  # how often the loop looks up from the socket (signals, idle sessions)
 WATCHDOG_TICK = 0.25  # seconds between checks for an env call past --request-timeout

@@ -112,7 +112,7 @@ class AlohaEnv(gym.Env):
         return None if self._env is None else self._env._env.physics.data.ptr
 
     def after_set_state(self) -> None:
-        """After :func:`rolltape.envs.continue_from` set a recorded state: dm_control's step
+        """After :func:`rolltape.envs.state.continue_from` set a recorded state: dm_control's step
         runs ``mj_step2`` first, on the ``mj_step1`` results of the state it is in (its last
         step ends with ``mj_step1``), so they are computed again from the state set. Without
         it, a replay continued from step t (a pass-2 segment, a branch) parts from pass 1

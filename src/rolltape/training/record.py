@@ -29,7 +29,9 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from rolltape.envs import DIGEST_BATCH, AleLog, PhysicsLog, env_spec, mujoco_data, rng_state
+from rolltape.envs.digests import DIGEST_BATCH
+from rolltape.envs.ids import env_spec
+from rolltape.envs.state import AleLog, PhysicsLog, mujoco_data, rng_state
 from rolltape.errors import UsageError
 from rolltape.pass1.fields import digest_all, kept_obs, tape_fields
 from rolltape.pass2.formats import file_suffixes
@@ -153,7 +155,7 @@ class RecordTape(gym.Wrapper, gym.utils.RecordConstructorArgs):
         spec = env.spec
         self._spec = env_spec(spec.id, dict(spec.kwargs or {}), spec.max_episode_steps)
         if render and (width is not None or height is not None):
-            from rolltape.envs import check_sizing
+            from rolltape.envs.build import check_sizing
 
             try:  # refused now: each video would fail in its render process
                 check_sizing(spec.id, spec.id)

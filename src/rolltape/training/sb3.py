@@ -566,7 +566,7 @@ _CHECK_TIMEOUT = 120.0  # seconds a fresh interpreter may take to look the eval 
 def _check_env_in_a_worker(env_id: str) -> None:
     """Refuse an env id that a fresh interpreter in this folder (as the evaluation's
     worker is) does not know: one registered by the training script only."""
-    from rolltape.envs import env_spec
+    from rolltape.envs.ids import env_spec
     from rolltape.interpreter import ChildFailed, run_once
 
     try:
