@@ -317,7 +317,7 @@ def write_page(report: dict[str, Any], path: str | os.PathLike[str],
     import time
 
     from rolltape.files import write_text
-    from rolltape.outputs.report import _environment, _version
+    from rolltape.outputs.report import render_page
 
     card = report["card"]
     fa, fb = dict(flatten(card["a_card"])), dict(flatten(card["b_card"]))
@@ -326,9 +326,8 @@ def write_page(report: dict[str, Any], path: str | os.PathLike[str],
              "differs": name in differing or any(name.startswith(f + ".") or
                                                  name.startswith(f + "[") for f in differing)}
             for name in list(fa) + [k for k in fb if k not in fa]]
-    html = _environment().get_template("diff.html.j2").render(
-        r=report, rows=rows, videos=videos, written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        rolltape_version=_version())
+    html = render_page("diff.html.j2", r=report, rows=rows, videos=videos,
+                       written=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     return write_text(path, html)
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -64,7 +63,7 @@ def evaluate_latencies(env: str | None, policy: str, *, latencies: Sequence[int]
                        command: list[str] | None = None, **options: Any) -> dict[str, Any]:
     """Evaluate ``policy`` once per (execution, D) under ``out`` and write the latency
     report; returns what ``latency.json`` holds. ``options`` are :func:`rolltape.evaluate`'s."""
-    from rolltape.compare.sweep import evaluate_runs, prepare_root
+    from rolltape.compare.sweep import evaluate_runs, prepare_root, undone_on_usage_error
     from rolltape.pass1.clock import Clock
 
     if len(set(latencies)) != len(latencies) or len(set(executions)) != len(executions):
@@ -82,13 +81,9 @@ def evaluate_latencies(env: str | None, policy: str, *, latencies: Sequence[int]
               "blend": blend if ex == "async" and d else "none"})
             for d in sorted(latencies) for ex in executions if d or ex == executions[0]]
     done: list[Any] = []
-    try:
+    with undone_on_usage_error(created, done):
         evaluate_runs(env, jobs, root, done, overwrite=overwrite, resume=resume,
                       show_progress=show_progress, command=command, on_run=None)
-    except UsageError:
-        if created is not None and not done:
-            shutil.rmtree(created, ignore_errors=True)
-        raise
     runs = {(ex, d): LoadedRun.load(root / folder_name(ex, d), folder_name(ex, d))
             for d in latencies for ex in executions}
     result = latency_table(runs, executions, sorted(latencies), hold, blend)
@@ -225,13 +220,13 @@ def _charts(task: dict[str, Any], executions: Sequence[str]) -> list[str]:
 
 def write_latency(result: dict[str, Any], root: Path) -> None:
     """``latency.json`` and ``latency.html`` in ``root``; both or neither."""
-    from rolltape.outputs.report import _environment, _version
+    from rolltape.outputs.report import render_page
 
     executions = result["executions"]
-    page = _environment().get_template("latency.html.j2").render(
-        r=result, charts={t["name"]: _charts(t, executions) for t in result["tasks"]},
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), rolltape_version=_version(),
-        fmt=_fmt)
+    page = render_page(
+        "latency.html.j2", r=result,
+        charts={t["name"]: _charts(t, executions) for t in result["tasks"]},
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), fmt=_fmt)
     text = json.dumps(result, indent=2, allow_nan=False) + "\n"
     try:
         write_texts({root / "latency.json": text, root / "latency.html": page})

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -97,7 +96,7 @@ def evaluate_recipes(env: str | None, texts: list[str], *, out: str | os.PathLik
                      **options: Any) -> dict[str, Any]:
     """Evaluate every run of every recipe on the same seeds, then compare the recipes.
     ``options`` are :func:`rolltape.evaluate`'s. Returns comparison.json's content."""
-    from rolltape.compare.sweep import evaluate_runs, prepare_root
+    from rolltape.compare.sweep import evaluate_runs, prepare_root, undone_on_usage_error
 
     if vecnormalize is not None:
         raise UsageError("--vecnormalize applies to one checkpoint; a recipe's runs use the "
@@ -115,16 +114,13 @@ def evaluate_recipes(env: str | None, texts: list[str], *, out: str | os.PathLik
                            for e in entries] for name, entries in recipes.items()}})
     show, command = options.pop("show_progress", False), options.pop("command", None)
     opts = {**options, "episodes": episodes}
-    try:
+    # A resumed folder holds earlier runs: it is kept whatever stops this command.
+    with undone_on_usage_error(None if resume else created):
         for name, entries in recipes.items():
             runs: list[Any] = []
             evaluate_runs(env, [(e.label, e.policy, e.vecnormalize, opts) for e in entries],
                           root / name, runs, overwrite=overwrite, resume=resume,
                           show_progress=show, command=command, on_run=None)
-    except UsageError:
-        if created is not None and not resume:
-            shutil.rmtree(created, ignore_errors=True)
-        raise
     return write_recipe_comparison(root)
 
 
@@ -266,14 +262,13 @@ def runs_chart(result: dict[str, Any], task: str) -> str:
 
 def _html(result: dict[str, Any]) -> str:
     """The recipe page, from its template (the run report's stylesheet)."""
-    from rolltape.outputs.report import _environment, _version
+    from rolltape.outputs.report import render_page
 
     first = next(iter(result["recipes"].values()))
-    return _environment().get_template("recipes.html.j2").render(
-        r=result, where=result["env"] or result["suite"] or "",
+    return render_page(
+        "recipes.html.j2", r=result, where=result["env"] or result["suite"] or "",
         charts=[runs_chart(result, task) for task in first["run_scores"]],
-        written=time.strftime("%Y-%m-%d %H:%M:%S"), rolltape_version=_version(),
-        fmt=_fmt, ci=_ci)
+        written=time.strftime("%Y-%m-%d %H:%M:%S"), fmt=_fmt, ci=_ci)
 
 
 def summary_lines(result: dict[str, Any]) -> list[str]:

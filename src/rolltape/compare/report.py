@@ -390,7 +390,7 @@ def _verdict_class(verdict: str) -> str:
 
 def _html(result: dict[str, Any], out: Path) -> str:
     """comparison.html, from its template (the run report's stylesheet)."""
-    from rolltape.outputs.report import _environment, _version
+    from rolltape.outputs.report import render_page
 
     ident = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}"
                       for k, v in result["identity"].items() if v not in ({}, None))
@@ -408,10 +408,10 @@ def _html(result: dict[str, Any], out: Path) -> str:
                  "href": Path(os.path.relpath(out / strip["path"], out)).as_posix()}
     else:
         strip = None
-    return _environment().get_template("comparison.html.j2").render(
-        r=result, until=result.get("until"), ident=ident, entries=entries, strip=strip,
+    return render_page(
+        "comparison.html.j2", r=result, until=result.get("until"), ident=ident, entries=entries, strip=strip,
         charts=_charts(result),
-        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"), rolltape_version=_version(),
+        written=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         g=_g, gi=_gi, num=num, interval=interval, percent_interval=_percent_interval,
         verdict_class=_verdict_class if not result.get("until") else lambda v: "none")
 

@@ -18,11 +18,12 @@ Example (not run: it evaluates checkpoints):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from rolltape.compare.checkpoints import Entry, expand_policies, is_glob
 from rolltape.compare.report import write_comparison
@@ -92,13 +93,9 @@ def evaluate_many(env: str | None, policies: list[str], *, out: str | os.PathLik
         jobs.append((BASELINE, "random", None, {**options, "video": 0}))
     write_json(root / "sweep.json", _manifest(env, entries, baseline, options))
     runs: list[Any] = []  # filled as each run finishes
-    try:
+    with undone_on_usage_error(created, runs):
         evaluate_runs(env, jobs, root, runs, overwrite=overwrite, resume=resume,
                       show_progress=show_progress, command=command, on_run=on_run)
-    except UsageError:
-        if created is not None and not runs:
-            shutil.rmtree(created, ignore_errors=True)
-        raise
     # The runs just made (or kept by --resume) are their own records: no need to read them.
     loaded = [LoadedRun.of(run, e.label, e.steps) for e, run in zip(entries, runs)]
     base = LoadedRun.of(runs[-1], BASELINE, baseline=True) if baseline else None
@@ -130,6 +127,19 @@ def prepare_root(out: str | os.PathLike[str], *, overwrite: bool, resume: bool
     created = next((p for p in reversed([root, *root.parents]) if not p.exists()), None)
     root.mkdir(parents=True, exist_ok=True)
     return root, created
+
+
+@contextlib.contextmanager
+def undone_on_usage_error(created: Path | None, finished: Sequence[Any] = ()) -> Iterator[None]:
+    """Remove ``created`` (the first folder the command made: :func:`prepare_root`) when
+    bad input (a UsageError) stops the command while ``finished`` holds no finished run, and
+    re-raise: a refused command leaves no half-made folder, and a finished run is kept."""
+    try:
+        yield
+    except UsageError:
+        if created is not None and not finished:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
 def evaluate_runs(env: str | None, jobs: list[tuple[str, str, str | None, dict[str, Any]]],

@@ -495,7 +495,10 @@ def _provenance(metadata: Metadata | None, results: Results,
 
 
 @lru_cache(maxsize=1)
-def _environment() -> Any:
+def template_environment() -> Any:
+    """The Jinja environment of rolltape's pages (outputs/templates): escaped, strict about
+    undefined names, made once per process. Every page (run report, comparison, diff,
+    latency, recipes, training timeline) is rendered from it by :func:`render_page`."""
     import jinja2
 
     return jinja2.Environment(loader=jinja2.PackageLoader("rolltape.outputs", "templates"),
@@ -596,10 +599,9 @@ def build_report(run: Run | str | os.PathLike[str], *,
         "warnings": list(results.warnings) or (meta.get("warnings") if meta else None) or [],
         "provenance": _provenance(meta, results, finished),
         "viewer": _viewer(viewer if viewer is not None else _viewer_on_disk(root), root, report),
-        "rolltape_version": _version(),
         "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
-    html = _environment().get_template("report.html.j2").render(**context)
+    html = render_page("report.html.j2", **context)
     try:
         report.parent.mkdir(parents=True, exist_ok=True)
         return write_text(report, html)
@@ -612,7 +614,10 @@ def build_report(run: Run | str | os.PathLike[str], *,
                          f"{fix}.") from None
 
 
-def _version() -> str:
+def render_page(template: str, **context: Any) -> str:
+    """The HTML of one of rolltape's page ``template``s filled with ``context``, plus the
+    ``rolltape_version`` every page's footer names."""
     from rolltape import __version__
 
-    return __version__
+    return template_environment().get_template(template).render(rolltape_version=__version__,
+                                                                 **context)

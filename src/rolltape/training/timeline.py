@@ -61,7 +61,7 @@ def timeline_report(out: Path, picture: str | None, evaluations: Sequence[dict[s
     episodes on that curve (each a link to its verified video, played inline below), and
     the evaluation runs linked. ``episodes`` are (step, return, length) as they ended."""
     from rolltape.outputs import plots
-    from rolltape.outputs.report import _environment, _version
+    from rolltape.outputs.report import render_page
     from rolltape.outputs.summary import interval, num
 
     def rel(target: str | None) -> str | None:
@@ -107,9 +107,9 @@ def timeline_report(out: Path, picture: str | None, evaluations: Sequence[dict[s
         "diverged": sum(1 for v in videos if v["status"] == "bad"),
         "last_eval": _evaluation(out, points[-1]) if points else None,
         "best_eval": _evaluation(out, best) if best else None,
-        "failures": None, "rolltape_version": _version(),
+        "failures": None,
     }
-    return _environment().get_template("training.html.j2").render(**context)
+    return render_page("training.html.j2", **context)
 
 
 def _evaluation(out: Path, e: dict[str, Any]) -> dict[str, Any]:
