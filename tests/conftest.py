@@ -320,3 +320,14 @@ def server_stats(address: str) -> dict[str, Any]:
     finally:
         conn.close()
 
+
+def rewrite_tape(src: Path, dst: Path, edit: Callable[[dict, dict], None]) -> Path:
+    """Copy a real tape, letting ``edit(arrays, header)`` change it, written with numpy."""
+    with np.load(src, allow_pickle=False) as data:
+        arrays = {name: data[name].copy() for name in data.files}
+    header = json.loads(arrays.pop("header").tobytes().decode())
+    edit(arrays, header)
+    arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
+    with open(dst, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    return dst

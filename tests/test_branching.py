@@ -5,7 +5,7 @@ ledge, so P(success | state at t) drops from >= 0.8 to 0 between t = k and t = k
 curve's 0.5 crossing must lie within 2 steps of k, for each of 20 seeded episodes. The run
 is made by ``eval --branch``, which branches the rendered episode and draws its curve under
 the video. (Restoring itself: tests/pass1/test_branches.py; bad input:
-tests/test_branch_command.py.)
+tests/cli/test_cli_branch.py.)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ CHEAP = ["rolltape.errors", "rolltape.stats.intervals", "rolltape.stats.paired",
          "rolltape.suites.manifest", "rolltape.suites.builtin", "rolltape.suites.results",
          "rolltape.outputs.suite_view", "rolltape.record", "rolltape.pass2.formats",
          "rolltape.limits", "rolltape.executors.base", "rolltape.config", "rolltape.flags",
-         "rolltape.cli_options", "rolltape.pass1.ahead", "rolltape.pass1.dealer",
+         "rolltape.cli.options", "rolltape.pass1.ahead", "rolltape.pass1.dealer",
          "rolltape.pass1.inflight", "rolltape.pass2.export",
          "rolltape.datasets.lerobot", "rolltape.pass1.branches",
          "rolltape.outputs.branch_chart"]

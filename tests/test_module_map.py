@@ -53,9 +53,9 @@ def test_the_module_map_names_every_module_and_nothing_that_is_gone() -> None:
 
 
 def test_a_name_is_read_in_its_folder_then_at_the_root() -> None:
-    block = ("cli.py\n  ├─ pass2/       replay.py, nowhere.py\n  │   policies.py's plays,"
+    block = ("config.py\n  ├─ pass2/       replay.py, nowhere.py\n  │   policies.py's plays,"
              " training/sb3.py\nshared: record.py\n")
     named, gone = named_modules(block)
-    assert named == {"cli.py", "pass2/replay.py", "policies.py", "training/sb3.py",
+    assert named == {"config.py", "pass2/replay.py", "policies.py", "training/sb3.py",
                      "record.py"}
     assert gone == {"pass2/nowhere.py"}

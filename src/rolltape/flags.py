@@ -3,7 +3,7 @@
 The config dataclasses (:class:`rolltape.config.EvalConfig`, the render side's
 ``RenderOptions``, the server's ``ServeConfig``) declare each flag with :func:`flag`: its
 default, its help sentence, its help panel and, where the command line writes it another way
-than Python does, how the text becomes the field's value. ``rolltape.cli_options`` builds the
+than Python does, how the text becomes the field's value. ``rolltape.cli.options`` builds the
 verbs' typer options from these fields, so a flag, its default and its help exist once.
 
 >>> from dataclasses import dataclass, fields
@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from rolltape.errors import UsageError
@@ -48,15 +48,67 @@ class Flag:
     cli_default: Any = SAME  # the command line's default, where it differs (and why)
     parse: Callable[[Any], Any] | None = None  # the parsed text -> the field's value
     metavar: str | None = None
+    rule: Rule | None = None  # what the value must be (checked by check_flags)
+    argument: bool = False  # a positional argument of the verb, not an option
+
+    def name(self, field_name: str) -> str:
+        """How the command line spells the field: ``--max-episode-steps``, ``--camera``."""
+        if self.argument:
+            return field_name.upper()
+        given = [n for n in self.names if n.startswith("--")]
+        return given[0].split("/")[0] if given else "--" + field_name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a flag's value must be: ``ok(value)`` says whether it is, ``must`` finishes
+    the sentence "--NAME must ...". A value of None (unset) passes every rule.
+
+    >>> at_least(1).check("--episodes", 0)
+    Traceback (most recent call last):
+    rolltape.errors.UsageError: --episodes must be at least 1, got 0.
+    """
+
+    ok: Callable[[Any], bool]
+    must: str
+
+    def check(self, name: str, value: Any) -> None:
+        if value is not None and not self.ok(value):
+            raise UsageError(f"{name} must {self.must}, got {value}.")
+
+
+def at_least(least: int, unit: str = "", why: str = "") -> Rule:
+    """A whole number of at least ``least`` (``unit``: bytes, steps; ``why``: a reason)."""
+    words = f"be at least {least}" if least else "be 0 or more"
+    return Rule(lambda v: v >= least, words + (f" {unit}" if unit else "")
+                + (f" ({why})" if why else ""))
+
+
+def above(least: float, what: str = "a number") -> Rule:
+    """A finite number above ``least`` (NaN fails every comparison, so it is refused too)."""
+    return Rule(lambda v: v > least and math.isfinite(v), f"be {what} above {least:g}")
+
+
+def check_flags(record: Any) -> None:
+    """Refuse the first field of dataclass ``record`` whose value breaks its flag's rule,
+    in one sentence naming the flag: every record that declares a rule calls this, so a
+    rule is written once, where its field is declared."""
+    for f in fields(record):
+        spec: Flag | None = f.metadata.get("flag")
+        if spec is not None and spec.rule is not None:
+            spec.rule.check(spec.name(f.name), getattr(record, f.name))
 
 
 def flag(default: Any, help: str, *, panel: str, names: tuple[str, ...] = (),
          cli_type: Any = None, cli_default: Any = SAME,
          parse: Callable[[Any], Any] | None = None, metavar: str | None = None,
-         factory: Callable[[], Any] | None = None) -> Any:
+         factory: Callable[[], Any] | None = None, rule: Rule | None = None,
+         argument: bool = False) -> Any:
     """A dataclass field that is a flag (``factory`` for a mutable default, as
-    ``dataclasses.field(default_factory=...)``)."""
-    meta = {"flag": Flag(help, panel, names, cli_type, cli_default, parse, metavar)}
+    ``dataclasses.field(default_factory=...)``; ``rule``: what its value must be;
+    ``argument``: a positional argument rather than an option)."""
+    meta = {"flag": Flag(help, panel, names, cli_type, cli_default, parse, metavar, rule,
+                         argument)}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)

@@ -11,7 +11,7 @@ This runs in a spawned worker (it loads the policy and draws with GL); :func:`pa
 is its entry point.
 
 It sits beside the orchestrator (it uses the wire, :mod:`rolltape.server`, and pass 1);
-:mod:`rolltape.server_commands` starts it.
+:mod:`rolltape.cli.serve` starts it.
 
 May import: envs, policies, pass1.rollout, server.client, server.frames, errors. Never: an
 executor, the rest of pass 2, outputs.

@@ -10,7 +10,7 @@ difference that changes what happens (the return, the length, success) is report
 outcome that differs. A deterministic policy served faithfully differs nowhere.
 
 This runs in a spawned worker (it loads the policy, maybe torch); :func:`policy_parity_worker`
-is its entry point, started by :mod:`rolltape.server_commands`.
+is its entry point, started by :mod:`rolltape.cli.serve`.
 
 May import: envs, policies, pass1.rollout, errors. Never: an executor, pass 2, outputs.
 """

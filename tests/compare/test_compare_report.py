@@ -3,7 +3,7 @@ differences, the random baseline as an entry of its own, normalized aggregates a
 named reference, a learning curve over checkpoints, the two files written together, and
 the lines the command prints. The runs are real and tiny: two constant policies and a
 random baseline on the 5-step toy env of ``tests/assets/toy_envs.py`` (success on even
-seeds). A sweep over trained checkpoints: tests/compare/test_compare.py."""
+seeds). A sweep over trained checkpoints: tests/cli/test_cli_compare.py."""
 
 from __future__ import annotations
 

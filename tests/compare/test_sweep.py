@@ -2,7 +2,7 @@
 and the random baseline once, all on the same seeds, sweep.json saying what each folder
 holds, the comparison written; --resume keeps finished runs; bad input is refused before
 any evaluation and leaves nothing. Real runs of the 5-step toy env of
-``tests/assets/toy_envs.py`` (the trained-checkpoint sweep: test_compare.py)."""
+``tests/assets/toy_envs.py`` (the trained-checkpoint sweep: tests/cli/test_cli_compare.py)."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_the_cli_table_fits_80_columns_one_line_a_row_in_percent() -> None:
 
     from rich.console import Console
 
-    from rolltape.cli import suite_table
+    from rolltape.cli.show import suite_table
 
     tasks = [entry("metaworld_mt10", "pick-place-wall", 100, 100, success_rule="once"),
              entry("metaworld_mt10", "window-close", 100, 37, unknown=3),

@@ -1,6 +1,6 @@
 """The run summary as text (rolltape.outputs.summary): numbers as the CLI prints them, n/a
 where there is none, columns that go shortest-first when the table is too wide, and the
-title and baseline lines. (The table the CLI draws from these: test_console.py.)"""
+title and baseline lines. (The table the CLI draws from these: tests/cli/test_cli_show.py.)"""
 
 from __future__ import annotations
 

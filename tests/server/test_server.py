@@ -1,7 +1,7 @@
 """The env server as a real process on a free loopback port, with real MuJoCo envs: served
 tapes equal local tapes bit for bit, parity passes on the same env and names the field on
 another, and every fault gets its one sentence (or its status) while the server keeps serving.
-(parity's comparison itself: test_parity.py; the verbs' checks: test_server_commands.py.)
+(parity's comparison itself: test_parity.py; the verbs' checks: tests/cli/test_cli_serve.py.)
 """
 
 from __future__ import annotations

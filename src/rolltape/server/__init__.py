@@ -6,7 +6,7 @@ anything is expanded), :mod:`.server` the zmq loop and its sessions, :mod:`.clie
 Gymnasium-like ``RemoteEnv`` that pass-1 workers step, :mod:`.frames` the frame both sides
 draw. Above it: :mod:`rolltape.address` (the ``tcp://`` grammar, beside the env-id grammar),
 :mod:`rolltape.parity` (local vs served, a policy-side tool) and
-:mod:`rolltape.server_commands` (the ``serve`` and ``parity`` verbs).
+:mod:`rolltape.cli.serve` (the ``serve`` and ``parity`` verbs).
 
 May import: envs, tape, address, errors, files, the render side's backend choice (and
 pyzmq/msgpack lazily, inside functions). Never: policy code, pass 1, an executor, the

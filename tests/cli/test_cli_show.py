@@ -17,7 +17,7 @@ from rich.console import Console
 
 from conftest import ENV_ID, SHORT, run_cli
 from rolltape import Tape
-from rolltape.cli import summary_table
+from rolltape.cli.show import summary_table
 
 TABLE = re.compile(r"^[┏┃┡│└]")  # the lines rich draws a table with (heavy head, light body)
 

@@ -14,14 +14,14 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import run_cli, said_lines
+from conftest import rewrite_tape, run_cli, said_lines
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV_ID = "HalfCheetah-v5"
 EVAL = ["eval", ENV_ID, "-n", "1", "--max-episode-steps", "30", "--out", "run"]
 
@@ -41,18 +41,6 @@ def snapshot(folder: Path) -> dict[str, Any]:
         rel = str(p.relative_to(folder))
         out[rel] = "dir" if p.is_dir() else (p.stat().st_mtime_ns, p.read_bytes())
     return out
-
-
-def rewrite_tape(src: Path, dst: Path, edit: Callable[[dict, dict], None]) -> Path:
-    """Copy a real tape, letting ``edit(arrays, header)`` change it, written with numpy."""
-    with np.load(src, allow_pickle=False) as data:
-        arrays = {name: data[name].copy() for name in data.files}
-    header = json.loads(arrays.pop("header").tobytes().decode())
-    edit(arrays, header)
-    arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
-    with open(dst, "wb") as f:
-        np.savez_compressed(f, **arrays)
-    return dst
 
 
 def _a_tape(fx: dict, folder: Path, name: str = "t.npz") -> Path:
@@ -285,44 +273,3 @@ def test_eval_with_a_video(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     mean = results["summary"]["policy"]["mean"]
     assert f"{mean:.2f} ±" in out  # the table shows the numbers of results.json
-
-
-@pytest.fixture
-def tapes(random_run, tmp_path):
-    """Copies of two good tapes and one with a single action altered at step 7."""
-    good = [Path(shutil.copy(random_run.path / "tapes" / f"policy-000{i}.npz", tmp_path))
-            for i in range(2)]
-
-    def alter(arrays, header):
-        a = arrays["actions"]
-        a[7, 0] = 0.5 if a[7, 0] != 0.5 else -0.5
-    altered = rewrite_tape(good[0], tmp_path / "altered.npz", alter)
-    return good, altered
-
-
-def test_verify_good_tapes(tapes, tmp_path):
-    good, _ = tapes
-    proc = run_cli("verify", *map(str, good), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    for tape in good:
-        assert re.search(rf"ok {re.escape(str(tape))}: 40 steps, return \S+, verified", proc.stdout)
-    assert list(tmp_path.glob("*.mp4")) == []  # verify draws nothing
-
-
-def test_verify_reports_the_first_divergent_step(tapes, tmp_path):
-    good, altered = tapes
-    proc = run_cli("verify", str(good[1]), str(altered), cwd=tmp_path)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert re.search(rf"ok {re.escape(str(good[1]))}: 40 steps", proc.stdout)
-    assert re.search(rf"DIVERGED {re.escape(str(altered))}: first at step 7: reward",
-                     proc.stdout), proc.stdout
-    assert "rolltape:" in proc.stderr
-
-
-def test_doctor(tmp_path):
-    proc = run_cli("doctor", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"^egl\s+ok", proc.stdout, re.M), proc.stdout
-    assert re.search(r"^osmesa\s+ok", proc.stdout, re.M), proc.stdout
-    assert "rolltape will use egl" in proc.stdout

@@ -14,7 +14,7 @@ import typer
 
 from rolltape.cli import app
 
-BEFORE = json.loads((Path(__file__).parent / "assets" / "cli_flags.json").read_text())
+BEFORE = json.loads((Path(__file__).parents[1] / "assets" / "cli_flags.json").read_text())
 
 
 def _now(verb: str) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""The ``export`` verb (rolltape.datasets.command): registered on an app, its flags reach
+"""The ``export`` verb (rolltape.cli.export): registered on an app, its flags reach
 rolltape.export with the API's own defaults, and it says what it wrote in one line; bad
 input is one line and exit 2. A real run of the 5-step toy env of
 ``tests/assets/toy_envs.py``, exported to LeRobot's layout (pyarrow; no lerobot needed)."""
@@ -13,19 +13,23 @@ import pytest
 import typer
 
 from rolltape import Run, evaluate, export
+from rolltape.cli import export as export_verb
 from rolltape.cli import main
-from rolltape.datasets.command import register
 from rolltape.errors import UsageError
 
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
 
 
-def verb() -> tuple[typer.Typer, list[str], list[str]]:
+def verb(monkeypatch: pytest.MonkeyPatch | None = None
+         ) -> tuple[typer.Typer, list[str], list[str]]:
     """A fresh app with only the export verb, and what it says and warns."""
     app = typer.Typer()
     said: list[str] = []
     warned: list[str] = []
-    register(app, said.append, warned.append)
+    if monkeypatch is not None:
+        monkeypatch.setattr(export_verb, "say", said.append)
+        monkeypatch.setattr(export_verb, "warn", warned.append)
+    app.command("export")(export_verb.export)
 
     @app.command()
     def other() -> None:  # a second verb keeps typer from making export the whole app
@@ -64,8 +68,9 @@ def test_the_flags_are_spelled_as_documented() -> None:
     assert flags["to"].required  # type: ignore[attr-defined]
 
 
-def test_an_export_says_what_it_wrote_in_one_line(run: Run, tmp_path: Path) -> None:
-    app, said, warned = verb()
+def test_an_export_says_what_it_wrote_in_one_line(run: Run, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    app, said, warned = verb(monkeypatch)
     out = tmp_path / "ds"
     app(args=["export", str(run.path), "--to", "lerobot", "--out", str(out), "--episodes",
               "0,1,2", "--only", "success", "--trust-module", "tests"], standalone_mode=False)

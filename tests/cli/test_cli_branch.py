@@ -9,7 +9,7 @@ import pytest
 from rolltape import evaluate
 from rolltape.cli import main
 
-ASSETS = Path(__file__).parent / "assets"
+ASSETS = Path(__file__).parents[1] / "assets"
 LEDGE = f"{ASSETS / 'ledge.py'}:Ledge-v0"
 BALANCE = f"{ASSETS / 'policies.py'}:cartpole_balance"
 

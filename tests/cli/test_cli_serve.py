@@ -1,4 +1,4 @@
-"""The ``serve`` and ``parity`` verbs (rolltape.server_commands), registered on a fresh app:
+"""The ``serve`` and ``parity`` verbs (rolltape.cli.serve), registered on a fresh app:
 every bad combination is refused in one sentence before a server is asked anything, and a
 server whose env differs is named before any episode, without a worker. (The verbs against
 real servers end to end: server/test_server.py.)"""
@@ -13,8 +13,8 @@ import pytest
 import typer
 
 from conftest import Server
+from rolltape.cli import serve as serve_verbs
 from rolltape.errors import DivergenceError, UsageError
-from rolltape.server_commands import register
 
 NOWHERE = "tcp://127.0.0.1:9"  # never asked: every refusal comes first
 
@@ -25,9 +25,11 @@ def said() -> list[str]:
 
 
 @pytest.fixture
-def app(said: list[str]) -> typer.Typer:
+def app(said: list[str], monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
+    monkeypatch.setattr(serve_verbs, "say", said.append)
     app = typer.Typer()
-    register(app, said.append)
+    for name, verb in serve_verbs.VERBS.items():
+        app.command(name)(verb)
     return app
 
 

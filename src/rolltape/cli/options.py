@@ -53,8 +53,12 @@ def options_of(cls: type, *, only: Iterable[str] | None = None, skip: Iterable[s
         annotation = spec.cli_type or hints[f.name]
         names = spec.names if any(n.startswith("--") for n in spec.names) else (
             *_long_names(f.name, annotation), *spec.names)
-        option = typer.Option(default, *names, help=spec.help, rich_help_panel=spec.panel,
-                              metavar=spec.metavar, show_default=False)
+        if spec.argument:
+            option = typer.Argument(default, help=spec.help, metavar=spec.metavar,
+                                    show_default=False)
+        else:
+            option = typer.Option(default, *names, help=spec.help, rich_help_panel=spec.panel,
+                                  metavar=spec.metavar, show_default=False)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
                                         default=option, annotation=annotation))
     return params

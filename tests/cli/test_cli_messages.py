@@ -47,7 +47,7 @@ def test_the_dense_adroit_notice_is_printed_only_for_the_envs_it_names(
 def test_train_recipes_help_is_whole_and_shows_its_defaults() -> None:
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "train_recipes.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "train_recipes.py"
     done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
                           text=True, timeout=60)
     said = " ".join(done.stdout.split())

@@ -1,4 +1,4 @@
-"""The config is the command line (rolltape.flags, rolltape.cli_options): each flag is a
+"""The config is the command line (rolltape.flags, rolltape.cli.options): each flag is a
 config field, declared once with its default and help; the render options check themselves."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import typer
 
 from rolltape.cli import app
-from rolltape.cli_options import PanelCommand, config_values, options_of
+from rolltape.cli.options import PanelCommand, config_values, options_of
 from rolltape.config import EvalConfig
 from rolltape.errors import UsageError
 from rolltape.flags import SAME, Flag

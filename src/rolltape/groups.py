@@ -1,0 +1,111 @@
+"""The option groups several verbs share, each declared once with its defaults, help and
+rules: a verb's record is composed from them (dataclass inheritance), so ``--seed`` means
+the same, defaults the same and is checked the same wherever it appears.
+
+- :class:`Episodes`: which episodes are played (eval, parity).
+- :class:`EnvOptions`: how one env is built (eval, serve, parity).
+- :class:`SuiteOptions`: a suite instead of one env (eval, serve, parity).
+- :class:`PolicyFiles`: what loads beside a policy (eval, serve-policy, parity, branch).
+- :class:`Listener`: a server's socket and its limits (serve, serve-policy).
+- :class:`RunFolder`: where a verb writes (every verb that writes).
+
+The render side's groups (how tapes are replayed and drawn) are its own records,
+``rolltape.pass2.request.RenderOptions`` and ``ReplayOptions``.
+
+>>> @dataclass(frozen=True, kw_only=True)
+... class Example(Episodes, RunFolder):
+...     def __post_init__(self) -> None:
+...         check_flags(self)
+>>> Example(episodes=3).seed
+0
+>>> Example(episodes=0)
+Traceback (most recent call last):
+rolltape.errors.UsageError: --episodes must be at least 1, got 0.
+
+May import: flags, errors, limits, the standard library. Never: typer, the work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional
+
+from rolltape.flags import EPISODES, OUTPUT, POLICY, SERVER, at_least, check_flags, flag
+from rolltape.flags import parse_kwargs
+
+__all__ = ["Episodes", "EnvOptions", "SuiteOptions", "PolicyFiles", "Listener", "RunFolder"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Episodes:
+    """Which episodes are played: ``episodes`` of them, episode i reset with ``seed + i``."""
+
+    episodes: int = flag(10, "Number of episodes.", panel=EPISODES, names=("-n",),
+                         rule=at_least(1))
+    seed: int = flag(0, "Episode i is reset with seed + i.", panel=EPISODES,
+                     rule=at_least(0, why="Gymnasium seeds are unsigned"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvOptions:
+    """How one env is built beyond its id."""
+
+    env_kwargs: dict[str, Any] = flag(None, "KEY=VALUE, repeatable.", panel=EPISODES,
+                                      factory=dict, cli_type=Optional[List[str]],
+                                      cli_default=None, parse=parse_kwargs)
+    max_episode_steps: int | None = flag(None, "Override the env's time limit.",
+                                         panel=EPISODES, rule=at_least(1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteOptions:
+    """A suite of tasks instead of one env (``rolltape.suites``), optionally served."""
+
+    suite: str | None = flag(  # a built-in suite's name or a manifest.yaml (rolltape.suites)
+        None, "A built-in suite (see `rolltape suites`) or a manifest.yaml: evaluate every "
+        "task (its manifest's episodes win over --episodes).", panel=EPISODES)
+    tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
+    served: str | None = flag(None, "With --suite: step its tasks on `rolltape serve --suite` "
+                                    "at tcp://HOST:PORT.", panel=EPISODES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyFiles:
+    """What loads beside a policy, and how a served policy's chunks are executed."""
+
+    vecnormalize: str | None = flag(None, "VecNormalize statistics (.pkl).", panel=POLICY,
+                                    cli_type=Optional[Path], parse=str)
+    algo: str | None = flag(None, "SB3 algorithm (detected when omitted).", panel=POLICY)
+    execute_steps: int | None = flag(  # folded into a ws:// source (policy_server.wire)
+        None, "A served policy (--policy ws://HOST:PORT): execute the first K actions of "
+        "each chunk open loop, then ask again (default: the server's metadata, else the "
+        "whole chunk).", panel=POLICY, rule=at_least(1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listener:
+    """A server's socket and the limits it keeps for every client."""
+
+    bind: str | None = flag(  # each server's own port: openpi's clients knock on 8000
+        None, "HOST:PORT to listen on (port 0: any free port; default 127.0.0.1:7450 for "
+        "serve, :8000 for serve-policy as openpi's clients expect); anything but loopback "
+        "needs --token-file.", panel=SERVER)
+    token_file: str | None = flag(None, "File holding the token clients must send (they set "
+                                  "ROLLTAPE_TOKEN_FILE).", panel=SERVER,
+                                  cli_type=Optional[Path], parse=str)
+    max_sessions: int = flag(8, "Sessions (connections) served at once.", panel=SERVER,
+                             rule=at_least(1))
+    max_payload: int = flag(64 * 2**20, "Largest message accepted, in bytes.", panel=SERVER,
+                            rule=at_least(1024, "bytes"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFolder:
+    """Where a verb writes, and how it behaves there. ``out`` is unset by default: each
+    verb's help says where it writes then."""
+
+    out: str | None = flag(None, "Where to write (the default is in the verb's help).",
+                           panel=OUTPUT, names=("--out", "-o"))
+    overwrite: bool = flag(False, "Replace what is already there.", panel=OUTPUT)
+    quiet: bool = flag(False, "No progress bars.", panel=OUTPUT, names=("--quiet", "-q"))
