@@ -23,6 +23,7 @@ from rolltape.pass2.encode import (
     BackgroundWriter,
     FrameWriter,
     count_frames,
+    finishing,
     format_from_path,
     join_videos,
     open_av1_writer,
@@ -619,6 +620,30 @@ def test_background_writer_abort_leaves_the_old_file(tmp_path):
             writer.write(make_frame(0))
             raise RuntimeError("stop")
     assert out.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["keep.gif"]
+
+
+def test_finishing_publishes_every_output_or_none(tmp_path):
+    def writers() -> list[Any]:
+        return [BackgroundWriter(open_writer(tmp_path / "a.gif", fps=20, overwrite=True)),
+                open_writer(tmp_path / "b.png.d/", fps=20, fmt="png", overwrite=True)]
+
+    opened = writers()
+    with pytest.raises(RuntimeError, match="stop"):
+        with finishing(opened):
+            for w in opened:
+                w.write(make_frame(0))
+            raise RuntimeError("stop")
+    assert list(tmp_path.iterdir()) == []
+    opened = writers()
+    with pytest.raises(UsageError, match="No frames"):  # a failed close aborts the next ones
+        with finishing(opened):
+            opened[1].write(make_frame(0))
+    assert list(tmp_path.iterdir()) == []
+    opened = writers()
+    with finishing(opened):
+        for w in opened:
+            w.write(make_frame(0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gif", "b.png.d"]
 
 
 # --- join_videos --------------------------------------------------------------------

@@ -41,6 +41,7 @@ This module imports neither torch nor mujoco, so render workers can import it ch
 from __future__ import annotations
 
 import abc
+import contextlib
 import itertools
 import math
 import os
@@ -675,6 +676,22 @@ class BackgroundWriter:
             self.close()
         else:
             self.abort()
+
+
+@contextlib.contextmanager
+def finishing(writers: Sequence[FrameWriter | BackgroundWriter]) -> Iterator[None]:
+    """Close every writer of ``writers``, in order, when the block ends; abort every one
+    (nothing published, the temporaries gone) when the block raises, and those not yet
+    closed when a close raises. A writer the block aborted stays aborted (a close after an
+    abort does nothing)."""
+    try:
+        yield
+        for w in writers:
+            w.close()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
 
 
 def open_writer(

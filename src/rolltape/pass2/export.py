@@ -70,7 +70,7 @@ class ExportJob(RenderOptions):
         """Replay the tape on ``replayer`` (a render worker's, whose envs it reuses)."""
         from rolltape.envs.ids import check_tape_env_module
         from rolltape.pass2.cameras import CameraRig
-        from rolltape.pass2.encode import open_av1_writer
+        from rolltape.pass2.encode import finishing, open_av1_writer
         from rolltape.pass2.replay import _check_same_env, encoding_beside
         from rolltape.tape import Tape
 
@@ -117,7 +117,7 @@ class ExportJob(RenderOptions):
         def reset(first: int = 0) -> Any:
             return replayer._reset(key, env, tape, draw, self.quality, first)
 
-        try:
+        with finishing(writers):
             if self.mode == "restore":
                 divergence = _step_from_states(tape, env, self, reset, emit, observe, draw)
             else:
@@ -144,12 +144,6 @@ class ExportJob(RenderOptions):
             for k, stats in enumerate(image_stats):
                 for name, value in stats.result().items():
                     arrays[f"image_stats/{k}/{name}"] = value
-            for w in writers:
-                w.close()
-        except BaseException:
-            for w in writers:
-                w.abort()
-            raise
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         write_bytes(self.out, buffer.getvalue())  # last: its presence says "episode done"
