@@ -4,7 +4,9 @@ the same, defaults the same and is checked the same wherever it appears.
 
 - :class:`Episodes`: which episodes are played (eval, parity).
 - :class:`EnvOptions`: how one env is built (eval, serve, parity).
-- :class:`SuiteOptions`: a suite instead of one env (eval, serve, parity).
+- :class:`Suite`: a suite instead of one env (eval, serve, parity); :class:`SuiteOptions`
+  adds ``tasks``, the tasks of it to play (eval, serve: parity's ``--task`` picks one).
+- :class:`Served`: the env server a client steps its envs on (eval, parity; not serve).
 - :class:`PolicyFiles`: what loads beside a policy (eval, serve-policy, parity, branch).
 - :class:`Listener`: a server's socket and its limits (serve, serve-policy).
 - :class:`RunFolder`: where a verb writes (every verb that writes).
@@ -34,7 +36,8 @@ from typing import Any, List, Optional
 from rolltape.flags import EPISODES, OUTPUT, POLICY, SERVER, at_least, check_flags, flag
 from rolltape.flags import parse_kwargs
 
-__all__ = ["Episodes", "EnvOptions", "SuiteOptions", "PolicyFiles", "Listener", "RunFolder"]
+__all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles",
+           "Listener", "RunFolder"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,15 +62,28 @@ class EnvOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SuiteOptions:
-    """A suite of tasks instead of one env (``rolltape.suites``), optionally served."""
+class Suite:
+    """A suite of tasks instead of one env (``rolltape.suites``)."""
 
     suite: str | None = flag(  # a built-in suite's name or a manifest.yaml (rolltape.suites)
-        None, "A built-in suite (see `rolltape suites`) or a manifest.yaml: evaluate every "
-        "task (its manifest's episodes win over --episodes).", panel=EPISODES)
+        None, "A built-in suite (see `rolltape suites`) or a manifest.yaml, instead of one "
+        "env (eval: its manifest's episodes win over --episodes).", panel=EPISODES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteOptions(Suite):
+    """A suite and which of its tasks are played or served."""
+
     tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
-    served: str | None = flag(None, "With --suite: step its tasks on `rolltape serve --suite` "
-                                    "at tcp://HOST:PORT.", panel=EPISODES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """The env server a client steps its envs on (``serve`` itself has none: it is one)."""
+
+    served: str | None = flag(None, "The env server (`rolltape serve`) at tcp://HOST:PORT: "
+                                    "eval steps a --suite's tasks there, parity compares it "
+                                    "with the local env.", panel=EPISODES)
 
 
 @dataclass(frozen=True, kw_only=True)
