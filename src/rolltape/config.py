@@ -29,25 +29,23 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 from rolltape import executors
 from rolltape.address import is_served
 from rolltape.envs.ids import env_spec
-from rolltape.errors import UsageError, check_choice
+from rolltape.errors import UsageError
 from rolltape.executors.base import Executor
 from rolltape.executors.launch import check_worker_count
-from rolltape.flags import EPISODES, OUTPUT, POLICY, SCALE, VIDEO, flag, parse_kwargs
+from rolltape.flags import EPISODES, OUTPUT, POLICY, SCALE, VIDEO, check_flags, flag, parse_kwargs
+from rolltape.groups import Episodes, EnvOptions, PolicyFiles, Served, SuiteOptions
 from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
 from rolltape.outputs.artifacts import artifact_paths
 from rolltape.pass1.rollout import EPISODE_TIMEOUT
 from rolltape.pass1.wrappers import split_wrapper, wrapper_entries
-from rolltape.pass2 import formats
-from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
-from rolltape.pass2.request import RenderOptions
+from rolltape.pass2.request import RenderOptions, ReplayOptions
 from rolltape.record import check_success_rule
 from rolltape.video_pick import Given, VideoPick
 
 if TYPE_CHECKING:
     from rolltape.suites.manifest import Manifest, Task
 
-ON_DIVERGENCE = ("warn", "fail")
 
 
 def video_picks(selection: VideoPick | Given) -> list[tuple[str, int]]:
@@ -159,26 +157,18 @@ def parse_wrappers(texts: Sequence[Any] | None) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
-class EvalConfig(RenderOptions):
+class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, ReplayOptions,
+                 RenderOptions):
     """Every choice of one evaluation; stored in metadata.json as the run's config. How
     videos are drawn and checked is the :class:`RenderOptions` every render request has."""
 
     env: str | None  # None: a suite run (``suite``); the command's argument
     policy: str = "random"  # the command line's --policy is repeatable (a comparison)
-    episodes: int = flag(10, "Number of episodes.", panel=EPISODES, names=("-n",))
-    seed: int = flag(0, "Episode i is reset with seed + i.", panel=EPISODES)
     baseline: str | None = flag(None, "'random': run it on the same seeds.", panel=POLICY)
     success: str = flag(  # the headline success
         "at_end", "Headline success: at_end (the env's success key on the last step, "
         "LeRobot's rule) or once (at some step); both are reported.", panel=EPISODES)
-    vecnormalize: str | None = flag(None, "VecNormalize statistics (.pkl).", panel=POLICY,
-                                    cli_type=Optional[Path], parse=str)
-    algo: str | None = flag(None, "SB3 algorithm (detected when omitted).", panel=POLICY)
     deterministic: bool = True  # the command line's --stochastic / --deterministic
-    execute_steps: int | None = flag(  # folded into a ws:// source (policy_server.wire)
-        None, "A served policy (--policy ws://HOST:PORT): execute the first K actions of "
-        "each chunk open loop, then ask again (default: the server's metadata, else the "
-        "whole chunk).", panel=POLICY)
     policy_timeout: float | None = flag(  # folded into a ws:// source (policy_server.wire)
         None, "A served policy: seconds to wait for one answer before the episode fails "
         "(default 30).", panel=POLICY)
@@ -205,11 +195,6 @@ class EvalConfig(RenderOptions):
     frame_stack: int = flag(0, "Stack N observations for the policy, as SB3's VecFrameStack "
                                "does (0 or 1: none).", panel=POLICY)
     zoo: dict[str, Any] | None = None  # --policy zoo:FOLDER: the folder and the files read
-    env_kwargs: dict[str, Any] = flag(None, "KEY=VALUE, repeatable.", panel=EPISODES,
-                                      factory=dict, cli_type=Optional[List[str]],
-                                      cli_default=None, parse=parse_kwargs)
-    max_episode_steps: int | None = flag(None, "Override the env's time limit.",
-                                         panel=EPISODES)
     workers: int = flag(1, "Pass-1 processes (tapes are identical for any count).",
                         panel=SCALE, names=("-w",))
     batched_inference: bool = flag(  # one policy process, `workers` env processes (opt-in)
@@ -221,10 +206,6 @@ class EvalConfig(RenderOptions):
     video: VideoPick = flag(  # the API's count, text or indices become a record (post_init)
         VideoPick(0), "Episodes to render: N, all, best, worst, median (best:3: several), "
         "or 0,3,7.", panel=VIDEO, cli_type=str, cli_default="0")
-    video_format: str = flag("mp4", f"Comma-separated: {formats.names()}.", panel=VIDEO,
-                             names=("--format",))
-    backends: tuple[str, ...] = flag(DEFAULT_ORDER, BACKENDS_HELP, panel=VIDEO, cli_type=str,
-                                     cli_default=",".join(DEFAULT_ORDER), parse=parse_backends)
     render_workers: int = flag(  # 0: one per CPU core (a long video is split across them)
         0, "Pass-2 render processes; 0 (default): one per CPU core, splitting long videos.",
         panel=SCALE)
@@ -232,7 +213,6 @@ class EvalConfig(RenderOptions):
         False, "Render videos picked by count or index on every core while pass 1 still runs "
         "(without it: on the cores pass 1 leaves idle): the run ends sooner, pass 1 itself may "
         "slow a little.", panel=SCALE)
-    on_divergence: str = flag("warn", "warn (keep and mark the video) or fail.", panel=VIDEO)
     render_timeout: float = flag(120.0, "Seconds without progress before a render worker "
                                         "counts as hung.", panel=SCALE)
     episode_timeout: float = flag(  # a pass-1 worker that finishes no episode for this long
@@ -242,15 +222,10 @@ class EvalConfig(RenderOptions):
     viewer: bool = flag(  # copies ~13 MB of WebAssembly into the run: the API opts in
         False, "Add the interactive 3-D replay to the report.", panel=OUTPUT,
         cli_default=True)
-    suite: str | None = flag(  # a built-in suite's name or a manifest.yaml (rolltape.suites)
-        None, "A built-in suite (see `rolltape suites`) or a manifest.yaml: evaluate every "
-        "task (its manifest's episodes win over --episodes).", panel=EPISODES)
-    tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
-    served: str | None = flag(None, "With --suite: step its tasks on `rolltape serve --suite` "
-                                    "at tcp://HOST:PORT.", panel=EPISODES)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        RenderOptions.__post_init__(self)
+        ReplayOptions.__post_init__(self)
         # The Python API (and dataclasses.replace) give --video as a count, text or
         # indices: it is read once, here, into the record every reader asks.
         object.__setattr__(self, "video", VideoPick.of(self.video))
@@ -304,22 +279,14 @@ class EvalConfig(RenderOptions):
         if self.suite is not None and self.env_kwargs:
             raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
                              "in its manifest.")
-        if self.episodes < 1:
-            raise UsageError(f"--episodes must be at least 1, got {self.episodes}.")
+        check_flags(self)  # each field's own rule (--episodes, --seed, ...)
         local = self.runner.runs_workers  # built here: an unknown name or option is refused
         check_worker_count("--workers", self.workers, local=local)
         check_worker_count("--render-workers", self.render_workers, 0, local)  # 0: per core
         if self.baseline not in (None, "random"):
             raise UsageError(f"--baseline '{self.baseline}' is not supported; use 'random' "
                              "or leave it off.")
-        check_choice("--on-divergence", self.on_divergence, ON_DIVERGENCE)
         check_success_rule(self.success)
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise UsageError(f"--max-episode-steps must be at least 1, got "
-                             f"{self.max_episode_steps}.")
-        if self.seed < 0:
-            raise UsageError(f"--seed must be 0 or more (Gymnasium seeds are unsigned), got "
-                             f"{self.seed}.")
         check_run_counts(episodes=self.episodes, seed=self.seed,
                          max_episode_steps=self.max_episode_steps)
         check_render_options(render_timeout=self.render_timeout, formats=self.video_format)
@@ -328,7 +295,6 @@ class EvalConfig(RenderOptions):
         if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
             raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
                              f"{self.episode_timeout}.")
-        parse_backends(self.backends)
         self.clock_request()  # refuses a malformed --latency, --execution, --hold or --blend
         wrapper_entries(self.wrappers, self.frame_stack)  # refuses a malformed one
         from rolltape.policies import sb3_checkpoint

@@ -23,7 +23,7 @@ import functools
 import os
 import shutil
 import threading
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -34,12 +34,14 @@ from rolltape.executors.base import Executor, RenderWork
 from rolltape.executors.launch import check_worker_count, stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.files import sha256_of
+from rolltape.flags import check_flags
+from rolltape.groups import RunFolder
 from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends, worker_environment
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
 from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import render_worker
-from rolltape.pass2.request import RenderRequest, RenderResult
+from rolltape.pass2.request import RenderRequest, RenderResult, ReplayVerb
 from rolltape.suites.hosted import render_python
 from rolltape.tape import Tape, sum_rewards
 
@@ -373,3 +375,86 @@ def _tape_bytes(req: RenderRequest) -> bytes | None:
 
 #: A render worker's variables (kept under this name for the executors' tests).
 _worker_environment = worker_environment
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderJob(ReplayVerb, RunFolder):
+    """What ``rolltape render`` and ``verify`` do, as the Python API takes it: replay
+    ``tapes`` (drawing ``video_format`` files under ``out`` unless ``draw`` is off).
+
+    ``out``: one tape's output file, or a folder for several (or PNG frames: end it with
+    /); unset, each video goes to the run's videos/ folder (else beside its tape)."""
+
+    fps: float | None = None  # the flag is RenderRequest.fps
+    draw: bool = True  # verify: re-simulate and compare, draw nothing
+
+    def __post_init__(self) -> None:
+        ReplayVerb.__post_init__(self)
+        check_flags(self)
+        from rolltape.config import check_render_options
+        from rolltape.outputs.artifacts import check_output_name
+
+        check_render_options(fps=self.fps, formats=self.video_format)
+        if self.out is not None:
+            check_output_name(self.out, several=len(self.tapes) > 1)
+
+    def requests(self) -> list[RenderRequest]:
+        """One request per tape, each on the env it replays on (``env``, else its own id
+        when ``trust_module`` names that id's module)."""
+        from rolltape.envs.ids import trusted_env_id
+        from rolltape.outputs.artifacts import artifact_paths
+
+        made = []
+        for tape in map(Path, self.tapes):
+            env = self.env
+            if env is None and self.trust_module:
+                env = trusted_env_id(Tape.load(tape).env_id, list(self.trust_module))
+            if not self.draw:
+                made.append(RenderRequest(str(tape), (), rtol=self.rtol, atol=self.atol,
+                                          env_id=env))
+                continue
+            base: str | Path = (default_video_path(tape) if self.out is None else self.out
+                                if len(self.tapes) == 1 else Path(self.out) / tape.stem)
+            made.append(RenderRequest(str(tape), artifact_paths(base, self.video_format),
+                                      fps=self.fps, overwrite=self.overwrite, env_id=env,
+                                      **self.render_options()))
+        return made
+
+
+def default_video_path(tape: Path) -> Path:
+    """Beside the run's tapes/ folder in videos/, else beside the tape (no suffix yet)."""
+    folder = tape.parent.parent / "videos" if tape.parent.name == "tapes" else tape.parent
+    return folder / tape.stem
+
+
+def replay_tapes(job: RenderJob) -> list[RenderResult | None]:
+    """``rolltape render`` / ``verify``: replay the job's tapes in render processes (one
+    per core unless ``workers``) under a progress bar; an interrupt keeps the tapes that
+    finished and says so."""
+    from rolltape.errors import Interrupted
+    from rolltape.executors.launch import per_core, sigterm_raises
+    from rolltape.progress import Progress
+
+    requests = job.requests()
+    # Loading every tape first also reports a bad one before any work or progress bar.
+    totals = [stop - first for first, stop in (Tape.load(r.tape).frame_range for r in requests)]
+    backends = job.backends if job.draw else DEFAULT_ORDER
+    workers = per_core(job.workers or 0)
+    check_requests(requests, backends, workers)
+    finished: list[int] = []
+    with Progress(not job.quiet) as bar:
+        on_progress, on_result = bar.frames(f"replaying {len(requests)} tape(s)", totals)
+
+        def result(i: int, r: Any) -> None:
+            finished.append(i)
+            on_result(i, r)
+
+        try:
+            with sigterm_raises():
+                return render(requests, backends=backends, workers=workers,
+                              on_progress=on_progress, on_result=result)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            raise Interrupted.saying(exc, f"{Interrupted.heading(exc)}: {len(finished)} of "
+                                          f"{len(requests)} tape(s) were finished and their "
+                                          "files kept; the others wrote nothing. Rerun with "
+                                          "the other tapes (or --overwrite).") from None

@@ -43,8 +43,10 @@ def test_the_only_defaults_the_command_line_changes_are_declared_with_a_reason()
     changed = {f.name for f in fields(EvalConfig)
                if "flag" in f.metadata and f.metadata["flag"].cli_default is not SAME}
     # viewer: a person at a terminal gets the 3-D replay, the API opts in; the others are
-    # the same value written as text (video "0", backends "egl,osmesa") or "not given".
-    assert changed == {"viewer", "video", "backends", "wrappers", "env_kwargs", "cameras"}
+    # the same value written as text (video "0", backends "egl,osmesa") or "not given" (a
+    # repeatable flag's empty tuple).
+    assert changed == {"viewer", "video", "backends", "wrappers", "env_kwargs", "cameras",
+                       "trust_module"}
 
 
 def test_config_values_parse_the_text_and_leave_defaults_to_the_config():
@@ -60,7 +62,7 @@ def test_config_values_parse_the_text_and_leave_defaults_to_the_config():
 def test_a_verb_may_set_its_own_default_and_take_only_some_fields():
     [episodes] = options_of(EvalConfig, only=("episodes",), defaults={"episodes": 5})
     assert episodes.default.default == 5 and episodes.default.param_decls == ("--episodes", "-n")
-    assert _params("parity")["episodes"].default == 5  # type: ignore[attr-defined]
+    assert _params("parity")["episodes"].default == 10  # type: ignore[attr-defined]  # as eval's
 
 
 @pytest.mark.parametrize(("options", "named"), [

@@ -3,6 +3,7 @@ the options they take; a new one is a register() call away."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -10,12 +11,21 @@ import pytest
 from rolltape.errors import UsageError
 from rolltape.executors import base
 from rolltape.executors.local import LocalExecutor
+from rolltape.executors.ray import RayOptions
+from rolltape.flags import SCALE, flag
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ToyOptions:
+    size: int = flag(1, "Toy workers.", panel=SCALE, names=("--toy-size",))
+    address: str | None = flag(None, "Where the toy runs.", panel=SCALE,
+                               names=("--toy-address",))
 
 
 class _Toy:
     name = "toy"
     runs_workers = warms_workers = splits_segments = shares_disk = False
-    OPTIONS = ("size", "address")
+    OPTIONS = _ToyOptions
 
     def __init__(self, size: int = 1, address: str | None = None) -> None:
         self.size, self.address = size, address
@@ -51,7 +61,17 @@ def test_an_option_of_another_executor_names_its_flag_and_what_this_one_takes(to
     with pytest.raises(UsageError) as info:
         base.get("toy", render_gpus=1.0, size=2)
     assert str(info.value) == ("--ray-render-gpus is an option of another executor; "
-                               "--executor toy takes size, --ray-address.")
+                               "--executor toy takes --toy-size, --toy-address.")
+
+
+def test_the_command_line_offers_each_executor_s_own_options(toy: None):
+    """What an executor declares is what `eval --help` offers: adding one is its module,
+    a registry line and its test, no CLI edit."""
+    assert base.option_records() == [RayOptions, _ToyOptions]
+    from rolltape.cli.options import options_of
+
+    names = {p.default.param_decls[0] for r in base.option_records() for p in options_of(r)}
+    assert names == {"--ray-address", "--ray-render-gpus", "--toy-size", "--toy-address"}
 
 
 def test_an_executor_taking_no_options_says_none():

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -26,6 +27,7 @@ from rolltape.errors import UsageError
 from rolltape.executors.base import Message, RenderWork, ShareWork
 from rolltape.executors.fallback import BackendFallback
 from rolltape.files import write_bytes, write_folder
+from rolltape.flags import SCALE, at_least, flag
 
 RUN = dict(episodes=4, seed=21, max_episode_steps=40, baseline="random", video=1,
            workers=2, report=False)
@@ -68,12 +70,19 @@ class _ThreadPool:
         thread.join()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ThreadOptions:
+    """The toy executor's own option, declared as Ray's are (executors.ray.RayOptions)."""
+
+    threads: int = flag(2, "Threads of the toy executor.", panel=SCALE, rule=at_least(1))
+
+
 class ThreadExecutor:
     """Every share's task on a thread of this process; no worker processes."""
 
     name = "threads"
     runs_workers = warms_workers = splits_segments = shares_disk = False
-    OPTIONS = ("threads",)
+    OPTIONS = ThreadOptions
 
     def __init__(self, threads: int = 2) -> None:
         self.threads = threads

@@ -17,10 +17,12 @@ from rolltape.cli.options import config_values, options_of, takes
 from rolltape.cli.show import comparison, out, print_run
 from rolltape.config import EvalConfig
 from rolltape.errors import RunFailed, UsageError, check_choice
-from rolltape.flags import OUTPUT, POLICY, SCALE, UNTIL, VIDEO
+from rolltape.executors.base import option_records
+from rolltape.flags import OUTPUT, POLICY, UNTIL, VIDEO
+from rolltape.groups import RunFolder
 
 
-@takes(options_of(EvalConfig))
+@takes(options_of(EvalConfig), options_of(RunFolder), *map(options_of, option_records()))
 def eval_(
     env: Optional[str] = typer.Argument(
         None, help="Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, or FILE.py:CLASS (a class "
@@ -44,25 +46,8 @@ def eval_(
         None, rich_help_panel=POLICY,
         help="With --policy zoo:FOLDER: last (the final model, default), best "
              "(best_model.zip) or N (rl_model_N_steps.zip)."),
-    trust_module: Optional[List[str]] = typer.Option(
-        None, "--trust-module", rich_help_panel=POLICY,
-        help="With --policy zoo:FOLDER: a module (top-level name) its env_wrapper or "
-             "gym_packages may import though it is not an installed package of Gymnasium "
-             "envs; repeat per module. Its code then runs: name only code you trust."),
-    ray_address: Optional[str] = typer.Option(
-        None, rich_help_panel=SCALE,
-        help="Ray cluster (host:port, auto, ray://host:10001); default RAY_ADDRESS, else a "
-             "private local Ray."),
-    ray_render_gpus: float = typer.Option(0.0, rich_help_panel=SCALE,
-                                          help="GPUs each Ray render task asks for."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", rich_help_panel=OUTPUT,
-                                           help="Run folder (default runs/ENV-TIME)."),
-    overwrite: bool = typer.Option(False, rich_help_panel=OUTPUT,
-                                   help="Replace an existing run folder."),
     resume: bool = typer.Option(False, rich_help_panel=OUTPUT,
                                 help="Continue an interrupted run in --out."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel=OUTPUT,
-                               help="No progress bars."),
     recipe: Optional[List[str]] = typer.Option(
         None, rich_help_panel=UNTIL,
         help="NAME='sb3:GLOB': the checkpoints of several training runs of one recipe (each "
@@ -92,12 +77,15 @@ def eval_(
              "steps) and draw P(success | state at t) under their videos."),
     **config: Any,
 ) -> None:
-    """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2)."""
+    """Evaluate a policy (pass 1, rendering off), then render verified videos (pass 2).
+
+    --out: the run folder (default runs/ENV-TIME)."""
     from rolltape.compare.sweep import wants_sweep
     from rolltape.evaluation import evaluate
 
     policies = policy or ["random"]
     values = config_values(EvalConfig, config)
+    folder = config_values(RunFolder, config)
     episodes = values.pop("episodes", EvalConfig.episodes)
     algo = values.get("algo")
     if algo is not None:  # here, where every --policy is known (each run gets the flag)
@@ -112,7 +100,7 @@ def eval_(
     if checkpoint is not None and not policies[0].startswith("zoo:"):
         raise UsageError("--checkpoint picks a model of --policy zoo:FOLDER; give the "
                          "checkpoint's own path with --policy sb3:PATH.zip instead.")
-    if trust_module and not policies[0].startswith("zoo:"):
+    if values.get("trust_module") and not policies[0].startswith("zoo:"):
         raise UsageError("--trust-module names a module a --policy zoo:FOLDER may import; for "
                          "an env module of your own, name the env (MODULE:EnvId) instead.")
     zoo = policies[0][4:].rstrip("/") if policies[0].startswith("zoo:") else None
@@ -127,13 +115,13 @@ def eval_(
         values["viewer"] = values["viewer"] and values.get("report", True)
     options: dict[str, Any] = dict(
         values,
-        out=out_dir or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        out=Path(folder.get("out") or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"),
         **({"deterministic": not stochastic} if stochastic or deterministic else {}),
         **({"checkpoint": checkpoint} if checkpoint is not None else {}),
-        **({"trust_module": tuple(trust_module)} if trust_module else {}),
-        executor_options={k: v for k, v in (("address", ray_address),
-                                            ("render_gpus", ray_render_gpus)) if v},
-        overwrite=overwrite, resume=resume, show_progress=not quiet, command=sys.argv,
+        executor_options={k: v for record in option_records()
+                          for k, v in config_values(record, config).items()},
+        overwrite=folder.get("overwrite", False), resume=resume,
+        show_progress=not folder.get("quiet", False), command=sys.argv,
     )
     evidence = until is not None or recipe or max_episodes is not None or return_bounds or margin
     if branch and (many or evidence or suite):
@@ -164,7 +152,8 @@ def eval_(
         return
     print_run(run.results, run.path)
     if branch:
-        _branch_rendered(run, policies[0], env, values.get("vecnormalize"), quiet,
+        _branch_rendered(run, policies[0], env, values.get("vecnormalize"),
+                         folder.get("quiet", False),
                          values.get("executor", "local"),
                          {k: v for k, v in options["executor_options"].items() if k == "address"})
     failed = run.results.failed

@@ -129,8 +129,9 @@ class PanelCommand(TyperCommand):
         console = Console(highlight=False, soft_wrap=False)
         console.print(Text(self.get_usage(ctx), style="bold"))
         if self.help:
-            console.print(Text("\n" + inspect.cleandoc(self.help).split("\n\n")[0]
-                               .replace("\n", " ") + "\n"))
+            paragraphs = inspect.cleandoc(self.help).split("\n\n")
+            console.print(Text("\n" + "\n\n".join(p.replace("\n", " ") for p in paragraphs)
+                               + "\n"))
         panels: dict[str, list[list[Text]]] = {}
         for param in self.get_params(ctx):
             if getattr(param, "hidden", False):

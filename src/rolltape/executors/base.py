@@ -30,8 +30,8 @@ rolltape.errors.UsageError: --ray-address is an option of another executor; --ex
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable, Generator, Mapping, Protocol, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Generator, Iterable, Mapping, Protocol, Sequence
 
 from rolltape.errors import UsageError
 
@@ -157,10 +157,6 @@ _REGISTRY: dict[str, str | Callable[..., Executor]] = {
     "ray": "rolltape.executors.ray:RayExecutor",
 }
 
-# An option's flag on the command line, for sentences about options given to the wrong one.
-OPTION_FLAGS = {"address": "--ray-address", "render_gpus": "--ray-render-gpus"}
-
-
 def register(name: str, factory: Callable[..., Executor]) -> None:
     """Make ``factory(**options)`` the executor called ``name`` (``--executor name``)."""
     _REGISTRY[name] = factory
@@ -170,21 +166,39 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+def _factory(name: str) -> Callable[..., Executor]:
+    factory = _REGISTRY[name]
+    if isinstance(factory, str):
+        module, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+    return factory
+
+
+def _spelled(records: Iterable[type]) -> dict[str, str]:
+    """Each option of ``records`` by field name, as the command line spells it."""
+    return {f.name: f.metadata["flag"].name(f.name) for r in records for f in fields(r)}
+
+
+def option_records() -> list[type]:
+    """The records of the registered executors' own options (their ``OPTIONS``: a
+    dataclass of ``flags.flag`` fields), which every verb taking ``--executor`` offers."""
+    records = (getattr(_factory(name), "OPTIONS", None) for name in _REGISTRY)
+    return [r for r in records if r is not None]
+
+
 def get(name: str, **options: Any) -> Executor:
     """The executor ``name`` with ``options`` (``address``, ``render_gpus`` for Ray),
     checked as it is built: an unknown name or an option it does not take is one
     sentence."""
-    factory = _REGISTRY.get(name)
-    if factory is None:
+    if name not in _REGISTRY:
         raise UsageError(f"--executor must be one of {', '.join(_REGISTRY)}; got '{name}'.")
-    if isinstance(factory, str):
-        module, _, attr = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attr)
-    takes = getattr(factory, "OPTIONS", ())
-    extra = [k for k in options if k not in takes]
+    factory = _factory(name)
+    record = getattr(factory, "OPTIONS", None)
+    own = _spelled([record] if record is not None else [])
+    extra = [k for k in options if k not in own]
     if extra:
-        flags = ", ".join(OPTION_FLAGS.get(k, k) for k in extra)
-        accepted = ", ".join(OPTION_FLAGS.get(k, k) for k in takes) or "none"
+        others = _spelled(r for r in option_records() if r is not record)
+        flags = ", ".join(others.get(k, k) for k in extra)
         raise UsageError(f"{flags} is an option of another executor; --executor {name} "
-                         f"takes {accepted}.")
+                         f"takes {', '.join(own.values()) or 'none'}.")
     return factory(**options)

@@ -303,7 +303,7 @@ class LocalExecutor:
 
     name = "local"
     runs_workers = warms_workers = splits_segments = shares_disk = True
-    OPTIONS: tuple[str, ...] = ()
+    OPTIONS = None  # no options of its own (Ray's: executors.ray.RayOptions)
 
     def check(self) -> None:
         return None  # nothing to connect to

@@ -18,7 +18,7 @@ the files; the driver writes them atomically at the paths the caller asked for. 
 work reads (checkpoints, statistics, policy modules) are read where the task runs, so on a
 cluster they must sit at the same path on every node (shared storage).
 
-May import: Ray (lazily), the executor contract, the launcher's neighbours (fallback,
+May import: Ray (lazily), flags (its options), the executor contract, the launcher's neighbours (fallback,
 errors, files, limits). Never: the work (pass 1, pass 2, policies, outputs) or the
 orchestrator.
 
@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generator, Sequence
 
@@ -45,6 +46,7 @@ from rolltape.errors import RunFailed, UsageError
 from rolltape.executors.base import RenderWork, ShareWork
 from rolltape.executors.fallback import BackendFallback
 from rolltape.files import write_bytes, write_folder
+from rolltape.flags import SCALE, flag
 from rolltape.limits import check_gpus
 
 __all__ = ["RayBackendPool", "RayExecutor", "check_ray", "run_on_ray"]
@@ -359,13 +361,24 @@ class RayBackendPool:
 # The executor
 # --------------------------------------------------------------------------------------
 
+@dataclass(frozen=True, kw_only=True)
+class RayOptions:
+    """The Ray executor's own options, offered by every verb that takes ``--executor``."""
+
+    address: str | None = flag(
+        None, "With --executor ray: the cluster (host:port, auto, ray://host:10001); default "
+        "RAY_ADDRESS, else a private local Ray.", panel=SCALE, names=("--ray-address",))
+    render_gpus: float = flag(0.0, "With --executor ray: GPUs each render task asks for.",
+                              panel=SCALE, names=("--ray-render-gpus",))
+
+
 class RayExecutor:
     """Ray tasks, on this machine or a cluster (``--executor ray``): ``address`` as
     :func:`check_ray` takes it, ``render_gpus`` the GPUs each render task asks for."""
 
     name = "ray"
     runs_workers = warms_workers = splits_segments = shares_disk = False
-    OPTIONS = ("address", "render_gpus")
+    OPTIONS = RayOptions
 
     def __init__(self, address: str | None = None, render_gpus: float = 0.0) -> None:
         check_gpus("--ray-render-gpus", render_gpus)

@@ -19,16 +19,29 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, List, Optional
 
 import numpy as np
 
 from rolltape.errors import UsageError, check_choice
-from rolltape.flags import VIDEO, flag
+from rolltape.flags import SCALE, VIDEO, at_least, flag
 from rolltape.limits import check_frame_size
+from rolltape.pass2 import formats
+from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
 from rolltape.pass2.cameras import check_layout
 
 MODES = ("resim", "restore", "auto")
+ON_DIVERGENCE = ("warn", "fail")
+TRUST_HELP = ("A module (top-level name) that a tape's env id (MODULE:EnvId) or a --policy "
+              "zoo:FOLDER may name, imported as if you had named it; repeatable. Its code "
+              "runs: name only code you trust. Packages of Gymnasium envs need no flag.")
+ENV_HELP = ("Replay on this env (id, MODULE:EnvId or FILE.py:CLASS) instead of the tape's; a "
+            "tape of your own env needs it: tapes never import code.")
+
+
+def _strings(paths: Any) -> tuple[str, ...]:
+    return tuple(str(p) for p in paths)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +86,49 @@ class RenderOptions:
         """These fields and their values, to make a :class:`RenderRequest` from any
         record that has them."""
         return {f.name: getattr(self, f.name) for f in fields(RenderOptions)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayOptions:
+    """How a verb replays tapes: which GL backends it tries, which modules the tapes may
+    name, what a divergence does. Shared by eval (its pass 2), render, verify and export.
+
+    >>> ReplayOptions(backends="osmesa").backends
+    ('osmesa',)
+    """
+
+    trust_module: tuple[str, ...] = flag(
+        (), TRUST_HELP, panel=VIDEO, names=("--trust-module",), cli_type=Optional[List[str]],
+        cli_default=None, parse=tuple)
+    backends: tuple[str, ...] = flag(DEFAULT_ORDER, BACKENDS_HELP, panel=VIDEO, cli_type=str,
+                                     cli_default=",".join(DEFAULT_ORDER), parse=parse_backends)
+    on_divergence: str = flag("warn", "warn (keep and mark the video) or fail.", panel=VIDEO)
+    video_format: str = flag("mp4", f"Comma-separated: {formats.names()} (png: a folder of "
+                             "frames).", panel=VIDEO, names=("--format",))
+
+    def __post_init__(self) -> None:
+        # The API takes "egl,osmesa" too: read once, into the tuple every reader uses.
+        object.__setattr__(self, "backends", tuple(parse_backends(self.backends)))
+        object.__setattr__(self, "trust_module", tuple(self.trust_module or ()))
+        check_choice("--on-divergence", self.on_divergence, ON_DIVERGENCE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayVerb(ReplayOptions, RenderOptions):
+    """What ``rolltape render`` and ``verify`` take beside their tapes: the replay and
+    drawing choices, an env to replay on, and their processes (unset: one per core)."""
+
+    tapes: tuple[str, ...] = flag((), "Tape files (.npz).", panel=VIDEO, argument=True,
+                                  cli_type=List[Path], cli_default=..., parse=_strings,
+                                  metavar="TAPE")
+    env: str | None = flag(None, ENV_HELP, panel=VIDEO)
+    workers: int | None = flag(  # unset: one per CPU core, as eval's --render-workers
+        None, "Render processes (default: one per CPU core, as eval's and export's; a long "
+        "video is split across them).", panel=SCALE, rule=at_least(1))
+
+    def __post_init__(self) -> None:
+        RenderOptions.__post_init__(self)
+        ReplayOptions.__post_init__(self)
 
 
 @dataclass(frozen=True)
