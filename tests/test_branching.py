@@ -63,7 +63,7 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
     6 put the Wilson band's upper end at 0.39, under 0.5, so the point of no return is
     found too."""
     policy = list(ledge_run.results.of_role("policy"))
-    code = main(["branch", str(ledge_run.path), "--episodes", "worst:20", "--branches", "6",
+    code = main(["branch", str(ledge_run.path), "--pick", "worst:20", "--branches", "6",
                  "--every", "2", "--env", LEDGE, "--overwrite", "-q"])
     shown = capsys.readouterr().out
     assert code == 0
@@ -95,7 +95,7 @@ def test_the_curve_crosses_one_half_where_the_episode_was_decided(ledge_run, cap
     assert html.count('<figure class="branch" ') == 1
     assert f'src="branch/{Path(worst["episode"]["tape"]).stem}/branch.png"' in html
     # A budget thins the grid and says so.
-    code = main(["branch", str(ledge_run.path), "--episodes", "worst:1", "--branches", "2",
+    code = main(["branch", str(ledge_run.path), "--pick", "worst:1", "--branches", "2",
                  "--every", "1", "--budget", "150", "--env", LEDGE, "--overwrite", "-q"])
     shown = capsys.readouterr().out
     assert code == 0 and "grid thinned from every 1 to every 4 steps" in shown

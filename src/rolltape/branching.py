@@ -23,7 +23,7 @@ May import: pass 1's job types, executors, stats, record, tape, outputs, config,
 Never: torch, GL (the policy and MuJoCo live in workers).
 
 Example (not run: it plays policies):
-    >>> result = branch("runs/pusher", episodes="worst:3", branches=16, every=5)
+    >>> result = branch("runs/pusher", pick="worst:3", branches=16, every=5)
     >>> result.episodes[0]["point_of_no_return"]
 """
 
@@ -31,19 +31,20 @@ from __future__ import annotations
 
 import math
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from rolltape import executors
-from rolltape.config import select_episodes
 from rolltape.envs.ids import check_tape_env_module
 from rolltape.errors import UsageError
 from rolltape.executors.base import ShareWork
 from rolltape.executors.launch import per_core
 from rolltape.files import atomic_folder, write_json
+from rolltape.flags import EPISODES, POLICY, SCALE, Rule, at_least, check_flags, flag
+from rolltape.groups import PolicyFiles, RunFolder
 from rolltape.interpreter import NO_GL
 from rolltape.outputs.branch_chart import branch_label, draw_branch_chart
 from rolltape.pass1.branches import BranchJob, BranchUnit, branch_refusal
@@ -55,48 +56,67 @@ from rolltape.progress import Progress
 from rolltape.record import Episode, Run
 from rolltape.stats import bootstrap_ci, wilson_interval
 from rolltape.tape import Tape, json_safe, sum_rewards
+from rolltape.video_pick import VideoPick
 
 DEFAULT_NOISE = 0.1  # of the action range's half-width, for a deterministic policy
 SCHEMA = 1
 
 
-@dataclass(frozen=True)
-class BranchConfig:
-    """What ``rolltape branch`` was asked for (checked by :meth:`check`)."""
+@dataclass(frozen=True, kw_only=True)
+class BranchConfig(PolicyFiles, RunFolder):
+    """What ``rolltape branch`` (and :func:`branch`) is asked for: each field checked on
+    construction by its own rule. ``out`` defaults to RUN/branch."""
 
-    run: str
-    episodes: str | tuple[int, ...] = "worst:3"  # as --video picks, or episode indices
-    branches: int = 16
-    every: int = 10
-    noise: float | None = None  # None: DEFAULT_NOISE for a deterministic policy, else 0
-    budget: int | None = None
-    threshold: float = 0.5
-    workers: int = 0  # 0: one per core
-    seed: int = 0
-    policy: str | None = None
-    vecnormalize: str | None = None
-    env: str | None = None
-    out: str | None = None
-    overwrite: bool = False
-    executor: str = "local"  # or "ray"
-    executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
-    quiet: bool = True
+    run: str = flag(MISSING, "A run folder (what `rolltape eval` wrote).", panel=EPISODES,
+                    argument=True, cli_type=Path, parse=str, metavar="RUN")
+    # Not --episodes (eval's count): which of the run's episodes, as --video picks them.
+    pick: Any = flag("worst:3", "Which episodes: worst:N, best:N, median, all, a count N "
+                     "(the first N), or indices like 0,3.", panel=EPISODES, cli_type=str)
+    branches: int = flag(16, "Branches K played from each grid step.", panel=EPISODES,
+                         rule=at_least(1))
+    every: int = flag(10, "Grid: a branch point every N steps from step 0.", panel=EPISODES,
+                      rule=at_least(1, "step"))
+    noise: float | None = flag(  # None: DEFAULT_NOISE for a deterministic policy, else 0
+        None, "Gaussian action noise, in half-widths of the action range, added to a "
+        "deterministic policy's actions (discrete actions: the probability of a random one); "
+        "default 0.1, or 0 for a stochastic policy (its own sampling). 0 with a "
+        "deterministic policy replays the tape.", panel=POLICY,
+        rule=Rule(lambda v: v >= 0 and math.isfinite(v), "be a finite number of 0 or more"))
+    budget: int | None = flag(None, "At most this many env steps in all: the grid is thinned "
+                              "to fit.", panel=SCALE, rule=at_least(1, "step"))
+    threshold: float = flag(0.5, "The point of no return (safety) is where the band's upper "
+                            "(lower) end stays below (above) this.", panel=EPISODES,
+                            rule=Rule(lambda v: 0 < v < 1, "lie strictly between 0 and 1"))
+    # Not --seed (eval's: episode i is reset with seed + i): a base the branches' draw from.
+    branch_seed: int = flag(0, "Seeds every branch's sampling and noise (with its episode's "
+                            "seed, step and number).", panel=EPISODES,
+                            rule=at_least(0, why="numpy's SeedSequence takes no sign"))
+    workers: int = flag(0, "Worker processes (0: one per CPU core).", panel=SCALE,
+                        rule=at_least(0, why="0: one per core"))
+    policy: str | None = flag(None, "The policy, when not the run's own (needed for a module "
+                              "or .py policy).", panel=POLICY, names=("--policy", "-p"))
+    env: str | None = flag(None, "Branch on this env (MODULE:EnvId or FILE.py:CLASS) instead "
+                           "of the tapes' own; a tape of your own env needs it: tapes never "
+                           "import code.", panel=EPISODES)
+    executor: str = flag("local", "local (process pool) or ray: the branches are dealt as "
+                         "pass-1 episodes are.", panel=SCALE)
+    ray_address: str | None = flag(None, "Ray cluster (host:port, auto, ray://host:10001); "
+                                   "default RAY_ADDRESS, else a private local Ray. On a "
+                                   "cluster the run's tapes and policy files must sit at the "
+                                   "same path on every machine.", panel=SCALE)
+    executor_options: dict[str, Any] = field(default_factory=dict)  # the API's, e.g. address
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
         """Refuse, before any work, numbers no branch run can use."""
-        if self.branches < 1:
-            raise UsageError(f"--branches must be at least 1, got {self.branches}.")
-        if self.every < 1:
-            raise UsageError(f"--every must be at least 1 step, got {self.every}.")
-        if self.noise is not None and not (self.noise >= 0 and math.isfinite(self.noise)):
-            raise UsageError(f"--noise must be a finite number of 0 or more, got {self.noise}.")
-        if self.budget is not None and self.budget < 1:
-            raise UsageError(f"--budget must be at least 1 step, got {self.budget}.")
-        if not 0 < self.threshold < 1:
-            raise UsageError(f"--threshold must lie strictly between 0 and 1, got "
-                             f"{self.threshold}.")
-        if self.workers < 0:
-            raise UsageError(f"--workers must be 0 (one per core) or more, got {self.workers}.")
+        check_flags(self)
+        if self.execute_steps is not None:
+            raise UsageError("--execute-steps is for a served policy's chunks, which branch "
+                             "does not play; drop it.")
+
+    def runner_options(self) -> dict[str, Any]:
+        """The executor's options: the API's ``executor_options`` and ``--ray-address``."""
+        given = {"address": self.ray_address} if self.ray_address else {}
+        return {**self.executor_options, **given}
 
 
 @dataclass
@@ -122,10 +142,15 @@ class _Source:
 
 def branch(run: str, **options: Any) -> BranchResult:
     """Branch the chosen episodes of ``run`` (see the module's docstring); options are
-    :class:`BranchConfig`'s fields."""
-    cfg = BranchConfig(run=run, **options)
-    cfg.check()
-    runner = executors.get(cfg.executor, **cfg.executor_options)  # a bad name: before work
+    :class:`BranchConfig`'s fields (the API is quiet unless ``quiet=False``)."""
+    if "episodes" in options:  # eval --branch (cli/eval.py) says episodes= until it says pick=
+        options["pick"] = options.pop("episodes")
+    return branch_run(BranchConfig(run=run, **{"quiet": True, **options}))
+
+
+def branch_run(cfg: BranchConfig) -> BranchResult:
+    """Do what ``cfg`` asks: branch the chosen episodes of its run."""
+    runner = executors.get(cfg.executor, **cfg.runner_options())  # a bad name: before work
     loaded = Run.load(cfg.run)
     policy, made = _policy_of(loaded, cfg)
     sources = _sources(loaded, cfg)
@@ -187,7 +212,7 @@ def _policy_of(run: Run, cfg: BranchConfig) -> tuple[dict[str, Any], dict[str, A
     if cfg.policy is not None:
         made = {"deterministic": config.get("deterministic", True)}
     job = {"policy": source, "vecnormalize": cfg.vecnormalize or config.get("vecnormalize"),
-           "algo": config.get("algo"), "deterministic": bool(config.get("deterministic", True))}
+           "algo": cfg.algo or config.get("algo"), "deterministic": bool(config.get("deterministic", True))}
     made.setdefault("deterministic", job["deterministic"])
     if source == "random":
         made["deterministic"] = False
@@ -199,12 +224,9 @@ def _sources(run: Run, cfg: BranchConfig) -> list[_Source]:
     episodes = list(run.results.of_role("policy"))
     if not episodes:
         raise UsageError(f"'{run.path}' has no policy episodes to branch.")
-    try:
-        picked = select_episodes(cfg.episodes, [e.ret for e in episodes])
-    except UsageError as exc:
-        raise UsageError(str(exc).replace("--video", "--episodes")) from None
+    picked = VideoPick.of(cfg.pick, "--pick").pick([e.ret for e in episodes])
     if not picked:
-        raise UsageError(f"--episodes '{cfg.episodes}' picks no episode of '{run.path}'.")
+        raise UsageError(f"--pick '{cfg.pick}' picks no episode of '{run.path}'.")
     sources = []
     for i in picked:
         ep = episodes[i]
@@ -241,7 +263,7 @@ def _thin(sources: Sequence[_Source], every: int, k: int, budget: int | None
     if cost > budget:
         raise UsageError(f"--budget {budget} steps cannot hold even one grid point per episode "
                          f"({cost} steps with --branches {k}); raise --budget or lower "
-                         "--branches or --episodes.")
+                         "--branches or --pick.")
     if every == asked:
         return every, None
     return every, (f"--budget {budget}: grid thinned from every {asked} to every {every} "
@@ -258,7 +280,7 @@ def _units(sources: Sequence[_Source], tmp: Path, cfg: BranchConfig, noise: floa
         mine = []
         for t in s.grid:
             for k in range(cfg.branches):
-                seed = branch_seed(cfg.seed, s.tape.seed or 0, t, k)
+                seed = branch_seed(cfg.branch_seed, s.tape.seed or 0, t, k)
                 path = tmp / s.label / "tapes" / f"t{t:05d}-k{k:03d}.npz"
                 mine.append(BranchUnit("branch", index, seed, str(path), source=s.path,
                                        step=t, branch=k, noise=noise))
@@ -359,7 +381,7 @@ def _record(s: _Source, units: list[list[BranchUnit]], rows: dict[int, dict[str,
             outcomes.append(outcome)
             if noise == 0 and deterministic:
                 identical.append(same_as_source(tape, s.tape, t))
-        points.append(_point(t, outcomes, failed, has_success, s.tape, cfg.seed))
+        points.append(_point(t, outcomes, failed, has_success, s.tape, cfg.branch_seed))
     band = "hi" if recorded is False else "lo"
     record: dict[str, Any] = {
         "schema_version": SCHEMA,

@@ -20,7 +20,7 @@ May import: errors. Never: the rest of rolltape (config, the CLI and pass 2 all 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Sequence, Union
 
@@ -44,18 +44,20 @@ NONE = (0, "0", "", "none", None, ())
 class VideoPick:
     """Which episodes of a run get a video. ``given`` is kept as given (indices as a
     tuple); its meaning, :attr:`picks`, is parsed on first use and refused then with one
-    sentence (:meth:`check` is the place that asks first, before any work)."""
+    sentence (:meth:`check` is the place that asks first, before any work) naming
+    ``flag``, the option that gave it (``--video``; export and branch say ``--pick``)."""
 
     given: int | str | tuple[int, ...] | None = 0
+    flag: str = field(default="--video", compare=False)
 
     @classmethod
-    def of(cls, value: VideoPick | Given) -> VideoPick:
+    def of(cls, value: VideoPick | Given, flag: str = "--video") -> VideoPick:
         """``value`` as a record (a record is kept as it is)."""
         if isinstance(value, VideoPick):
             return value
         if value is None or isinstance(value, (int, str)):
-            return cls(value)
-        return cls(tuple(value))
+            return cls(value, flag)
+        return cls(tuple(value), flag)
 
     @cached_property
     def picks(self) -> tuple[tuple[str, int], ...]:
@@ -66,7 +68,7 @@ class VideoPick:
             return ()
         if isinstance(given, int):
             if given < 0:
-                raise UsageError(f"--video must be a count of 0 or more, got {given}.")
+                raise UsageError(f"{self.flag} must be a count of 0 or more, got {given}.")
             return (("count", given),)
         if not isinstance(given, str):
             return tuple(("index", int(i)) for i in given)
@@ -78,14 +80,14 @@ class VideoPick:
             name, colon, many = word.partition(":")
             if name in RANKED and (not colon or many.isdigit()):
                 if colon and int(many) < 1:
-                    raise UsageError(f"--video '{word}' picks no episode; {HINT}")
+                    raise UsageError(f"{self.flag} '{word}' picks no episode; {HINT}")
                 picks.append((name, int(many) if colon else 1))
             elif word == "all":
                 picks.append(("all", 0))
             elif word.lstrip("-").isdigit():
                 picks.append(("index", int(word)))
             else:
-                raise UsageError(f"--video '{given}' is not understood; {HINT}")
+                raise UsageError(f"{self.flag} '{given}' is not understood; {HINT}")
         return tuple(picks)
 
     @property
@@ -103,7 +105,7 @@ class VideoPick:
         ``episodes``."""
         for kind, i in self.picks:
             if kind == "index" and not 0 <= i < episodes:
-                raise UsageError(f"--video asks for episode {i} but the run has episodes "
+                raise UsageError(f"{self.flag} asks for episode {i} but the run has episodes "
                                  f"0..{episodes - 1}.")
 
     def known_ahead(self, episodes: int) -> list[int] | None:

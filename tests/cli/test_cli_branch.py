@@ -45,7 +45,7 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     assert "not a rolltape run" in refused(str(tmp_path / "none"))
     # A tape names its env's code: it is imported only when the user names it.
     assert "a tape may not run code" in refused(ledge)
-    assert "--episodes asks for episode 40" in refused(ledge, "--episodes", "1,40", "--env", LEDGE)
+    assert "--pick asks for episode 40" in refused(ledge, "--pick", "1,40", "--env", LEDGE)
     assert "cannot hold even one grid point" in refused(ledge, "--budget", "5", "--env", LEDGE)
     # A policy that is code, named only in the run's files; an env without MuJoCo states.
     assert "is code (or a server) named only in its files" in refused(cartpole)

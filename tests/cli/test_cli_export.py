@@ -5,7 +5,7 @@ input is one line and exit 2. A real run of the 5-step toy env of
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import typer
 from rolltape import Run, evaluate, export
 from rolltape.cli import export as export_verb
 from rolltape.cli import main
+from rolltape.datasets import ExportConfig
 from rolltape.errors import UsageError
 
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
@@ -50,30 +51,45 @@ def params() -> dict[str, object]:
     return {p.name: p for p in command.params}
 
 
-def test_the_verbs_defaults_are_the_apis() -> None:
-    api = inspect.signature(export).parameters
+def test_the_verb_and_the_api_build_the_same_record(run: Run, monkeypatch) -> None:
+    """`rolltape export` and rolltape.export take ExportConfig's fields, with its defaults,
+    and build the same record (the API quiet unless asked)."""
+    import rolltape.datasets as datasets
+
     flags = params()
-    shared = {"to", "out", "dataset_id", "role", "only", "min_return", "episodes", "fps",
-              "width", "height", "workers", "overwrite", "mode"}
-    assert shared <= set(flags)
-    for name in shared - {"to"}:
-        assert flags[name].default == api[name].default, name  # type: ignore[attr-defined]
+    for f in dataclasses.fields(ExportConfig):
+        if f.name in flags and f.default is not dataclasses.MISSING:
+            default = flags[f.name].default  # type: ignore[attr-defined]
+            assert default == f.default or (default is None and not f.default), f.name
+    built: list[ExportConfig] = []
+    monkeypatch.setattr(datasets, "export_run", lambda config, on_episode=None: built.append(
+        config) or datasets.ExportOutcome(Path("x"), "lerobot", 0, 0))
+    monkeypatch.setattr(export_verb, "say", lambda line: None)
+    export(str(run.path), to="lerobot", out="ds", pick="best:2", success_only=True)
+    app, _, _ = verb()
+    app(args=["export", str(run.path), "--to", "lerobot", "-o", "ds", "--pick", "best:2",
+              "--success-only", "-q"], standalone_mode=False)
+    assert built[0] == built[1] == ExportConfig(run=str(run.path), to="lerobot", out="ds",
+                                                pick="best:2", success_only=True, quiet=True)
 
 
 def test_the_flags_are_spelled_as_documented() -> None:
     flags = params()
     assert flags["dataset_id"].opts == ["--id"]  # type: ignore[attr-defined]
     assert set(flags["out"].opts) == {"--out", "-o"}  # type: ignore[attr-defined]
-    assert flags["camera"].multiple and flags["trust_module"].multiple  # type: ignore[attr-defined]
+    assert flags["cameras"].multiple and flags["trust_module"].multiple  # type: ignore[attr-defined]
     assert flags["to"].required  # type: ignore[attr-defined]
+    # Issue 40: --episodes is eval's count and --only bench's names; export picks.
+    assert flags["pick"].opts == ["--pick"]  # type: ignore[attr-defined]
+    assert "episodes" not in flags and "only" not in flags
 
 
 def test_an_export_says_what_it_wrote_in_one_line(run: Run, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     app, said, warned = verb(monkeypatch)
     out = tmp_path / "ds"
-    app(args=["export", str(run.path), "--to", "lerobot", "--out", str(out), "--episodes",
-              "0,1,2", "--only", "success", "--trust-module", "tests"], standalone_mode=False)
+    app(args=["export", str(run.path), "--to", "lerobot", "--out", str(out), "--pick",
+              "0,1,2", "--success-only", "--trust-module", "tests"], standalone_mode=False)
     # The toy succeeds on even seeds: of episodes 0, 1 and 2, those of seeds 0 and 2.
     kept = [e for e in run.results.episodes if e.key.seed in (0, 2)]
     steps = sum(e.length for e in kept)
@@ -86,7 +102,8 @@ def test_an_export_says_what_it_wrote_in_one_line(run: Run, tmp_path: Path,
     (["--to", "parquet"], "Unknown --to 'parquet'; use one of minari, lerobot."),
     (["--to", "minari", "--camera", "free"], "--camera makes videos, which only --to lerobot"),
     (["--to", "lerobot", "--fps", "-1"], "--fps must be a positive number, got -1.0."),
-    (["--to", "lerobot", "--episodes", "x"], "--episodes takes indices separated by commas"),
+    (["--to", "lerobot", "--pick", "x"], "--pick 'x' is not understood; use a count"),
+    (["--to", "lerobot", "--mode", "auto"], "Unknown --mode 'auto'; use one of resim, restore."),
 ])
 def test_bad_input_is_one_line_and_exit_2(run: Run, tmp_path: Path, capsys, flags: list[str],
                                           words: str) -> None:

@@ -1,5 +1,5 @@
 """Which episodes of a run become a dataset, and their replays (rolltape.datasets.episodes):
---episodes parsed, the choice by role, success, return and index (each refusal one
+the choice by role, success, return and --pick (a count, ranks or indices) (each refusal one
 sentence), the staging folder kept only for the same choices, and the replays in a render
 worker, written once and kept on a rerun. A real run of the 5-step toy env of
 ``tests/assets/toy_envs.py`` (random actions; success on even seeds)."""
@@ -20,7 +20,6 @@ from rolltape.datasets.episodes import (
     choose,
     describe_selection,
     episode_file,
-    parse_indices,
     prepare_staging,
     replay_all,
 )
@@ -34,22 +33,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
                     report=False, viewer=False)
 
 
-def test_parse_indices_reads_commas_and_lists() -> None:
-    assert parse_indices("0, 3,7") == [0, 3, 7]
-    assert parse_indices("5,") == [5]
-    assert parse_indices((2, 1)) == [2, 1]
-    assert parse_indices(None) is None
-
-
-@pytest.mark.parametrize(("text", "words"), [
-    ("1-3", "--episodes takes indices separated by commas, like 0,3,7; got '1-3'."),
-    ("", "--episodes takes indices of 0 or more, like 0,3,7; got ''."),
-    ("2,-1", "indices of 0 or more"),
-])
-def test_bad_indices_are_refused_with_an_example(text: str, words: str) -> None:
-    with pytest.raises(UsageError) as caught:
-        parse_indices(text)
-    assert words in str(caught.value)
+def test_pick_counts_ranks_and_indexes_each_tasks_episodes(run: Run) -> None:
+    returns = [e.ret for e in run.results.episodes]
+    best = max(range(4), key=lambda i: (returns[i], -i))
+    assert [c.episode.key.index for c in choose(run, pick=2)] == [0, 1]  # the first two
+    assert [c.episode.key.index for c in choose(run, pick="best")] == [best]
+    assert [c.index for c in choose(run, pick="3,1")] == [0, 1]  # renumbered, run's order
+    # Ranks are taken among the episodes the filters keep: the best of the successes.
+    won = [c.episode.key.index for c in choose(run, success_only=True)]
+    assert [c.episode.key.index for c in choose(run, pick="best", success_only=True)] == [
+        max(won, key=lambda i: (returns[i], -i))]
 
 
 def test_every_episode_with_a_tape_in_the_runs_order(run: Run) -> None:
@@ -61,7 +54,7 @@ def test_every_episode_with_a_tape_in_the_runs_order(run: Run) -> None:
 
 
 def test_only_success_keeps_the_episodes_that_succeeded_renumbered(run: Run) -> None:
-    chosen = choose(run, only="success")
+    chosen = choose(run, success_only=True)
     assert [c.episode.key.seed for c in chosen] == [0, 2]  # the toy: even seeds
     assert [c.index for c in chosen] == [0, 1]  # their places in the dataset
 
@@ -73,17 +66,16 @@ def test_min_return_and_indices_narrow_the_choice(run: Run) -> None:
     assert sorted(c.episode.key.index for c in kept) == sorted(
         i for i, r in returns.items() if r is not None and r >= cut)
     assert len(kept) == 2
-    assert [c.episode.key.index for c in choose(run, indices=[3, 1])] == [1, 3]  # run's order
+    assert [c.episode.key.index for c in choose(run, pick=[3, 1])] == [1, 3]  # run's order
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [
     ({"role": "expert"}, "--role must be 'policy' or 'baseline', got 'expert'."),
-    ({"only": "failure"}, "--only takes 'success' (episodes that succeeded), got 'failure'."),
+    ({"pick": "1-3"}, "--pick '1-3' is not understood; use a count, 'all', 'best'"),
     ({"role": "baseline"}, "has no baseline episodes; evaluate with --baseline random."),
-    ({"indices": [1, 9]}, "--episodes 9: run '{run}' has no policy episode with a tape at that "
-                          "index (it has 4, indices 0..3)."),
-    ({"only": "success", "min_return": 1e9},
-     "passes the selection (--only success, --min-return 1e+09); loosen it."),
+    ({"pick": [1, 9]}, "--pick asks for episode 9 but the run has episodes 0..3."),
+    ({"success_only": True, "min_return": 1e9},
+     "passes the selection (--success-only, --min-return 1e+09); loosen it."),
 ])
 def test_a_choice_that_cannot_be_made_is_one_sentence(run: Run, kwargs: dict, words: str) -> None:
     with pytest.raises(UsageError) as caught:
@@ -99,15 +91,15 @@ def test_a_run_without_its_tapes_says_to_evaluate_again(run: Run, tmp_path: Path
 
 
 def test_describe_selection_names_each_flag_given() -> None:
-    assert describe_selection(None, None, None) == "every episode"
-    assert describe_selection("success", 2.5, [0, 4]) == \
-        "--only success, --min-return 2.5, --episodes 0,4"
+    assert describe_selection(False, None) == "every episode"
+    assert describe_selection(True, 2.5, [0, 4]) == \
+        "--pick 0,4, --success-only, --min-return 2.5"
 
 
 def test_restore_mode_needs_recorded_states(run: Run) -> None:
     with pytest.raises(UsageError, match="holds no MuJoCo or ALE states, so --mode restore "
                                          "cannot export it; use --mode resim."):
-        check_restorable(choose(run, indices=[0]))
+        check_restorable(choose(run, pick=[0]))
 
 
 def test_staging_is_kept_only_for_the_same_choices(tmp_path: Path) -> None:

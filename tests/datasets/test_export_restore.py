@@ -65,7 +65,7 @@ def test_restore_frames_are_renders_restore_frames(tmp_path):
     run = _run(tmp_path)
     out = tmp_path / "ds"
     export(run, to="lerobot", out=out, cameras=("default",), width=96, height=64,
-           mode="restore", episodes=[0])
+           mode="restore", pick=[0])
     frames = [0, 12, STEPS - 1]
     read = read_with_lerobot(out, "rolltape/ds", frames, tmp_path / "read.npz")
     tape = run.tape_path(run.results.episodes[0])

@@ -1,4 +1,4 @@
-"""`rolltape export --only success` on an env that reports success (the toy of
+"""`rolltape export --success-only` on an env that reports success (the toy of
 tests/assets/toy_envs.py: ``info["is_success"]`` on the last step, True for even seeds),
 to Minari and to LeRobot: exactly the episodes that succeeded are exported, each the replay
 of its own tape. The toy's module is the user's own code, so it is named with
@@ -55,7 +55,7 @@ def test_only_success_to_minari_keeps_exactly_the_successful_episodes(toy_run, t
                                                                       monkeypatch):
     won = _successful(toy_run)
     outcome = export(toy_run, to="minari", dataset_id="toy/won-v0", out=tmp_path,
-                     only="success", trust_module=["tests"])
+                     success_only=True, trust_module=["tests"])
     assert outcome.episodes == len(won) and not outcome.left_out
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
     data = minari.load_dataset("toy/won-v0")
@@ -73,7 +73,7 @@ def test_only_success_to_minari_keeps_exactly_the_successful_episodes(toy_run, t
 def test_only_success_to_lerobot_keeps_exactly_the_successful_episodes(toy_run, tmp_path):
     won = _successful(toy_run)
     out = tmp_path / "won"
-    outcome = export(toy_run, to="lerobot", out=out, only="success", trust_module=["tests"])
+    outcome = export(toy_run, to="lerobot", out=out, success_only=True, trust_module=["tests"])
     assert outcome.episodes == len(won) and not outcome.left_out
     read = read_with_lerobot(out, "rolltape/won", [], tmp_path / "read.npz")
     assert int(read["episodes"]) == len(won)
@@ -100,7 +100,7 @@ def test_a_tape_naming_user_code_needs_trust_module(toy_run, tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "ds").exists()
     result = run_cli("export", str(toy_run.path), "--to", "lerobot", "--out",
-                     str(tmp_path / "ds"), "--only", "success", "--trust-module", "tests")
+                     str(tmp_path / "ds"), "--success-only", "--trust-module", "tests")
     assert result.returncode == 0, result.stderr
     info = json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())
     assert info["total_episodes"] == 3

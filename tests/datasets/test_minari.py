@@ -122,7 +122,7 @@ def test_mujoco_run_becomes_a_minari_dataset(cheetah_run, tmp_path, monkeypatch)
 def test_discrete_run_with_a_selection(cartpole_run, tmp_path, monkeypatch):
     assert "baseline" not in cartpole_run.results.summary
     out = export(cartpole_run, to="minari", dataset_id="cartpole-picked-v1", out=tmp_path,
-                 episodes="0,2,3")
+                 pick="0,2,3")
     seeds = [3, 5, 6]
     assert out.episodes == 3
     data = _check_dataset(cartpole_run, "cartpole-picked-v1", tmp_path, monkeypatch, seeds,
@@ -182,10 +182,10 @@ def test_bad_input_is_one_line_and_writes_nothing(cartpole_run, tmp_path):
     cases = [
         (["--to", "parquet", "--id", "a-v0"], "Unknown --to 'parquet'"),
         (["--to", "minari"], "needs --id"),
-        (["--to", "minari", "--id", "a-v0", "--episodes", "9"], "no policy episode"),
+        (["--to", "minari", "--id", "a-v0", "--pick", "0,9"], "--pick asks for episode 9"),
         (["--to", "minari", "--id", "a-v0", "--role", "baseline"], "no baseline episodes"),
         (["--to", "minari", "--id", "a-v0", "--camera", "default"], "only --to lerobot"),
-        (["--to", "minari", "--id", "a-v0", "--only", "success"], "passes the selection"),
+        (["--to", "minari", "--id", "a-v0", "--success-only"], "passes the selection"),
     ]
     for args, said in cases:
         result = run_cli("export", str(cartpole_run.path), *args, "--out", str(ds))

@@ -275,7 +275,7 @@ def test_branches_on_ray_are_the_local_executors_branches(ray_session, tmp_path)
     policy = f"{Path(__file__).parent.parent / 'assets' / 'policies.py'}:function"
     run = evaluate(ENV_ID, policy, episodes=1, seed=3, max_episode_steps=20, video=0,
                    baseline=None, out=tmp_path / "run")
-    common = dict(episodes="all", branches=2, every=7, noise=0.1, policy=policy, workers=2)
+    common = dict(pick="all", branches=2, every=7, noise=0.1, policy=policy, workers=2)
     local = branch(str(run.path), out=str(tmp_path / "local"), executor="local", **common)
     on_ray = branch(str(run.path), out=str(tmp_path / "ray"), executor="ray", **common)
     [a], [b] = local.episodes, on_ray.episodes

@@ -31,7 +31,7 @@ PUSHER = f"{ASSETS / 'ledge.py'}:pusher"
 def test_a_branch_without_noise_replays_the_episode_bit_for_bit(tmp_path, env_id, policy):
     run = evaluate(env_id, policy, episodes=1, seed=3, max_episode_steps=30, video=0,
                    baseline=None, out=tmp_path / "run")
-    result = branch(str(run.path), episodes="all", branches=1, every=7, noise=0.0,
+    result = branch(str(run.path), pick="all", branches=1, every=7, noise=0.0,
                     policy=policy, workers=1)
     [record] = result.episodes
     assert record["grid"] == [0, 7, 14, 21, 28]
@@ -61,7 +61,7 @@ def test_a_maze_suite_branch_replays_the_episode_bit_for_bit(tmp_path):
     policy = f"{ASSETS / 'ledge.py'}:maze"
     run = evaluate(None, policy, suite="mazes", tasks=["open"], episodes=1, seed=3,
                    max_episode_steps=60, video=0, baseline=None, out=tmp_path / "run")
-    result = branch(str(run.path), episodes="all", branches=1, every=20, noise=0.0,
+    result = branch(str(run.path), pick="all", branches=1, every=20, noise=0.0,
                     policy=policy, workers=1)
     [record] = result.episodes
     assert record["grid"] == [0, 20, 40] and record["replays_source"] is True
@@ -84,7 +84,7 @@ def test_an_adroit_suite_branch_replays_the_episode_bit_for_bit(tmp_path):
     policy = f"{ASSETS / 'ledge.py'}:adroit_door"
     run = evaluate(None, policy, suite="adroit", tasks=["door"], episodes=1, seed=3,
                    max_episode_steps=30, video=0, baseline=None, out=tmp_path / "run")
-    result = branch(str(run.path), episodes="all", branches=1, every=10, noise=0.0,
+    result = branch(str(run.path), pick="all", branches=1, every=10, noise=0.0,
                     policy=policy, workers=1)
     [record] = result.episodes
     assert record["grid"] == [0, 10, 20] and record["replays_source"] is True
@@ -144,7 +144,7 @@ def test_an_atari_branch_continues_from_the_emulator_state_bit_for_bit(tmp_path)
     policy = f"{ASSETS / 'ledge.py'}:pong"
     run = evaluate("ALE/Pong-v5", policy, episodes=1, seed=5, max_episode_steps=50, video=0,
                    baseline=None, out=tmp_path / "run")
-    result = branch(str(run.path), episodes="all", branches=1, every=20, noise=0.0,
+    result = branch(str(run.path), pick="all", branches=1, every=20, noise=0.0,
                     policy=policy, workers=1)
     [record] = result.episodes
     assert record["grid"] == [0, 20, 40] and record["replays_source"] is True

@@ -13,7 +13,7 @@ data types of the probe's answer (spaces), never an env.
 
 Example (not run: it replays a run's tapes):
     >>> out = export("runs/pusher", to="minari", dataset_id="rolltape/pusher-expert-v0",
-    ...              out="datasets", only="success")
+    ...              out="datasets", success_only=True)
     >>> out.path, out.episodes, out.left_out
     (PosixPath('datasets/rolltape/pusher-expert-v0'), 12, [])
 """
@@ -24,16 +24,22 @@ import importlib.util
 import math
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from rolltape.envs.ids import trusted_env_id
 from rolltape.errors import Interrupted, RunFailed, UsageError, check_choice
+from rolltape.executors.launch import check_worker_count
 from rolltape.files import move_into_place, sha256_of
+from rolltape.flags import EPISODES, OUTPUT, SCALE, VIDEO, check_flags, flag
+from rolltape.groups import RunFolder
 from rolltape.limits import check_folder_name, check_fps, check_frame_size
 from rolltape.outputs.artifacts import check_writable_folder
+from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
+from rolltape.pass2.request import RenderOptions
 from rolltape.record import Run
+from rolltape.video_pick import VideoPick
 
 FORMATS = ("minari", "lerobot")
 
@@ -54,16 +60,81 @@ class ExportOutcome:
     without_tape: list[tuple[str, str]] = field(default_factory=list)
 
 
-def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike[str] | None = None,
-           dataset_id: str | None = None, role: str = "policy", only: str | None = None,
-           min_return: float | None = None, episodes: str | Sequence[int] | None = None,
-           cameras: Sequence[str] = (), fps: float | None = None, width: int | None = None,
-           height: int | None = None, workers: int = 0, overwrite: bool = False,
-           backends: str | Sequence[str] | None = None,
-           on_episode: Callable[[Any], None] | None = None, mode: str = "resim",
-           trust_module: Sequence[str] = (), env: str | None = None,
-           show_progress: bool = False) -> ExportOutcome:
-    """Export the verified episodes of ``run`` as a dataset ``to`` 'minari' or 'lerobot'.
+#: RenderOptions' fields an export has no use for: it draws each camera as env.render()
+#: draws it, into a video of its own, and replays exactly (a tolerance would let an
+#: episode that did not verify into the dataset).
+NOT_EXPORTED = ("layout", "overlay", "quality", "rtol", "atol")
+
+TRUST_HELP = ("A module (top-level name) whose envs the tapes may name, imported to replay "
+              "them; repeatable.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportConfig(RenderOptions, RunFolder):
+    """What ``rolltape export`` is asked for: the one record the verb and :func:`export`
+    build, checked on construction (each field's rule, then the rules between fields)."""
+
+    run: Any = flag(MISSING, "A run folder (what `rolltape eval` wrote).", panel=OUTPUT,
+                    argument=True, cli_type=Path, parse=str, metavar="RUN")  # or a Run (API)
+    to: str = flag(MISSING, "minari or lerobot.", panel=OUTPUT)
+    dataset_id: str | None = flag(None, "Minari: NAMESPACE/NAME-vN (needed). LeRobot: the "
+                                  "repo id (default rolltape/<folder name>).", panel=OUTPUT,
+                                  names=("--id",))
+    role: str = flag("policy", "Whose episodes: policy or baseline.", panel=EPISODES)
+    # Not --episodes (eval's count) nor --only (bench's benchmark names): issue 40.
+    pick: Any = flag("all", "Which episodes: N (the first N), all, best, worst, median "
+                     "(best:3: several) or indices 0,3,7.", panel=EPISODES, cli_type=str)
+    success_only: bool = flag(False, "Only episodes that succeeded (the run's success "
+                              "rule).", panel=EPISODES)
+    min_return: float | None = flag(None, "Only episodes with at least this return.",
+                                    panel=EPISODES)
+    fps: float | None = flag(None, "Video frame rate (the env's by default).", panel=VIDEO)
+    layout: str = "separate"  # LeRobot stores each camera as a video of its own
+    workers: int = flag(0, "Render processes replaying the tapes (0: one per CPU core).",
+                        panel=SCALE)
+    backends: Any = flag(",".join(DEFAULT_ORDER), BACKENDS_HELP, panel=VIDEO, cli_type=str)
+    trust_module: tuple[str, ...] = flag((), TRUST_HELP, panel=EPISODES,
+                                         names=("--trust-module",),
+                                         cli_type=Optional[List[str]], cli_default=None,
+                                         parse=tuple)
+    env: str | None = flag(None, "The env to replay the tapes on, named by you: their own "
+                           "FILE.py:ATTR or module:EnvId (a tape may not name code).",
+                           panel=EPISODES)
+
+    def __post_init__(self) -> None:
+        """Refuse, before any worker starts, what no export can do."""
+        check_choice("--to", self.to, FORMATS)
+        check_flags(self)
+        check_worker_count("--workers", self.workers, 0)
+        check_choice("--mode", self.mode, ("resim", "restore"))
+        super().__post_init__()
+        for name in NOT_EXPORTED:
+            if getattr(self, name) != _DEFAULTS[name]:
+                raise UsageError(f"export takes no {name} (its videos are each camera as "
+                                 "drawn, one per camera, and replays are exact); drop it.")
+        if isinstance(self.trust_module, str):  # one module named as text (the API)
+            object.__setattr__(self, "trust_module", (self.trust_module,))
+        _check_video_flags(self.to, self.cameras, self.fps, self.width, self.height)
+        VideoPick.of(self.pick, "--pick").picks  # what it does not understand: now
+        parse_backends(self.backends)  # an unknown one: refused now
+
+
+_DEFAULTS = {"layout": "separate", "overlay": False, "quality": "full", "rtol": 0.0,
+             "atol": 0.0}
+
+
+def export(run: str | os.PathLike[str] | Run, *, on_episode: Callable[[Any], None] | None
+           = None, **options: Any) -> ExportOutcome:
+    """Export the verified episodes of ``run`` as a dataset (``to`` 'minari' or 'lerobot');
+    ``options`` are :class:`ExportConfig`'s fields, as ``rolltape export`` takes them, but
+    quiet unless ``quiet=False`` (a progress bar). ``on_episode`` is called with each
+    replay as it finishes."""
+    return export_run(ExportConfig(run=run, **{"quiet": True, **options}), on_episode)
+
+
+def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = None
+               ) -> ExportOutcome:
+    """Do what ``config`` asks (:class:`ExportConfig`).
 
     Minari: ``dataset_id`` (NAMESPACE/NAME-vN) under ``out`` (else ``MINARI_DATASETS_PATH``,
     else Minari's default folder). LeRobot: the dataset folder is ``out``; ``dataset_id``
@@ -73,29 +144,28 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
     ``env``: the env to replay on, named by the user (the tapes' own ``FILE.py:ATTR`` or
     ``module:EnvId``, whose code a tape may not name by itself). Episodes left out (no
     tape, or a replay that did not verify) are in the outcome's ``left_out``, each with
-    why; ``show_progress``: a bar (plain lines in a log) while the tapes replay."""
+    why; unless ``quiet``, a bar (plain lines in a log) while the tapes replay."""
     from rolltape.datasets import episodes as eps
-    from rolltape.executors.launch import check_worker_count, per_core, stop_workers
-    from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends
+    from rolltape.executors.launch import per_core, stop_workers
     from rolltape.progress import Progress
 
-    check_choice("--to", to, FORMATS)
+    cfg = config  # its fields under the names the steps below use
+    to, out, dataset_id, role = cfg.to, cfg.out, cfg.dataset_id, cfg.role
+    cameras, fps, width, height = cfg.cameras, cfg.fps, cfg.width, cfg.height
+    overwrite, mode, trust_module, env = cfg.overwrite, cfg.mode, cfg.trust_module, cfg.env
     missing = [m for m in (("minari", "pyarrow") if to == "minari" else ("pyarrow",))
                if importlib.util.find_spec(m) is None]
     if missing:
         raise UsageError(f"--to {to} needs {' and '.join(missing)}, which "
                          f"{'is' if len(missing) == 1 else 'are'} not installed; install the "
                          "export extra: pip install 'rolltape[export]'.")
-    check_worker_count("--workers", workers, 0)
-    workers = per_core(workers)  # 0: a worker per core, as eval's pass 2
-    check_choice("--mode", mode, ("resim", "restore"))
-    _check_video_flags(to, cameras, fps, width, height)
-    backends = parse_backends(backends or DEFAULT_ORDER)  # an unknown one: refused now
-    record = run if isinstance(run, Run) else Run.load(run)
-    indices = eps.parse_indices(episodes)
-    chosen = eps.choose(record, role=role, only=only, min_return=min_return, indices=indices)
-    absent = eps.without_tapes(record, role=role, only=only, min_return=min_return,
-                               indices=indices)
+    workers = per_core(cfg.workers)  # 0: a worker per core, as eval's pass 2
+    backends = parse_backends(cfg.backends)
+    record = cfg.run if isinstance(cfg.run, Run) else Run.load(cfg.run)
+    selection = {"role": role, "success_only": cfg.success_only, "min_return": cfg.min_return,
+                 "pick": cfg.pick}
+    chosen = eps.choose(record, **selection)
+    absent = eps.without_tapes(record, **selection)
     firsts = _first_of_each_task(chosen)
     if env is not None and len(firsts) > 1:
         raise UsageError(f"--env names the env of a one-env run; run '{record.path}' plays "
@@ -141,15 +211,15 @@ def export(run: str | os.PathLike[str] | Run, *, to: str, out: str | os.PathLike
                 raise UsageError(f"--fps {fps:g}: a LeRobotDataset's frame rate is a whole "
                                  "number of frames per second; give one, like --fps 30.")
             frame_rate = float(max(1, round(frame_rate)))
-        config = {"format": to, "id": dataset_id, "run": str(record.path.resolve()),
-                  "results_sha256": sha256_of(record.path / "results.json"), "role": role,
-                  "episodes": [c.episode.key.to_json() for c in chosen],
-                  "cameras": list(cameras), "fps": frame_rate, "width": width,
-                  "height": height, "mode": mode}
-        resumed = eps.prepare_staging(staging, config)
+        choices = {"format": to, "id": dataset_id, "run": str(record.path.resolve()),
+                   "results_sha256": sha256_of(record.path / "results.json"), "role": role,
+                   "episodes": [c.episode.key.to_json() for c in chosen],
+                   "cameras": list(cameras), "fps": frame_rate, "width": width,
+                   "height": height, "mode": mode}
+        resumed = eps.prepare_staging(staging, choices)
         prepared = True
         try:
-            with Progress(show_progress) as bar:
+            with Progress(not cfg.quiet) as bar:
                 task = bar.add("export: replaying tapes", total=len(chosen), unit="episodes")
                 bar.update(task, resumed)
 

@@ -1,8 +1,9 @@
 """Which episodes of a run become a dataset, and their replays in render workers.
 
 Episodes are chosen from the run's typed record (:class:`rolltape.record.Run`): a role,
-then ``--only success`` (by the run's headline success rule for the episode's task),
-``--min-return`` and ``--episodes`` (indices of that role's episodes). Each chosen tape is
+then ``--success-only`` (by the run's headline success rule for the episode's task),
+``--min-return`` and ``--pick`` (what ``--video`` takes: a count, all, best, worst, median,
+or indices of that role's episodes). Each chosen tape is
 replayed by an :class:`~rolltape.pass2.export.ExportJob` in K render workers (the local
 executor's render pool, with the GL backend fallback of every render); what a replay regenerates lands in the export's staging folder, one ``.npz`` (and
 one mp4 per camera) per episode, and a line of ``replays.jsonl`` says how it went.
@@ -26,6 +27,7 @@ from typing import Any, Callable, Sequence
 from rolltape.errors import RunFailed, UsageError
 from rolltape.files import sha256_of, write_json
 from rolltape.record import Episode, Run
+from rolltape.video_pick import Given, VideoPick
 
 ROLES = ("policy", "baseline")
 
@@ -44,82 +46,64 @@ class Chosen:
         return f"{self.index:06d}"
 
 
-def parse_indices(text: str | Sequence[int] | None) -> list[int] | None:
-    """'0,3,7' (or a list) as indices; None for all.
-
-    >>> parse_indices("0, 3,7")
-    [0, 3, 7]
-    """
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        return [int(i) for i in text]
-    try:
-        out = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--episodes takes indices separated by commas, like 0,3,7; got "
-                         f"{text[:60]!r}.") from None
-    if not out or any(i < 0 for i in out):
-        raise UsageError(f"--episodes takes indices of 0 or more, like 0,3,7; got {text[:60]!r}.")
-    return out
-
-
-def choose(run: Run, *, role: str = "policy", only: str | None = None,
-           min_return: float | None = None, indices: Sequence[int] | None = None
-           ) -> list[Chosen]:
+def choose(run: Run, *, role: str = "policy", success_only: bool = False,
+           min_return: float | None = None, pick: VideoPick | Given = "all") -> list[Chosen]:
     """The episodes of ``run`` that the dataset holds, in the run's order, each with a tape
     on disk. A choice that leaves none, or names what the run does not have, is a
     UsageError."""
     if role not in ROLES:
         raise UsageError(f"--role must be 'policy' or 'baseline', got {role!r}.")
-    if only not in (None, "success"):
-        raise UsageError(f"--only takes 'success' (episodes that succeeded), got {only!r}.")
     results = run.results
     pool = list(results.of_role(role))
     if not pool:
         raise UsageError(f"Run '{run.path}' has no {role} episodes; "
                          f"{'evaluate with --baseline random' if role == 'baseline' else 'use --role policy'}.")
-    with_tape = [e for e in pool if e.tape and run.tape_path(e).is_file()]
-    if not with_tape:
+    if not any(_tape_of(run, e) for e in pool):
         raise UsageError(f"Run '{run.path}' has no tapes of its {role} episodes (its tapes/ "
                          "folder is empty or gone), so there is nothing to replay; evaluate "
                          "again to record them.")
-    picked = with_tape
-    if indices is not None:
-        by_index = {e.key.index: e for e in with_tape}
-        missing = [i for i in indices if i not in by_index]
-        if missing:
-            raise UsageError(f"--episodes {','.join(map(str, missing))}: run '{run.path}' has no "
-                             f"{role} episode with a tape at that index (it has "
-                             f"{len(by_index)}, indices {min(by_index)}..{max(by_index)}).")
-        wanted = set(indices)
-        picked = [e for e in picked if e.key.index in wanted]
-    if only == "success":
-        picked = [e for e in picked if e.success(results.rule_of(e.key.task_key))]
-    if min_return is not None:
-        picked = [e for e in picked if e.ret is not None and e.ret >= min_return]
+    picked = [e for e in selected(run, role, success_only, min_return, pick) if _tape_of(run, e)]
     if not picked:
         raise UsageError(f"No {role} episode of run '{run.path}' passes the selection "
-                         f"({describe_selection(only, min_return, indices)}); loosen it.")
+                         f"({describe_selection(success_only, min_return, pick)}); loosen it.")
     return [Chosen(k, e, run.tape_path(e)) for k, e in enumerate(picked)]
 
 
-def without_tapes(run: Run, *, role: str = "policy", only: str | None = None,
-                  min_return: float | None = None, indices: Sequence[int] | None = None
+def selected(run: Run, role: str, success_only: bool, min_return: float | None,
+             pick: VideoPick | Given) -> list[Episode]:
+    """The ``role`` episodes that pass ``success_only`` and ``min_return`` and that ``pick``
+    names, in the run's order, tape or not. A pick counts each task's episodes from 0 (a
+    suite's tasks number their own) and ranks (best, worst, median) only those that pass
+    the filters: ``--pick best:3 --success-only`` is the three best of the successes."""
+    results = run.results
+    choice = VideoPick.of(pick, "--pick")
+    tasks: dict[Any, list[Episode]] = {}
+    for e in results.of_role(role):
+        tasks.setdefault(e.key.task_key, []).append(e)
+    chosen: set[int] = set()
+    for episodes in tasks.values():
+        passes = [(not success_only or e.success(results.rule_of(e.key.task_key)))
+                  and (min_return is None or (e.ret is not None and e.ret >= min_return))
+                  for e in episodes]
+        # A filtered-out episode has no return to rank: VideoPick ranks finite ones only.
+        returns = [e.ret if ok else None for e, ok in zip(episodes, passes)]
+        chosen.update(id(episodes[i]) for i in choice.pick(returns) if passes[i])
+    return [e for e in results.of_role(role) if id(e) in chosen]
+
+
+def _tape_of(run: Run, episode: Episode) -> bool:
+    """Whether ``episode``'s tape is on disk, a file."""
+    return bool(episode.tape) and run.tape_path(episode).is_file()
+
+
+def without_tapes(run: Run, *, role: str = "policy", success_only: bool = False,
+                  min_return: float | None = None, pick: VideoPick | Given = "all"
                   ) -> list[tuple[str, str]]:
     """The episodes :func:`choose` would have picked but cannot replay, each with why (no
     tape recorded, its tape missing, or a folder where its file should be): an export
     names every episode it leaves out."""
-    results = run.results
-    wanted = set(indices) if indices is not None else None
     out = []
-    for e in results.of_role(role):
-        if wanted is not None and e.key.index not in wanted:
-            continue
-        if only == "success" and not e.success(results.rule_of(e.key.task_key)):
-            continue
-        if min_return is not None and (e.ret is None or e.ret < min_return):
-            continue
+    for e in selected(run, role, success_only, min_return, pick):
         path = run.tape_path(e) if e.tape else None
         if path is None:
             out.append((e.key.label, "it has no tape (none was recorded)"))
@@ -130,15 +114,17 @@ def without_tapes(run: Run, *, role: str = "policy", only: str | None = None,
     return out
 
 
-def describe_selection(only: str | None, min_return: float | None,
-                       indices: Sequence[int] | None) -> str:
+def describe_selection(success_only: bool, min_return: float | None,
+                       pick: VideoPick | Given = "all") -> str:
+    """The selection's flags as given, for a sentence that refuses it."""
     parts = []
-    if only:
-        parts.append(f"--only {only}")
+    given = VideoPick.of(pick, "--pick").given
+    if given != "all":
+        parts.append(f"--pick {given if isinstance(given, (int, str)) else ','.join(map(str, given or ()))}")
+    if success_only:
+        parts.append("--success-only")
     if min_return is not None:
         parts.append(f"--min-return {min_return:g}")
-    if indices is not None:
-        parts.append(f"--episodes {','.join(map(str, indices))}")
     return ", ".join(parts) or "every episode"
 
 
