@@ -12,7 +12,7 @@ A run made before cards existed is described from its ``metadata.json`` as far a
 (:func:`read_card`), with the fields it cannot tell listed, so a diff says what it could
 not compare.
 
-May import: record, envs (json_safe), pass1.wrappers (names only), outputs.artifacts.
+May import: record, tape (json_safe), pass1.wrappers (names only), outputs.artifacts.
 Never: policies, the simulator, the render side, executors.
 
 Example (not run: it reads a run):

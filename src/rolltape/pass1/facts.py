@@ -6,7 +6,7 @@ value ranges), its control rate (MuJoCo's timestep x frame skip), the Gymnasium 
 Only the worker has the env: the orchestrator imports no simulator, so the worker reports
 these facts once per job, beside the policy's description.
 
-May import: envs (json_safe), numpy. Never: policies, the render side, executors, outputs.
+May import: tape (json_safe), numpy. Never: policies, the render side, executors, outputs.
 """
 
 from __future__ import annotations

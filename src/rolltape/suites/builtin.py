@@ -11,7 +11,7 @@ Gymnasium-Robotics 1.4.2 fails to build them under MuJoCo 4.
 ``aloha`` (gym-aloha's insertion and transfer cube) runs in ALOHA's own venv likewise
 (``rolltape suites install aloha``).
 
-May import: suites.manifest, suites.benchmarks, errors, envs (package versions, without
+May import: suites.manifest, suites.benchmarks, errors, envs.ids (package versions, without
 importing them).
 Never: gymnasium at import, policies, pass 1, pass 2, executors, outputs.
 
