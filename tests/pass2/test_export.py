@@ -30,7 +30,7 @@ from rolltape.pass2.export import (
     probe_envs,
     sample_indices,
 )
-from rolltape.pass2.replay import _Replayer
+from rolltape.pass2.replay import Replayer
 
 STEPS = 8
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
@@ -45,7 +45,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.fixture(scope="module")
 def replayer():
-    replayer = _Replayer(None, lambda n: None)
+    replayer = Replayer(None, lambda n: None)
     yield replayer
     replayer.close()
 

@@ -181,9 +181,9 @@ def test_atari_screens_are_verified_in_batches_and_drawn_without_gl(tmp_path):
     assert good.verified and good.backend is None and good.frames == tape.length + 1
     # A worker that holds a GL backend (one started warm for a run's videos) drew it
     # with none too, and says so.
-    from rolltape.pass2.replay import _Replayer
+    from rolltape.pass2.replay import Replayer
 
-    drawn = _Replayer("egl", lambda n: None).run(
+    drawn = Replayer("egl", lambda n: None).run(
         RenderRequest(str(path), (str(tmp_path / "warm.mp4"),)))
     assert drawn.verified and drawn.backend is None
     step = DIGEST_BATCH + 5

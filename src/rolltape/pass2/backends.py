@@ -193,7 +193,7 @@ def _apply_gl_environment(env: MutableMapping[str, str], backend: str) -> None:
     env.update(wanted)
 
 
-def _mujoco_gl_already_read() -> str | None:
+def mujoco_gl_already_read() -> str | None:
     """Return the MUJOCO_GL value an already-imported mujoco read, or None if not imported."""
     if "mujoco" not in sys.modules:
         return None
@@ -219,7 +219,7 @@ def select_backend_in_this_process(backend: str) -> None:
             backend; both read their variable once, so the worker must be started afresh.
     """
     name = _check_backend(backend)
-    read = _mujoco_gl_already_read()
+    read = mujoco_gl_already_read()
     if read is not None:
         # An empty MUJOCO_GL means glfw on Linux (mujoco's fallback branch).
         effective = read or ("glfw" if sys.platform.startswith("linux") else read)

@@ -1,7 +1,7 @@
 """Pass 2 for datasets, the worker's side: replay a tape and keep what it regenerates.
 
 A tape holds actions and digests, not observations. An export job replays one tape in a
-render worker with the verification every render uses (:meth:`_Replayer._resim`: each
+render worker with the verification every render uses (:meth:`Replayer.resim`: each
 step's reward, flags and observation digest against pass 1) and keeps each regenerated
 observation, the success flag of each step's ``info`` and, when cameras are asked for, the
 frames of the same replay, encoded as they come (LeRobot's AV1 settings). A verified
@@ -71,7 +71,7 @@ class ExportJob(RenderOptions):
         from rolltape.envs.ids import check_tape_env_module
         from rolltape.pass2.cameras import CameraRig
         from rolltape.pass2.encode import finishing, open_av1_writer
-        from rolltape.pass2.replay import _check_same_env, encoding_beside
+        from rolltape.pass2.replay import check_same_env, encoding_beside
         from rolltape.tape import Tape
 
         start = time.perf_counter()
@@ -88,8 +88,8 @@ class ExportJob(RenderOptions):
             raise UsageError(f"Tape '{self.tape}' holds no MuJoCo or ALE states, so --mode "
                              "restore cannot export it; use --mode resim.")
         draw = bool(self.videos)
-        key, env = replayer._env(spec, self, draw)
-        _check_same_env(tape, env, self.tape)
+        key, env = replayer.env_for(spec, self, draw)
+        check_same_env(tape, env, self.tape)
         rig = CameraRig(env, self.cameras) if draw else None
         writers = [encoding_beside(open_av1_writer(p, self.fps, overwrite=True,
                                                    options=self.video_options or None),
@@ -115,13 +115,13 @@ class ExportJob(RenderOptions):
                         image_stats[k].add(frame)
 
         def reset(first: int = 0) -> Any:
-            return replayer._reset(key, env, tape, draw, self.quality, first)
+            return replayer.reset(key, env, tape, draw, self.quality, first)
 
         with finishing(writers):
             if self.mode == "restore":
                 divergence = _step_from_states(tape, env, self, reset, emit, observe, draw)
             else:
-                divergence, _ = replayer._resim(tape, env, self, 0, tape.length + 1, reset,
+                divergence, _ = replayer.resim(tape, env, self, 0, tape.length + 1, reset,
                                                 emit, observe, digests_later=True)
             # The observations' digests, all at once; the first divergence of either kind.
             wrong = first_wrong_digest(tape, observations, self.rtol, self.atol)
@@ -168,7 +168,7 @@ def _step_from_states(tape: Any, env: Any, job: ExportJob, reset: Callable[[], A
     (and the info with its success flag) and cannot inherit an earlier step's error.
     Returns the first divergence, or None."""
     from rolltape.envs.state import continue_from, restore_ale_state, restore_state
-    from rolltape.pass2.replay import _compare_step
+    from rolltape.pass2.replay import compare_step
 
     observe(0, reset(), None)
     mujoco = tape.physics is not None
@@ -183,7 +183,7 @@ def _step_from_states(tape: Any, env: Any, job: ExportJob, reset: Callable[[], A
             restore_ale_state(env, tape.ale_state_at(t))
         obs, reward, term, trunc, info = env.step(tape.actions[t])
         observe(t + 1, obs, info)
-        divergence = _compare_step(tape, t, float(reward), bool(term), bool(trunc), None,
+        divergence = compare_step(tape, t, float(reward), bool(term), bool(trunc), None,
                                    job.rtol, job.atol)
         if divergence is not None:
             return divergence

@@ -1,7 +1,7 @@
 """One replay as a task of a remote executor (Ray): the tape comes in as bytes and the
 outputs go back as bytes, because a task's machine need not share the caller's disk.
 
-The task draws exactly as a local render worker does (:class:`replay._Replayer`, the same
+The task draws exactly as a local render worker does (:class:`replay.Replayer`, the same
 backend checks), in a temporary folder of its own; the caller writes the returned files at
 the paths it asked for. A process keeps one replayer per backend across tasks (envs and GL
 contexts are reused, as in a local worker); one process serves one backend.
@@ -30,14 +30,14 @@ from rolltape.errors import UsageError
 from rolltape.files import unmap_paths
 from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass2.backends import (
-    _mujoco_gl_already_read,
     gl_environment,
+    mujoco_gl_already_read,
     select_backend_in_this_process,
 )
-from rolltape.pass2.replay import BackendFailure, _inject_fault, _Replayer
+from rolltape.pass2.replay import BackendFailure, Replayer, inject_fault
 from rolltape.pass2.request import RenderRequest
 
-_REPLAYERS: dict[str | None, _Replayer] = {}
+_REPLAYERS: dict[str | None, Replayer] = {}
 
 
 def replay_shipped(backend: str | None, req: RenderRequest, tape: bytes | None
@@ -70,7 +70,7 @@ def replay_shipped(backend: str | None, req: RenderRequest, tape: bytes | None
             local_tape.write_bytes(tape)
         replayer = _REPLAYERS.get(backend)
         if replayer is None:
-            replayer = _REPLAYERS[backend] = _Replayer(backend, progress=lambda n: None)
+            replayer = _REPLAYERS[backend] = Replayer(backend, progress=lambda n: None)
         try:
             result = replayer.run(replace(req, tape=str(local_tape), outputs=tuple(outputs),
                                           overwrite=True))
@@ -105,12 +105,12 @@ def _select(backend: str | None) -> str | None:
         select_backend_in_this_process(backend)
     except RuntimeError as exc:
         return str(exc)
-    _inject_fault(backend)  # test hook (ROLLTAPE_FAULT), as in a local render worker
+    inject_fault(backend)  # test hook (ROLLTAPE_FAULT), as in a local render worker
     try:
         import mujoco  # noqa: F401  (the import itself fails for a missing GL library)
     except Exception as exc:
         return f"import mujoco failed: {exc}"
-    read = _mujoco_gl_already_read()
+    read = mujoco_gl_already_read()
     return None if read == wanted else f"mujoco was imported with MUJOCO_GL={read!r}"
 
 

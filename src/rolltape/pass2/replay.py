@@ -103,7 +103,7 @@ def _prepare_view(env: Any, quality: str) -> None:
         viewer.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = preset["reflection"]
 
 
-class _Replayer:
+class Replayer:
     """Replays tapes inside one worker, keeping envs (and their GL contexts) for reuse.
 
     ``run`` draws frames ``req.frames`` (all of them by default) of one tape: frame f is the
@@ -124,7 +124,9 @@ class _Replayer:
             env.close()
         self._envs.clear()
 
-    def _env(self, spec: dict[str, Any], req: RenderRequest, draw: bool) -> tuple[str, Any]:
+    def env_for(self, spec: dict[str, Any], req: RenderRequest, draw: bool) -> tuple[str, Any]:
+        """(key, env): this worker's env of ``spec`` at the request's size and quality,
+        made on first use and kept for the next tape (its GL context with it)."""
         from rolltape.envs.build import make_env
 
         key = json.dumps([spec, draw, req.width, req.height, req.quality], sort_keys=True)
@@ -133,7 +135,7 @@ class _Replayer:
                                        width=req.width, height=req.height)
         return key, self._envs[key]
 
-    def _reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str,
+    def reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str,
                first: int = 0) -> Any:
         """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer.
         Returns the reset observation, or None for a tape that begins mid-episode.
@@ -184,8 +186,8 @@ class _Replayer:
             tape = apart.tape
         else:
             apart = None
-        key, env = self._env(spec, req, draw)
-        _check_same_env(tape, env, req.tape)
+        key, env = self.env_for(spec, req, draw)
+        check_same_env(tape, env, req.tape)
         mode = req.mode
         if mode == "restore" and not tape.can_restore:
             raise UsageError(f"Tape '{req.tape}' has no MuJoCo or ALE state, so it cannot be "
@@ -209,7 +211,7 @@ class _Replayer:
         returns = np.concatenate([[0.0], np.cumsum(tape.rewards)])
 
         def reset(first: int = 0) -> Any:
-            return self._reset(key, env, tape, draw, req.quality, first)
+            return self.reset(key, env, tape, draw, req.quality, first)
 
         def emit(index: int) -> None:
             if draw and index < first:  # drawn in training, before the window: aged, dropped
@@ -233,7 +235,7 @@ class _Replayer:
         try:
             divergence, rewards = None, None
             if mode in ("resim", "auto"):
-                divergence, rewards = self._resim(tape, env, req, first, stop, reset, emit,
+                divergence, rewards = self.resim(tape, env, req, first, stop, reset, emit,
                                                   view=apart.view if apart else None)
                 if divergence is not None and mode == "auto" and tape.can_restore and draw:
                     for w in _flat(writers):
@@ -271,7 +273,7 @@ class _Replayer:
             camera_hint=hint,
         )
 
-    def _resim(self, tape: Tape, env: Any, req: RenderOptions, first: int, stop: int,
+    def resim(self, tape: Tape, env: Any, req: RenderOptions, first: int, stop: int,
                reset: Callable[[int], Any], emit: Callable[[int], None],
                observe: Callable[[int, Any, Any], None] | None = None,
                digests_later: bool = False, view: Callable[[Any], Any] | None = None
@@ -329,7 +331,7 @@ class _Replayer:
             elif divergence is None:
                 defer = pending.takes(obs)
                 # A segment's time limit counter starts at its first step: skip truncation.
-                divergence = _compare_step(tape, t, float(reward), bool(term),
+                divergence = compare_step(tape, t, float(reward), bool(term),
                                            bool(trunc) if from_reset else bool(tape.truncated[t]),
                                            None if digests_later or defer else obs,
                                            req.rtol, req.atol)
@@ -535,8 +537,12 @@ class _PendingDigests:
         return None
 
 
-def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, obs: Any,
+def compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, obs: Any,
                   rtol: float, atol: float) -> Divergence | None:
+    """Step ``t`` of the replay against pass 1's: the reward (exact, or within
+    ``rtol``/``atol``), the termination flags, then, compared exactly, the observation's
+    digest (``obs`` None: the caller checks digests itself); the first that differs, or
+    None."""
     from rolltape.envs.digests import obs_digest
 
     expected = float(tape.rewards[t])
@@ -561,7 +567,7 @@ def _compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, ob
 def first_wrong_step(tape: Tape, rewards: list[float], flags: list[tuple[bool, bool]]
                      ) -> Divergence | None:
     """The first of a replay's steps (from the reset) whose reward, termination or
-    truncation is not exactly pass 1's, as :func:`_compare_step` would report it (its
+    truncation is not exactly pass 1's, as :func:`compare_step` would report it (its
     observation aside), or None.
 
     >>> tape = Tape(seed=0, env={"id": "X"}, actions=np.zeros((2, 1)),
@@ -584,13 +590,13 @@ def first_wrong_step(tape: Tape, rewards: list[float], flags: list[tuple[bool, b
     if not wrong.any():
         return None
     t = int(np.argmax(wrong))
-    return _compare_step(tape, t, rewards[t], bool(flag[t, 0]), bool(flag[t, 1]), None, 0, 0)
+    return compare_step(tape, t, rewards[t], bool(flag[t, 0]), bool(flag[t, 1]), None, 0, 0)
 
 
 def first_wrong_digest(tape: Tape, observations: list[Any], rtol: float = 0.0,
                        atol: float = 0.0) -> Divergence | None:
     """The first of a replay's observations (the reset's, then each step's) whose digest is
-    not pass 1's, as :func:`_compare_step` would report it, or None. Array observations
+    not pass 1's, as :func:`compare_step` would report it, or None. Array observations
     are digested all at once (:func:`rolltape.envs.digests.obs_digests`, the same digest)."""
     from rolltape.envs.digests import obs_digest, obs_digests
 
@@ -609,7 +615,7 @@ def first_wrong_digest(tape: Tape, observations: list[Any], rtol: float = 0.0,
     return Divergence(t - 1, "observation", "pass-1 digest", "another digest")
 
 
-def _check_same_env(tape: Tape, env: Any, path: str) -> None:
+def check_same_env(tape: Tape, env: Any, path: str) -> None:
     """Refuse to replay a tape on an env whose action or state shapes differ from its own."""
     from rolltape.envs.state import mujoco_data
 
@@ -671,7 +677,7 @@ def render_worker(backend: str | None, niceness: int, start_niceness: int, conn:
         if failed:
             conn.send(("backend_failed", None, failed))
             return
-        replayer = _Replayer(backend, lambda n: conn.send(("progress", current[0], n)))
+        replayer = Replayer(backend, lambda n: conn.send(("progress", current[0], n)))
         current: list[Any] = [None]
         while True:
             msg = conn.recv()
@@ -740,7 +746,7 @@ def _start(backend: str | None) -> str | None:
     """Make this process ready to draw with ``backend``; return why it cannot, or None."""
     if backend is not None:
         select_backend_in_this_process(backend)  # before anything imports mujoco
-        _inject_fault(backend)
+        inject_fault(backend)
         try:
             import mujoco  # noqa: F401  (the import itself fails for a missing GL library)
         except Exception as exc:
@@ -765,7 +771,7 @@ def _import_what_jobs_need(backend: str | None) -> None:
             pass  # cameras.rgb_only falls back to env.render()
 
 
-def _inject_fault(backend: str) -> None:
+def inject_fault(backend: str) -> None:
     """Test hook: ROLLTAPE_FAULT=crash:egl or hang:egl makes that backend's worker misbehave.
 
     A real GL segfault or driver hang cannot be caused on demand, so the fallback tests use
