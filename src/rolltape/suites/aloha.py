@@ -28,7 +28,8 @@ policy reads them as they are: ``observation.images.<camera>`` (H x W x 3 uint8)
 the text ``lerobot-eval`` adds to the observation (for gym-aloha its ``task``: the task's
 name). The tape keeps a digest of each key per step (:func:`rolltape.pass1.fields.kept_obs`).
 
-May import: gymnasium, numpy; gym_aloha and dm_control only inside the env (benchmark venv).
+May import: gymnasium, numpy, suites.shell; gym_aloha and dm_control only inside the env
+(benchmark venv).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from rolltape.suites.shell import VenvEnv
 
 ENV_ID = "Aloha-v0"
 MODULE_ENV = f"rolltape.suites.aloha:{ENV_ID}"
@@ -58,8 +61,10 @@ def image_key(camera: str) -> str:
     return f"observation.images.{camera}"
 
 
-class AlohaEnv(gym.Env):
+class AlohaEnv(VenvEnv):
     """One gym-aloha task, stepped by gym-aloha's own code, drawing only the given cameras."""
+
+    what, benchmark = "An ALOHA env", "aloha"
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
 
@@ -92,12 +97,6 @@ class AlohaEnv(gym.Env):
         aloha_task.get_observation = lambda physics: {
             "qpos": aloha_task.get_qpos(physics), "images": {"top": blank}}
         self._env = inner
-
-    def _sim(self) -> Any:
-        if self._env is None:
-            raise RuntimeError("An ALOHA env steps only in its own venv (`rolltape suites "
-                               "install aloha`); rolltape serves it from there.")
-        return self._env
 
     @property
     def physics(self) -> Any:  # dm_control's Physics, which draws the cameras
@@ -143,10 +142,6 @@ class AlohaEnv(gym.Env):
 
     def render(self) -> np.ndarray:
         return np.asarray(self._sim().render())  # gym-aloha's top camera, 640 x 480
-
-    def close(self) -> None:
-        if self._env is not None:
-            self._env.close()
 
 
 if ENV_ID not in gym.registry:

@@ -32,7 +32,8 @@ its scripted experts read (LeRobot has no state mode). ``"pixels_agent_pos"`` (t
 Only that camera is drawn, once a step (pass 1 draws nothing else); the tape keeps a digest
 of each key per step (:func:`rolltape.pass1.fields.kept_obs`), images included.
 
-May import: gymnasium, numpy; metaworld and mujoco only inside the env (benchmark venv).
+May import: gymnasium, numpy, suites.shell; metaworld and mujoco only inside the env
+(benchmark venv).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from rolltape.suites.shell import VenvEnv
 
 ENV_ID = "MetaWorld-v3"
 MODULE_ENV = f"rolltape.suites.metaworld:{ENV_ID}"
@@ -108,8 +111,10 @@ TASK_DESCRIPTIONS = {  # LeRobot's metaworld_config.json, the text its eval give
 }
 
 
-class MetaWorldEnv(gym.Env):
+class MetaWorldEnv(VenvEnv):
     """One Meta-World task, its variation fixed by LeRobot's rule, success as LeRobot reads it."""
+
+    what, benchmark = "A Meta-World env", "metaworld"
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 80}
 
@@ -146,12 +151,6 @@ class MetaWorldEnv(gym.Env):
         env.seeded_rand_vec = True  # ...from the seed reset() was given
         self._env = env
 
-    def _sim(self) -> Any:
-        if self._env is None:
-            raise RuntimeError("A Meta-World env steps only in its own venv (`rolltape suites "
-                               "install metaworld`); rolltape serves it from there.")
-        return self._env
-
     @property
     def model(self) -> Any:  # the MuJoCo model and data, for rolltape's physics rows
         return None if self._env is None else self._env.model
@@ -184,10 +183,6 @@ class MetaWorldEnv(gym.Env):
 
     def render(self) -> np.ndarray:
         return np.flip(self._sim().render(), (0, 1))  # corner2 draws upside down and mirrored
-
-    def close(self) -> None:
-        if self._env is not None:
-            self._env.close()
 
 
 if ENV_ID not in gym.registry:
