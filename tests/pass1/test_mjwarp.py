@@ -8,7 +8,8 @@ Ant-v5, on the CPU (Warp's "cpu" device; no GPU anywhere).
   forces and RK4 steps differ more: the numbers are in the assertions' messages);
 - the reset distribution: world i's state is Gymnasium's ``reset(seed=seed + i)``;
 - 64 worlds under a fixed linear policy: per-world returns and lengths equal those of a plain
-  MJWarp stepping loop whose rewards come from Gymnasium's own reward code.
+  MJWarp stepping loop whose rewards come from Gymnasium's own reward code; each world is an
+  ordinary tape (HalfCheetah's replay on CPU MuJoCo with Gymnasium stays close to it).
 
 Warp compiles its kernels into a fresh folder per run (cold, ~30 s for both envs on two
 cores, paid once by the module's first MJWarp test), so nothing is left in the user's cache.
@@ -24,7 +25,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rolltape.pass1.mjwarp import MJWarpEnv, Physics, observe, play, score, terms_of
+from rolltape.pass1.mjwarp import (
+    MJWarpEnv,
+    Physics,
+    observe,
+    play,
+    score,
+    terms_of,
+    world_tapes,
+)
+from rolltape.tape import Tape
 
 ENVS = ("HalfCheetah-v5", "Ant-v5")
 STATES = 200
@@ -212,18 +222,40 @@ def plain_loop(env_id: str, act: Callable[[np.ndarray], np.ndarray], seed: int, 
 
 
 @pytest.mark.parametrize("env_id", ENVS)
-def test_64_worlds_return_what_a_plain_mjwarp_loop_returns(env_id: str) -> None:
+def test_64_worlds_return_what_a_plain_mjwarp_loop_returns_as_tapes(
+        env_id: str, tmp_path: Path) -> None:
     env = MJWarpEnv(env_id, 64, device="cpu")
     obs_dim = env.reset(seed=0).shape[1]
     act = linear_policy(obs_dim, env.action_dim)
     steps = play(env, act, seed=500, max_steps=20)
+    tapes = world_tapes(env, steps, seed=500, max_steps=20)
     env.close()
     returns, lengths = plain_loop(env_id, act, seed=500, worlds=64, steps=20)
     assert np.array_equal(steps.lengths, lengths)
     assert np.array_equal(steps.returns(), returns)
-    assert steps.qpos.shape == (21, 64, env.model.nq) and steps.actions.shape == (20, 64, env.action_dim)
     if env_id == "Ant-v5":  # the policy makes some Ants jump out of the healthy range
         assert 0 < (lengths < 20).sum() < 64
+    # each world an ordinary tape: its seed, its steps up to its end, its states and flags
+    for world in (0, 63, int(np.argmin(lengths))):
+        tape = Tape.load(tapes[world].save(tmp_path / f"world-{world}.npz"))
+        length = int(lengths[world])
+        assert tape.seed == 500 + world and tape.length == length
+        assert tape.meta["backend"] == "mjwarp" and tape.env["max_episode_steps"] == 20
+        assert np.array_equal(tape.actions, steps.actions[:length, world])
+        assert np.array_equal(tape.rewards, steps.rewards[:length, world])
+        assert np.array_equal(tape.qpos, steps.qpos[:length + 1, world])
+        assert tape.terminated[-1] == (length < 20) and tape.truncated[-1] == (length == 20)
+        assert not tape.terminated[:-1].any() and not tape.truncated[:-1].any()
+    if env_id == "HalfCheetah-v5":
+        # replayed on CPU MuJoCo through Gymnasium: the first step from each world's reset
+        # state within float32 (as test_mjwarp_steps_close...), and no outcome flips
+        reference = gym.make(env_id, max_episode_steps=20)
+        for tape in tapes:
+            reference.reset(seed=tape.seed)
+            rewards = [reference.step(a)[1] for a in tape.actions]
+            assert abs(rewards[0] - tape.rewards[0]) < 2e-5
+            assert np.isfinite(rewards).all() and len(rewards) == tape.length
+        reference.close()
 
 
 def test_an_env_it_does_not_support_is_refused_in_one_sentence() -> None:

@@ -1,5 +1,5 @@
 """Gymnasium's HalfCheetah-v5 and Ant-v5 on MuJoCo Warp: N worlds stepped at once (issue 41,
-pass 1 on MJWarp, first slice: the batched env; its tapes come next).
+pass 1 on MJWarp, first slice: the batched env and a tape per world).
 
 Everything that defines the task comes from Gymnasium's own env, built once with the user's
 kwargs and kept as the *host*: the MuJoCo model MJWarp is given, the reward terms' weights and
@@ -20,11 +20,11 @@ the one of the last substep's start (Ant's forward velocity uses it), and ``cfrc
 from ``mj_rnePostConstraint`` after the last substep; both are what MJWarp's ``step`` and
 ``rne_postconstraint`` leave. After a reset ``cfrc_ext`` is zero, as ``mj_resetData`` leaves it.
 
-Warp compiles its kernels on first use (about 25 s on a 2-core CPU for both envs, cached by
-Warp afterwards); ``warp.config.kernel_cache_dir`` chooses where.
+Warp compiles its kernels on first use (about 32 s of CPU for both envs on a 2-core machine,
+cached by Warp afterwards); ``warp.config.kernel_cache_dir`` chooses where.
 
 May import: numpy, gymnasium, mujoco, warp and mujoco_warp (the ``rolltape[mjwarp]`` extra),
-errors. Never: policies, the render side, executors, outputs.
+envs, tape, errors. Never: policies, the render side, executors, outputs.
 
 Example (not run: it compiles Warp kernels):
     >>> env = MJWarpEnv("HalfCheetah-v5", num_worlds=64)
@@ -43,7 +43,10 @@ import gymnasium
 import mujoco
 import numpy as np
 
+from rolltape.envs.digests import obs_digests
+from rolltape.envs.ids import env_spec, package_version
 from rolltape.errors import UsageError
+from rolltape.tape import Tape
 
 #: The Gymnasium envs whose rewards, observations and terminations :func:`score` and
 #: :func:`observe` compute (the locomotion envs come first, issue 41).
@@ -196,6 +199,7 @@ class Steps:
     terminated: np.ndarray  # (T, N) bool
     qpos: np.ndarray  # (T + 1, N, nq): the state at reset, then after each step
     qvel: np.ndarray  # (T + 1, N, nv)
+    obs_digest: np.ndarray  # (T + 1, N) uint64: each observation's digest, as a tape keeps
     lengths: np.ndarray  # (N,) steps each world played (it stops at its termination)
 
     def returns(self) -> np.ndarray:
@@ -222,6 +226,7 @@ class MJWarpEnv:
 
         self._wp, self._mjwarp = wp, mjwarp
         # the host: Gymnasium's own env, the one definition of model, terms and reset noise
+        self.env_id, self.kwargs = env_id, dict(kwargs)
         self.host = gymnasium.make(env_id, **kwargs)
         base: Any = self.host.unwrapped  # a MujocoEnv: its model and frame_skip
         self.terms = terms_of(self.host)
@@ -230,6 +235,7 @@ class MJWarpEnv:
         mjm = base.model
         self.action_dim = int(mjm.nu)
         self._device = wp.get_device(device)
+        self.device = str(self._device)
         with wp.ScopedDevice(self._device):
             self.model = mjwarp.put_model(mjm)
             self.data = mjwarp.make_data(mjm, nworld=num_worlds)
@@ -307,6 +313,7 @@ def play(env: MJWarpEnv, act: Callable[[np.ndarray], np.ndarray], seed: int,
     n = env.num_worlds
     start = env.current
     qpos, qvel = [start.qpos], [start.qvel]
+    digests = [obs_digests(np.ascontiguousarray(obs))]
     actions, rewards, terminated = [], [], []
     lengths = np.full(n, max_steps)
     done = np.zeros(n, dtype=bool)
@@ -319,10 +326,36 @@ def play(env: MJWarpEnv, act: Callable[[np.ndarray], np.ndarray], seed: int,
         terminated.append(ended)
         qpos.append(now.qpos)
         qvel.append(now.qvel)
+        digests.append(obs_digests(np.ascontiguousarray(obs)))
         newly = ended & ~done
         lengths[newly] = t + 1
         done |= ended
         if done.all():
             break
     return Steps(np.stack(actions), np.stack(rewards), np.stack(terminated), np.stack(qpos),
-                 np.stack(qvel), lengths)
+                 np.stack(qvel), np.stack(digests), lengths)
+
+
+def world_tapes(env: MJWarpEnv, steps: Steps, seed: int, max_steps: int,
+                policy: dict[str, Any] | None = None) -> list[Tape]:
+    """One ordinary tape per world of what :func:`play` recorded (``play(env, act, seed,
+    max_steps)``): world i's seed ``seed + i``, its actions, rewards and flags up to its
+    last step (truncated there when it reached ``max_steps`` alive, as Gymnasium's
+    TimeLimit), its qpos/qvel per frame and observation digests. ``meta["backend"]`` says
+    MJWarp made it: replayed on CPU MuJoCo it is close, not equal."""
+    spec = env_spec(env.env_id, env.kwargs, max_episode_steps=max_steps)
+    spec["versions"] = {**spec["versions"], "mujoco_warp": package_version("mujoco-warp"),
+                        "warp": package_version("warp-lang")}
+    tapes = []
+    for world, length in enumerate(steps.lengths.tolist()):
+        terminated = steps.terminated[:length, world].copy()
+        truncated = np.zeros(length, dtype=bool)
+        truncated[-1] = length == max_steps and not terminated[-1]
+        tapes.append(Tape(
+            env=spec, seed=seed + world, actions=steps.actions[:length, world].copy(),
+            rewards=steps.rewards[:length, world].copy(), terminated=terminated,
+            truncated=truncated, obs_digest=steps.obs_digest[:length + 1, world].copy(),
+            qpos=steps.qpos[:length + 1, world].copy(), qvel=steps.qvel[:length + 1, world].copy(),
+            policy=dict(policy or {}),
+            meta={"backend": "mjwarp", "world": world, "device": env.device}))
+    return tapes
