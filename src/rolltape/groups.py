@@ -9,11 +9,13 @@ the same, defaults the same and is checked the same wherever it appears.
 - :class:`Served`: the env server a client steps its envs on (eval, parity; not serve).
 - :class:`PolicyFiles`: what loads beside a policy (eval, serve-policy, parity, branch).
 - :class:`Listener`: a server's socket and its limits (serve, serve-policy).
+- :class:`Reference`: the policy that scores 1 among several (eval, compare).
 - :class:`RunFolder`: where a verb writes (every verb that writes).
 
 The render side's groups (how tapes are replayed and drawn) are its own records,
 ``rolltape.pass2.request.RenderOptions`` and ``ReplayOptions``.
 
+>>> from rolltape.flags import check_flags
 >>> @dataclass(frozen=True, kw_only=True)
 ... class Example(Episodes, RunFolder):
 ...     def __post_init__(self) -> None:
@@ -33,11 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
 
-from rolltape.flags import EPISODES, OUTPUT, POLICY, SERVER, at_least, check_flags, flag
-from rolltape.flags import parse_kwargs
+from rolltape.flags import (
+    EPISODES,
+    OUTPUT,
+    POLICY,
+    SERVER,
+    at_least,
+    flag,
+    parse_kwargs,
+)
 
 __all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles",
-           "Listener", "RunFolder"]
+           "Listener", "Reference", "RunFolder"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +123,15 @@ class Listener:
                              rule=at_least(1))
     max_payload: int = flag(64 * 2**20, "Largest message accepted, in bytes.", panel=SERVER,
                             rule=at_least(1024, "bytes"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reference:
+    """Which of several policies compared on the same seeds scores 1 (eval, compare)."""
+
+    reference: str | None = flag(None, "Of several policies (runs): the one, by folder name, "
+                                 "that scores 1 in the normalized aggregates; random scores "
+                                 "0.", panel=POLICY)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,8 @@ import typer
 from rolltape import Run, evaluate, export
 from rolltape.cli import export as export_verb
 from rolltape.cli import main
-from rolltape.datasets import ExportConfig
+from rolltape.datasets import NOT_EXPORTED, ExportConfig
+from rolltape.flags import SAME
 from rolltape.errors import UsageError
 
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
@@ -59,8 +60,10 @@ def test_the_verb_and_the_api_build_the_same_record(run: Run, monkeypatch) -> No
     flags = params()
     for f in dataclasses.fields(ExportConfig):
         if f.name in flags and f.default is not dataclasses.MISSING:
-            default = flags[f.name].default  # type: ignore[attr-defined]
-            assert default == f.default or (default is None and not f.default), f.name
+            spec = f.metadata["flag"]
+            cli = f.default if spec.cli_default is SAME else spec.cli_default
+            assert flags[f.name].default == cli, f.name  # type: ignore[attr-defined]
+    assert not set(NOT_EXPORTED) & set(flags)  # the replay's choices export cannot honour
     built: list[ExportConfig] = []
     monkeypatch.setattr(datasets, "export_run", lambda config, on_episode=None: built.append(
         config) or datasets.ExportOutcome(Path("x"), "lerobot", 0, 0))
@@ -116,10 +119,11 @@ def test_bad_input_is_one_line_and_exit_2(run: Run, tmp_path: Path, capsys, flag
 
 def test_workers_default_to_one_per_core_and_a_negative_count_is_refused(run: Run,
                                                                           tmp_path: Path) -> None:
-    assert params()["workers"].default == 0  # type: ignore[attr-defined]  # 0: one per core
+    # Unset: one per core, as render's and eval's --render-workers (issue 40: one default).
+    assert params()["workers"].default is None  # type: ignore[attr-defined]
     out = tmp_path / "ds"
     done = export(run, to="lerobot", out=out, trust_module=("tests",))
     assert done.episodes == 4 and (out / "meta" / "info.json").is_file()
-    with pytest.raises(UsageError, match="--workers must be at least 0, got -1"):
+    with pytest.raises(UsageError, match="--workers must be at least 1, got -1"):
         export(run, to="lerobot", out=tmp_path / "bad", workers=-1, trust_module=("tests",))
     assert not (tmp_path / "bad").exists()

@@ -14,7 +14,7 @@ from rolltape.cli.show import say, warn
 from rolltape.datasets import NOT_EXPORTED, ExportConfig
 
 
-@takes(options_of(ExportConfig, skip=NOT_EXPORTED))
+@takes(options_of(ExportConfig, skip=tuple(NOT_EXPORTED)))
 def export(**given: Any) -> None:
     """Replay a run's tapes (verified step by step) and write them as a dataset: with
     --to minari under --out (default MINARI_DATASETS_PATH), with --to lerobot in --out."""

@@ -7,8 +7,9 @@ data says it is (:mod:`rolltape.compare.classify`); then what that did to the nu
 the episodes whose outcome differs and the paired change in success rate and return with
 their intervals (:func:`rolltape.stats.paired_comparison`).
 
-May import: compare.runs, compare.classify, outputs.protocol, record, tape, stats, errors.
-Never: policies, pass 1, pass 2, executors.
+May import: compare.runs, compare.classify, outputs.protocol, record, tape, stats, errors,
+flags; lazily compare.diff_videos (``--html``'s two videos, drawn by render workers).
+Never: policies, pass 1, executors.
 
 Example (not run: it reads two runs):
     >>> report = diff_runs("runs/mine", "runs/theirs")
@@ -21,16 +22,55 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from rolltape import stats
 from rolltape.compare.classify import Divergence, classify, first_divergence
 from rolltape.compare.runs import Key, LoadedRun
 from rolltape.errors import UsageError
+from rolltape.flags import EPISODES, OUTPUT, flag
 from rolltape.outputs.protocol import EXECUTION, flatten, read_card
 from rolltape.tape import Tape
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffConfig:
+    """What ``rolltape diff`` is asked for: two runs (or a run and a dataset), which
+    episodes, and where the report also goes."""
+
+    run_a: Path = flag(MISSING, "A run folder written by `rolltape eval`.", panel=EPISODES,
+                       argument=True)
+    run_b: Optional[Path] = flag(None, "Another run of the same env or suite, same seeds (or "
+                                 "give --against).", panel=EPISODES, argument=True)
+    episode: int | None = flag(None, "Only this episode index.", panel=EPISODES,
+                               names=("--episode",))
+    explain: bool = flag(False, "Say where every parting episode parts, not only the first.",
+                         panel=OUTPUT, names=("--explain",))
+    json_out: Optional[Path] = flag(None, "Also write the whole report to this file.",
+                                    panel=OUTPUT, names=("--json",))
+    html: Optional[Path] = flag(None, "Also write the page (diff.html) to this file.",
+                                panel=OUTPUT, names=("--html",))
+    against: Optional[Path] = flag(None, "A Minari dataset or a LeRobotDataset (its folder) "
+                                   "to compare RUN_A's episodes with, paired by seed, instead "
+                                   "of RUN_B.", panel=EPISODES, names=("--against",))
+
+
+def diff(config: DiffConfig) -> dict[str, Any]:
+    """The report of :func:`diff_runs`, also written where ``config`` asks (``--json``;
+    ``--html``, with the first parting episode's two videos)."""
+    report = diff_runs(config.run_a, config.run_b, episode=config.episode,
+                       against=config.against)
+    if config.json_out is not None:
+        from rolltape.files import write_json
+
+        write_json(config.json_out, report)
+    if config.html is not None:
+        from rolltape.compare.diff_videos import render_first
+
+        write_page(report, config.html, render_first(report, config.html))
+    return report
 
 
 @dataclass

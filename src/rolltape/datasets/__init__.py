@@ -26,18 +26,16 @@ import os
 import shutil
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 from rolltape.envs.ids import trusted_env_id
 from rolltape.errors import Interrupted, RunFailed, UsageError, check_choice
-from rolltape.executors.launch import check_worker_count
 from rolltape.files import move_into_place, sha256_of
-from rolltape.flags import EPISODES, OUTPUT, SCALE, VIDEO, check_flags, flag
+from rolltape.flags import EPISODES, OUTPUT, VIDEO, check_flags, flag
 from rolltape.groups import RunFolder
 from rolltape.limits import check_folder_name, check_fps, check_frame_size
 from rolltape.outputs.artifacts import check_writable_folder
-from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
-from rolltape.pass2.request import RenderOptions
+from rolltape.pass2.request import ReplayVerb
 from rolltape.record import Run
 from rolltape.video_pick import VideoPick
 
@@ -60,19 +58,21 @@ class ExportOutcome:
     without_tape: list[tuple[str, str]] = field(default_factory=list)
 
 
-#: RenderOptions' fields an export has no use for: it draws each camera as env.render()
-#: draws it, into a video of its own, and replays exactly (a tolerance would let an
-#: episode that did not verify into the dataset).
-NOT_EXPORTED = ("layout", "overlay", "quality", "rtol", "atol")
-
-TRUST_HELP = ("A module (top-level name) whose envs the tapes may name, imported to replay "
-              "them; repeatable.")
+#: ReplayVerb's fields an export has no use for: it draws each camera as env.render()
+#: draws it, into a video of its own (LeRobot's), replays exactly (a tolerance would let an
+#: episode that did not verify in), leaves out and names an episode that diverged, and
+#: replays the run's tapes (not tapes named one by one).
+NOT_EXPORTED = {"layout": "separate", "overlay": False, "quality": "full", "rtol": 0.0,
+                "atol": 0.0, "on_divergence": "warn", "video_format": "mp4", "tapes": ()}
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExportConfig(RenderOptions, RunFolder):
+class ExportConfig(ReplayVerb, RunFolder):
     """What ``rolltape export`` is asked for: the one record the verb and :func:`export`
-    build, checked on construction (each field's rule, then the rules between fields)."""
+    build, checked on construction (each field's rule, then the rules between fields).
+    The replay's choices (env, workers, backends, trust-module, mode, camera, width,
+    height) are the render side's own (``pass2.request.ReplayVerb``), less
+    :data:`NOT_EXPORTED`."""
 
     run: Any = flag(MISSING, "A run folder (what `rolltape eval` wrote).", panel=OUTPUT,
                     argument=True, cli_type=Path, parse=str, metavar="RUN")  # or a Run (API)
@@ -89,38 +89,21 @@ class ExportConfig(RenderOptions, RunFolder):
     min_return: float | None = flag(None, "Only episodes with at least this return.",
                                     panel=EPISODES)
     fps: float | None = flag(None, "Video frame rate (the env's by default).", panel=VIDEO)
-    layout: str = "separate"  # LeRobot stores each camera as a video of its own
-    workers: int = flag(0, "Render processes replaying the tapes (0: one per CPU core).",
-                        panel=SCALE)
-    backends: Any = flag(",".join(DEFAULT_ORDER), BACKENDS_HELP, panel=VIDEO, cli_type=str)
-    trust_module: tuple[str, ...] = flag((), TRUST_HELP, panel=EPISODES,
-                                         names=("--trust-module",),
-                                         cli_type=Optional[List[str]], cli_default=None,
-                                         parse=tuple)
-    env: str | None = flag(None, "The env to replay the tapes on, named by you: their own "
-                           "FILE.py:ATTR or module:EnvId (a tape may not name code).",
-                           panel=EPISODES)
+    layout: str = "separate"  # each camera a video of its own
 
     def __post_init__(self) -> None:
         """Refuse, before any worker starts, what no export can do."""
         check_choice("--to", self.to, FORMATS)
         check_flags(self)
-        check_worker_count("--workers", self.workers, 0)
         check_choice("--mode", self.mode, ("resim", "restore"))
         super().__post_init__()
-        for name in NOT_EXPORTED:
-            if getattr(self, name) != _DEFAULTS[name]:
-                raise UsageError(f"export takes no {name} (its videos are each camera as "
-                                 "drawn, one per camera, and replays are exact); drop it.")
-        if isinstance(self.trust_module, str):  # one module named as text (the API)
-            object.__setattr__(self, "trust_module", (self.trust_module,))
+        for name, default in NOT_EXPORTED.items():
+            if getattr(self, name) != default:
+                raise UsageError(f"export takes no {name} (it draws each camera as "
+                                 "env.render() does, into a video of its own, from the run's "
+                                 "tapes, and leaves out what did not replay exactly); drop it.")
         _check_video_flags(self.to, self.cameras, self.fps, self.width, self.height)
         VideoPick.of(self.pick, "--pick").picks  # what it does not understand: now
-        parse_backends(self.backends)  # an unknown one: refused now
-
-
-_DEFAULTS = {"layout": "separate", "overlay": False, "quality": "full", "rtol": 0.0,
-             "atol": 0.0}
 
 
 def export(run: str | os.PathLike[str] | Run, *, on_episode: Callable[[Any], None] | None
@@ -140,7 +123,7 @@ def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = 
     else Minari's default folder). LeRobot: the dataset folder is ``out``; ``dataset_id``
     is its repo id (default ``rolltape/<folder name>``); ``cameras`` become
     ``observation.images.<camera>`` videos at ``fps`` (default: the env's), ``width`` x
-    ``height``. ``workers`` render processes replay the tapes (0: one per CPU core).
+    ``height``. ``workers`` render processes replay the tapes (unset: one per CPU core).
     ``env``: the env to replay on, named by the user (the tapes' own ``FILE.py:ATTR`` or
     ``module:EnvId``, whose code a tape may not name by itself). Episodes left out (no
     tape, or a replay that did not verify) are in the outcome's ``left_out``, each with
@@ -159,8 +142,8 @@ def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = 
         raise UsageError(f"--to {to} needs {' and '.join(missing)}, which "
                          f"{'is' if len(missing) == 1 else 'are'} not installed; install the "
                          "export extra: pip install 'rolltape[export]'.")
-    workers = per_core(cfg.workers)  # 0: a worker per core, as eval's pass 2
-    backends = parse_backends(cfg.backends)
+    workers = per_core(cfg.workers or 0)  # unset: a worker per core, as eval's pass 2
+    backends = cfg.backends
     record = cfg.run if isinstance(cfg.run, Run) else Run.load(cfg.run)
     selection = {"role": role, "success_only": cfg.success_only, "min_return": cfg.min_return,
                  "pick": cfg.pick}
