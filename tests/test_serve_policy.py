@@ -78,7 +78,7 @@ def test_served_sb3_policy_gives_the_local_tapes_and_parity_finds_no_difference(
 def test_batched_inference_on_a_served_policy_is_one_forward_pass_and_parity_reports_it(
         ppo_checkpoint: tuple[Path, Path], sb3_server: PolicyServer, tmp_path: Path):
     """`--batched-inference --policy ws://` asks the server for every sub-env's action in one
-    request: the tapes are the local batched run's, bit for bit. `parity --batch B` asks for
+    request: the tapes are the local batched run's, bit for bit. `parity --batch-size B` asks for
     each action within a batch of B and counts exactly the steps where that differs from
     the policy's own batch-1 action (computed here on the same rows)."""
     from rolltape.policy_parity import batch_of
@@ -99,7 +99,7 @@ def test_batched_inference_on_a_served_policy_is_one_forward_pass_and_parity_rep
     assert "served" in str(header.get("inference")), header
     parity = run_cli("parity", "HalfCheetah-v5", "--policy", sb3_server.address,
                      "--local-policy", f"sb3:{model}", "--vecnormalize", str(stats), "-n", "1",
-                     "--max-episode-steps", "20", "--batch", "4", "--out",
+                     "--max-episode-steps", "20", "--batch-size", "4", "--out",
                      str(tmp_path / "parity.json"))
     report = json.loads((tmp_path / "parity.json").read_text())
     env = make_env(env_spec("HalfCheetah-v5", {}, 20))
@@ -141,7 +141,7 @@ def test_chunks_execute_as_a_reference_loop_and_the_server_imports_no_simulator(
         assert verified.returncode == 0, verified.stderr
         # a callable acts on one observation a request: a batch is refused in one sentence
         batch = run_cli("parity", "Pendulum-v1", "--policy", server.address, "--local-policy",
-                        "pols.py:Chunky", "-n", "1", "--max-episode-steps", "4", "--batch",
+                        "pols.py:Chunky", "-n", "1", "--max-episode-steps", "4", "--batch-size",
                         "2", "--out", str(tmp_path / "p.json"), cwd=policies)
         assert batch.returncode == 2, batch.stderr
         assert "does not act on a batch of observations" in batch.stderr.strip().splitlines()[-1]

@@ -10,7 +10,7 @@ difference that changes what happens (the return, the length, success) is report
 outcome that differs. A deterministic policy served faithfully differs nowhere.
 
 This runs in a spawned worker (it loads the policy, maybe torch); :func:`policy_parity_worker`
-is its entry point, started by :mod:`rolltape.cli.serve`.
+is its entry point, started by :func:`rolltape.parity.check_parity`.
 
 May import: envs, policies, pass1.rollout, errors. Never: an executor, pass 2, outputs.
 """
@@ -114,9 +114,9 @@ def run_policy_parity(spec: dict[str, Any], served_source: str, local_source: st
                             deterministic=deterministic)
         served = load_policy(served_source, env)
         if batch > 1 and not (isinstance(served, ServedPolicy) and served.batches):
-            raise UsageError(f"--batch {batch}: the policy at {served_source} does not act on "
-                             "a batch of observations (serve-policy does for a deterministic "
-                             "SB3 policy); drop --batch.")
+            raise UsageError(f"--batch-size {batch}: the policy at {served_source} does not "
+                             "act on a batch of observations (serve-policy does for a "
+                             "deterministic SB3 policy); drop --batch-size.")
         rows = []
         for i in range(episodes):
             s = seed + i

@@ -12,7 +12,7 @@ binary message is a request:
   {"infer_ms": ...}}`` (H is 1 for a policy that gives one action per call);
 - ``{"observations": array[B, ...]}`` (a rolltape extension, offered when the metadata's
   ``"rolltape"`` says ``"batch": true``): answered ``{"actions": array[B, *action_shape]}``
-  from one forward pass (``--batched-inference``, ``parity --batch``);
+  from one forward pass (``--batched-inference``, ``parity --batch-size``);
 - ``{"__ctrl__": "reset", "seed": S}``: the session's policy is reset for an episode reset
   with seed S (its sampler reseeded, as a local policy is), answered ``{"__ack__": "reset"}``;
   another ``__ctrl__`` is answered ``{"__ack__": "ignored"}``.
@@ -32,6 +32,7 @@ of the CLI's imports; in another project's environment (LeRobot's, openpi's) it 
 numpy, msgpack and websockets beside the policy's own framework, no CLI library needed.
 
 May import: policy_server.wire, policies (lazily), zoo (lazily), address, errors,
+flags, groups (the config's fields; neither imports typer),
 server.protocol. Never: gymnasium's simulators, mujoco, pass 1, pass 2, executors.
 """
 
@@ -43,13 +44,15 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from rolltape.address import bind_token, split_host_port
 from rolltape.errors import UsageError
+from rolltape.flags import POLICY, check_flags, flag
+from rolltape.groups import Listener, PolicyFiles
 from rolltape.policy_server import wire
 from rolltape.server.protocol import DEFAULT_MAX_PAYLOAD, ProtocolError, describe_space
 
@@ -59,34 +62,33 @@ LEROBOT = "lerobot:"  # lerobot:PRETRAINED_DIR, served from LeRobot's environmen
 
 
 @dataclass(frozen=True)
-class ServePolicyConfig:
-    """Everything ``rolltape serve-policy`` was asked for."""
+class ServePolicyConfig(Listener, PolicyFiles):
+    """Everything ``rolltape serve-policy`` was asked for: the socket (:class:`Listener`),
+    what loads beside the policy (:class:`PolicyFiles`; ``execute_steps`` is advertised in
+    the metadata, a client may override it) and how it acts. Each field's rule is checked
+    on construction; ``bind`` None is :data:`DEFAULT_BIND`."""
 
-    source: str
-    bind: str = DEFAULT_BIND
-    token_file: str | None = None
-    vecnormalize: str | None = None
-    algo: str | None = None
-    deterministic: bool = True
-    device: str = "cpu"
-    execute_steps: int | None = None  # advertised in the metadata; a client may override it
-    max_sessions: int = 8
-    max_payload: int = DEFAULT_MAX_PAYLOAD
+    source: str = flag(MISSING, "The policy: sb3:PATH.zip, zoo:FOLDER, MODULE:ATTR or "
+                                "FILE.py:ATTR (a callable; one with action_horizon H returns "
+                                "H actions a call).", panel=POLICY, argument=True)
+    deterministic: bool = flag(True, "Deterministic or sampled actions.", panel=POLICY,
+                               names=("--deterministic/--stochastic",))
+    device: str = flag("cpu", "torch device of an SB3 policy (cpu, cuda).", panel=POLICY)
+
+    def __post_init__(self) -> None:
+        check_flags(self)
+        if self.bind is None:
+            object.__setattr__(self, "bind", DEFAULT_BIND)
 
     def check(self) -> tuple[str, int, str | None]:
         """(host, port, token), refusing what cannot be served safely (the env server's
         rule: anything but loopback needs a token)."""
-        host, port = split_host_port(self.bind, "--bind")
-        if self.max_sessions < 1:
-            raise UsageError(f"--max-sessions must be at least 1, got {self.max_sessions}.")
-        if self.max_payload < 1024:
-            raise UsageError(f"--max-payload must be at least 1024 bytes, got {self.max_payload}.")
-        if self.execute_steps is not None and self.execute_steps < 1:
-            raise UsageError(f"--execute-steps must be at least 1, got {self.execute_steps}.")
+        bind = self.bind or DEFAULT_BIND
+        host, port = split_host_port(bind, "--bind")
         if wire.is_policy_source(self.source):
             raise UsageError(f"serve-policy serves a policy rolltape loads (sb3:PATH.zip, "
                              f"zoo:FOLDER, MODULE:ATTR, FILE.py:ATTR), not '{self.source}'.")
-        return host, port, bind_token(self.bind, host, self.token_file)
+        return host, port, bind_token(bind, host, self.token_file)
 
 
 @dataclass
@@ -138,7 +140,7 @@ def load_source(cfg: ServePolicyConfig) -> Loaded:
     # deterministic SB3 policy), so that a client may play several episodes at once on them;
     # not a sampling policy, whose sessions all draw from torch's one global generator.
     independent = first.fork() is not None
-    # One forward pass over a batch of observations (--batched-inference, parity --batch):
+    # One forward pass over a batch of observations (--batched-inference, parity --batch-size):
     # an SB3 policy acting deterministically, as a local batched pass 1 requires.
     batches = callable(getattr(first, "predict_action", None)) and cfg.deterministic
     metadata = {
@@ -422,12 +424,12 @@ def to_argv(cfg: ServePolicyConfig) -> list[str]:
     >>> parse_args(to_argv(ServePolicyConfig("m:f", deterministic=False))).deterministic
     False
     """
-    argv = [cfg.source, "--bind", cfg.bind, "--max-sessions", str(cfg.max_sessions),
-            "--max-payload", str(cfg.max_payload), "--device", cfg.device]
-    for flag, value in (("--token-file", cfg.token_file), ("--vecnormalize", cfg.vecnormalize),
+    argv = [cfg.source, "--bind", cfg.bind or DEFAULT_BIND, "--max-sessions",
+            str(cfg.max_sessions), "--max-payload", str(cfg.max_payload), "--device", cfg.device]
+    for name, value in (("--token-file", cfg.token_file), ("--vecnormalize", cfg.vecnormalize),
                         ("--algo", cfg.algo), ("--execute-steps", cfg.execute_steps)):
         if value is not None:
-            argv += [flag, str(value)]
+            argv += [name, str(value)]
     return argv + ([] if cfg.deterministic else ["--stochastic"])
 
 
@@ -450,6 +452,25 @@ def parse_args(argv: list[str] | None = None) -> ServePolicyConfig:
     parser.add_argument("--max-sessions", type=int, default=8)
     parser.add_argument("--max-payload", type=int, default=DEFAULT_MAX_PAYLOAD)
     return ServePolicyConfig(**vars(parser.parse_args(argv)))
+
+
+def exec_server(cfg: ServePolicyConfig) -> None:
+    """``rolltape serve-policy``: check ``cfg``, then become ``python -m
+    rolltape.serve_policy`` (``os.execv``): a fresh interpreter in this process, holding
+    the server's imports only, not the CLI's."""
+    import os
+
+    try:
+        import msgpack  # noqa: F401
+        import websockets  # noqa: F401
+    except ImportError:
+        raise UsageError("serve-policy needs msgpack and websockets, which a plain install "
+                         "lacks; install them with `pip install 'rolltape[server]'`.") \
+            from None
+    cfg.check()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "rolltape.serve_policy", *to_argv(cfg)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ import pytest
 import typer
 
 from conftest import Server
+from rolltape.cli import app as cli_app
 from rolltape.cli import serve as serve_verbs
 from rolltape.errors import DivergenceError, UsageError
 
@@ -37,19 +38,28 @@ def run(app: typer.Typer, *args: str) -> None:
     app(args=list(args), prog_name="rolltape", standalone_mode=False)
 
 
-def test_the_verbs_are_registered_with_parity_s_own_defaults(app: typer.Typer) -> None:
+def test_the_verbs_are_registered_with_the_defaults_eval_and_render_use(
+        app: typer.Typer) -> None:
+    """One default per option (issue 40): parity played 5 episodes where eval plays 10, and
+    drew 480x480 terminal frames where render draws the env's own size."""
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     assert sorted(commands) == ["parity", "serve", "serve-policy"]
     params = {p.name: p for p in commands["parity"].params}
-    assert params["episodes"].default == 5  # a few whole episodes, not eval's 10
+    evals = {p.name: p for p in typer.main.get_command(cli_app).commands["eval"].params}
+    renders = {p.name: p for p in typer.main.get_command(cli_app).commands["render"].params}
+    assert params["episodes"].default == evals["episodes"].default == 10
+    assert params["width"].default is params["height"].default is None
+    assert renders["width"].default is renders["height"].default is None
     assert {"vecnormalize", "algo", "env_kwargs", "max_episode_steps"} <= set(params)
-    assert "workers" not in params
+    assert "workers" not in params and "batch" not in params  # --batch is eval's (--until)
+    assert params["batch_size"].opts == ["--batch-size"]
 
 
 @pytest.mark.parametrize(("args", "sentence"), [
     (["--tape", "missing.npz"], "--tape 'missing.npz' does not exist"),
     (["--episodes", "0"], "--episodes must be at least 1, got 0."),
-    (["--seed", "-1"], "--seed must be 0 or more, got -1."),
+    (["--seed", "-1"], "--seed must be 0 or more"),
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0."),
     (["--width", "0"], "--width/--height/--camera: the frame width must be a whole number"),
     (["--camera", "c" * 201], "--width/--height/--camera: the camera must be"),
 ])

@@ -135,6 +135,28 @@ def test_parity_agrees_on_the_same_env(server, tmp_path):
     assert report["open_sessions"]["before"] == report["open_sessions"]["after"] == 0
 
 
+def test_parity_draws_the_env_s_own_frame_size_and_keeps_its_report(tmp_path):
+    """Without --width/--height the terminal frames are the env's own size, as render's are
+    (parity drew 480x480 whatever the env's size); a second run refuses to replace the
+    report unless told to, as render refuses to replace a video."""
+    out = tmp_path / "parity.json"
+    small = ("--env-kwargs", "width=40", "--env-kwargs", "height=32")
+    narrow = Server(*small)  # an env whose own frames are 40 x 32
+    try:
+        args = ["parity", ENV_ID, "--served", narrow.address, "--max-episode-steps",
+                str(STEPS), "-n", "1", *small, "--out", str(out)]
+        result = run_cli(*args)  # a new frame size: the server may take seconds to draw
+        assert result.returncode == 0, result.stderr
+        report = json.loads(out.read_text())
+        assert report["agree"] and report["frames"]["compared"]
+        assert (report["frames"]["width"], report["frames"]["height"]) == (40, 32)
+        again = run_cli(*args)
+    finally:
+        narrow.stop()
+    assert again.returncode == 2 and "already exists; pass --overwrite" in again.stderr
+    assert json.loads(out.read_text()) == report
+
+
 def test_parity_replays_the_actions_of_tapes(server, evals, tmp_path):
     tapes = sorted((evals / "local" / "tapes").glob("*.npz"))[:2]
     out = tmp_path / "parity.json"

@@ -22,7 +22,7 @@ at once) is opened only while the server has room, and is given up to a client t
 its first session on a full server: its owner is answered STALE with ``reclaimed`` and
 plays that episode again on a session it keeps.
 
-May import: envs, flags, server.protocol, server.address, server.frames, errors, suites (to read a
+May import: envs, flags, groups, server.protocol, server.address, server.frames, errors, suites (to read a
 manifest), and pass2.backends (to pick the GL backend of render requests). Never: policies, pass 1, the
 rest of pass 2, executors (the server runs no policy).
 """
@@ -37,8 +37,7 @@ import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable
 
 import numpy as np
 
@@ -47,7 +46,8 @@ from rolltape.envs.build import make_env
 from rolltape.envs.ids import env_spec
 from rolltape.envs.state import ale_state, mujoco_data, physics_spec
 from rolltape.errors import UsageError
-from rolltape.flags import EPISODES, SERVER, flag, parse_kwargs
+from rolltape.flags import EPISODES, SERVER, Rule, check_flags, flag
+from rolltape.groups import EnvOptions, Listener, SuiteOptions
 from rolltape.server import protocol as P
 from rolltape.server.frames import FrameDrawer
 from rolltape.tape import json_safe
@@ -56,34 +56,40 @@ POLL_MS = 200  # how often the loop looks up from the socket (signals, idle sess
 WATCHDOG_TICK = 0.25  # seconds between checks for an env call past --request-timeout
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    """Everything ``rolltape serve`` was asked for."""
+DEFAULT_BIND = "127.0.0.1:7450"  # serve's port when --bind is not given
+# An env call's time limits, in seconds: above 0, and below what a wait can be given.
+SECONDS = Rule(lambda v: 0 < v < 1e7, "be a number of seconds above 0 (and below 1e7)")
 
-    env: str | None  # None: every task of ``suite``; the command's argument
-    env_kwargs: dict[str, Any] = flag(None, "KEY=VALUE, repeatable.", panel=EPISODES,
-                                      factory=dict, cli_type=Optional[List[str]],
-                                      cli_default=None, parse=parse_kwargs)
-    max_episode_steps: int | None = flag(None, "Override the time limit (of every task, with "
-                                               "--suite).", panel=EPISODES)
-    bind: str = flag("127.0.0.1:7450", "HOST:PORT (port 0: any free port); anything but "
-                                       "loopback needs --token-file.", panel=SERVER)
-    token_file: str | None = flag(None, "File holding the token clients must send (they set "
-                                        "ROLLTAPE_TOKEN_FILE).", panel=SERVER,
-                                  cli_type=Optional[Path], parse=str)
-    max_sessions: int = flag(8, "Sessions served at once.", panel=SERVER)
-    max_payload: int = flag(P.DEFAULT_MAX_PAYLOAD, "Largest message accepted, in bytes.",
-                            panel=SERVER)
+
+@dataclass(frozen=True)
+class ServeConfig(Listener, EnvOptions, SuiteOptions):
+    """Everything ``rolltape serve`` was asked for: the socket (:class:`Listener`), the env
+    or the suite's tasks it serves, and the server's own limits. Each field's rule is
+    checked on construction; ``bind`` None is :data:`DEFAULT_BIND`."""
+
+    env: str | None = flag(None, "Gymnasium env id to serve (HalfCheetah-v5); leave it out "
+                                 "with --suite.", panel=EPISODES, argument=True)
     idle_timeout: float = flag(300.0, "Seconds without a request before a session's env is "
-                                      "closed (a vanished client).", panel=SERVER)
-    request_timeout: float = flag(60.0, "Seconds one env call may take.", panel=SERVER)
+                                      "closed (a vanished client).", panel=SERVER,
+                               rule=SECONDS)
+    request_timeout: float = flag(60.0, "Seconds one env call may take.", panel=SERVER,
+                                  rule=SECONDS)
     backend: str | None = flag(None, "GL backend for render requests (egl, osmesa; default "
                                      "MUJOCO_GL, else egl).", panel=SERVER)
-    suite: str | None = flag(None, "A built-in suite or a manifest.yaml: serve every task "
-                                   "(clients: eval --suite --served).", panel=EPISODES)
-    tasks: str | None = flag(None, "With --suite: only these tasks (a,b).", panel=EPISODES)
     num_envs: int = flag(1, "Sub-envs a session may hold, stepped together in one request "
-                            "(eval --batched-inference steps them).", panel=SERVER)
+                            "(eval --batched-inference steps them).", panel=SERVER,
+                         rule=Rule(lambda v: 1 <= v <= P.MAX_SUB_ENVS,
+                                   f"be from 1 to {P.MAX_SUB_ENVS}"))
+
+    def __post_init__(self) -> None:
+        check_flags(self)
+        if self.bind is None:
+            object.__setattr__(self, "bind", DEFAULT_BIND)
+        if self.backend is not None:  # one known name, as render's --backends spells them
+            from rolltape.pass2.backends import parse_backends
+
+            (backend,) = parse_backends([self.backend])
+            object.__setattr__(self, "backend", backend)
 
     def served_specs(self, tasks_flag: str = "--tasks") -> dict[str, dict[str, Any]]:
         """The env spec of each served name: the env's id, or each task's ``suite/task``
@@ -110,19 +116,8 @@ class ServeConfig:
 
     def check(self) -> tuple[str, int, str | None]:
         """(host, port, token), refusing what cannot be served safely."""
-        host, port = split_host_port(self.bind, "--bind")
-        if self.max_sessions < 1:
-            raise UsageError(f"--max-sessions must be at least 1, got {self.max_sessions}.")
-        for name, seconds in (("--idle-timeout", self.idle_timeout),
-                              ("--request-timeout", self.request_timeout)):
-            if not 0 < seconds < 1e7:
-                raise UsageError(f"{name} must be a number of seconds above 0, got {seconds}.")
-        if not 1 <= self.num_envs <= P.MAX_SUB_ENVS:
-            raise UsageError(f"--num-envs must be from 1 to {P.MAX_SUB_ENVS}, got "
-                             f"{self.num_envs}.")
-        if self.max_payload < 1024:
-            raise UsageError(f"--max-payload must be at least 1024 bytes, got {self.max_payload}.")
-        return host, port, bind_token(self.bind, host, self.token_file)
+        host, port = split_host_port(self.bind or DEFAULT_BIND, "--bind")
+        return host, port, bind_token(self.bind or DEFAULT_BIND, host, self.token_file)
 
 
 class Reply(Exception):
@@ -758,6 +753,11 @@ def _action(value: Any, shape: tuple[int, ...], dtype: np.dtype | None) -> Any:
 def serve(cfg: ServeConfig) -> int | None:
     """``rolltape serve``: build the server, print where it listens, answer until stopped;
     return the signal that stopped it (None: it stopped by itself)."""
+    try:
+        import msgpack  # noqa: F401
+        import zmq  # noqa: F401
+    except ImportError:
+        raise P.missing_extra() from None
     if cfg.backend is not None:
         from rolltape.pass2.backends import select_backend_in_this_process
 
