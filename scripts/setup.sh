@@ -39,7 +39,7 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 # torch first, pinned: its CPU wheel is on disk here, and an unpinned torch pulls a CUDA build.
 "$venv/bin/python" -c "import torch" 2>/dev/null || "${pip[@]}" install "torch==2.13.0"
 if [ "$want_test" = 1 ]; then
-  "${pip[@]}" install -e ".[test,ray,server,suites,export,atari,zoo]"
+  "${pip[@]}" install -e ".[test,ray,server,suites,export,atari,zoo,mjwarp]"
 else
   "${pip[@]}" install -e .
 fi
