@@ -16,8 +16,8 @@ from rolltape import Run, evaluate, export
 from rolltape.cli import export as export_verb
 from rolltape.cli import main
 from rolltape.datasets import NOT_EXPORTED, ExportConfig
-from rolltape.flags import SAME
 from rolltape.errors import UsageError
+from rolltape.flags import SAME
 
 TOY = "tests.assets.toy_envs:SuccessToy-v0"
 

@@ -1,53 +1,80 @@
 """The tool verbs: ``suites``, ``doctor``, ``demo``, ``bench``, ``report``, ``view``.
 
-May import: typer, rich, cli.show; each tool's work lazily (``--help`` stays fast).
-Never: torch, GL at module level.
+Each tool's options are a small record here (or a shared group: demo's --episodes is
+groups.Episodes', --out/--quiet groups.RunFolder's, doctor's --backends the render side's
+ReplayOptions'); the verb builds it, calls the tool's API and prints.
+
+May import: typer, rich, cli.options, cli.show, flags, groups, the render side's request
+records; each tool's work lazily (``--help`` stays fast). Never: torch, GL at module level.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import MISSING, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.table import Table
 
-from rolltape.cli.show import err, out, print_run
+from rolltape.cli.options import config_values, options_of, takes
+from rolltape.cli.show import out, print_run, say, warn
 from rolltape.errors import UsageError
-from rolltape.pass2.backends import BACKENDS_HELP
+from rolltape.flags import OUTPUT, SCALE, above, at_least, check_flags, flag
+from rolltape.groups import Episodes, RunFolder
+from rolltape.pass2.request import ReplayOptions
 
 
-def suites_(
-    action: Optional[str] = typer.Argument(None, help="'install': build a benchmark's own "
-                                                      "environment (see the listing)."),
-    name: Optional[str] = typer.Argument(None, help="With install: the benchmark (metaworld, aloha)."),
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class SuitesArgs:
+    """``rolltape suites [install NAME]``: list the suites, or build a benchmark's venv."""
+
+    action: str | None = flag(None, "'install': build a benchmark's own environment (see "
+                              "the listing).", panel=OUTPUT, argument=True)
+    name: str | None = flag(None, "With install: the benchmark (metaworld, aloha).",
+                            panel=OUTPUT, argument=True)
+
+    def __post_init__(self) -> None:
+        if self.action is not None and (self.action != "install" or self.name is None):
+            from rolltape.suites import benchmarks
+
+            raise UsageError(f"`rolltape suites {self.action}` is not a command; use "
+                             "`rolltape suites` to list them or `rolltape suites install "
+                             f"NAME` (NAME: {', '.join(benchmarks.BENCHMARKS)}).")
+
+
+@takes(options_of(SuitesArgs))
+def suites_(**given: Any) -> None:
     """List the built-in suites, their tasks, and what each needs installed; `suites install
     metaworld` builds Meta-World's own environment, which its suites run in."""
+    args = SuitesArgs(**config_values(SuitesArgs, given))
+    if args.name is not None:
+        from rolltape.suites import benchmarks
+
+        bench = benchmarks.benchmark(args.name)
+        seconds = benchmarks.install(bench, log=say)
+        say(f"{bench.name}: ready in {benchmarks.home() / bench.name}" + (
+            f" (built in {seconds:.0f} s)" if seconds else " (already built)"))
+        return
+    table, missing = _suites_table()
+    out.print(table)
+    for line in sorted(missing):
+        say(f"the suites not installed need: {line}")
+    say("your own suites: a YAML manifest (see README, 'Benchmark suites'): "
+        "rolltape eval --suite my.yaml")
+
+
+def _suites_table() -> tuple[Table, set[str]]:
+    """The built-in suites as a table, and what the suites not installed need."""
     from rich.markup import escape
 
     from rolltape.suites.builtin import listing
 
-    if action is not None:
-        from rolltape.suites import benchmarks
-
-        if action != "install" or name is None:
-            raise UsageError(f"`rolltape suites {action}` is not a command; use `rolltape suites` "
-                             "to list them or `rolltape suites install NAME` (NAME: "
-                             f"{', '.join(benchmarks.BENCHMARKS)}).")
-        bench = benchmarks.benchmark(name)
-        seconds = benchmarks.install(bench, log=lambda line: out.print(line, highlight=False,
-                                                                       markup=False))
-        where = benchmarks.home() / bench.name
-        out.print(f"{bench.name}: ready in {where}" + (f" (built in {seconds:.0f} s)"
-                  if seconds else " (already built)"), highlight=False, markup=False)
-        return
-
     table = Table(title="built-in suites (rolltape eval --suite NAME)")
-    for name in ("suite", "tasks", "success from", "needs", "installed"):
-        table.add_column(name)
+    for column in ("suite", "tasks", "success from", "needs", "installed"):
+        table.add_column(column)
     missing = set()
     for entry in listing():
         table.add_row(*(escape(cell) for cell in (
@@ -57,108 +84,153 @@ def suites_(
                       "yes" if entry["installed"] else "no")))
         if entry["install"]:
             missing.add(entry["install"])
-    out.print(table)
-    for line in sorted(missing):
-        out.print(f"the suites not installed need: {line}", highlight=False, markup=False)
-    out.print("your own suites: a YAML manifest (see README, 'Benchmark suites'): "
-              "rolltape eval --suite my.yaml", highlight=False)
+    return table, missing
 
 
+@dataclass(frozen=True, kw_only=True)
+class DoctorOptions:
+    """How long a probe may take (which backends: ``ReplayOptions.backends``, the one
+    ``--backends`` and its one default, egl,osmesa: glfw needs a display, ask for it)."""
 
-def doctor(
-    backends: str = typer.Option("egl,osmesa,glfw", help=BACKENDS_HELP),
-    timeout: float = typer.Option(60.0, help="Seconds before a probe counts as hung."),
-) -> None:
+    timeout: float = flag(60.0, "Seconds before a probe counts as hung.", panel=SCALE,
+                          rule=above(0))
+
+    def __post_init__(self) -> None:
+        check_flags(self)
+
+
+@takes(options_of(ReplayOptions, only=("backends",)), options_of(DoctorOptions))
+def doctor(**given: Any) -> None:
     """Probe each GL backend in a subprocess: which work here, why the others fail."""
     from rolltape.pass2.backends import doctor as run_doctor
     from rolltape.pass2.backends import first_working, format_doctor
 
-    results = run_doctor(backends, timeout=timeout)
+    backends = ReplayOptions(**config_values(ReplayOptions, given)).backends
+    options = DoctorOptions(**config_values(DoctorOptions, given))
+    results = run_doctor(",".join(backends), timeout=options.timeout)
     out.print(format_doctor(results), highlight=False)
     if first_working(results, [r.backend for r in results]) is None:
         raise typer.Exit(1)
 
 
-def demo(
-    episodes: int = typer.Option(10, "--episodes", "-n"),
-    output: Path = typer.Option(Path("runs/demo"), "--out", "-o"),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
-) -> None:
-    """Evaluate the bundled demo policy against a random baseline and render one verified video."""
+@takes(options_of(Episodes, only=("episodes",)), options_of(RunFolder, skip=("overwrite",)))
+def demo(**given: Any) -> None:
+    """Evaluate the bundled demo policy against a random baseline and render one verified video.
+
+    --out: default runs/demo (replaced on each run)."""
     from rolltape.demo import demo_assets
     from rolltape.evaluation import evaluate
 
+    episodes = Episodes(**config_values(Episodes, given)).episodes
+    folder = RunFolder(**config_values(RunFolder, given))
     assets = demo_assets()
-    out.print(f"demo: {assets['env_id']} with the bundled PPO policy "
-              f"({assets['timesteps']:,} training steps), {episodes} episodes vs random")
+    say(f"demo: {assets['env_id']} with the bundled PPO policy "
+        f"({assets['timesteps']:,} training steps), {episodes} episodes vs random")
     run = evaluate(assets["env_id"], f"sb3:{assets['policy']}", vecnormalize=assets["vecnormalize"],
                    env_kwargs=assets["env_kwargs"], episodes=episodes, seed=1000,
-                   baseline="random", video="best", out=output, viewer=True,
-                   overwrite=True, show_progress=not quiet, command=sys.argv)
+                   baseline="random", video="best", out=folder.out or "runs/demo", viewer=True,
+                   overwrite=True, show_progress=not folder.quiet, command=sys.argv)
     print_run(run.results, run.path)
 
 
-def bench(
-    output: Path = typer.Option(Path("bench-out"), "--out", "-o", help="Folder for bench.json and bench.png."),
-    quick: bool = typer.Option(False, help="Tiny sizes (seconds), for tests; numbers not meaningful."),
-    only: Optional[str] = typer.Option(None, help="NAME[,NAME]: run only these benchmarks."),
-    rss_frames: Optional[str] = typer.Option(
-        None, metavar="SHORT,LONG",
-        help="Steps of the short and long render_rss tapes (default 1000,5000; --quick 30,80)."),
-) -> None:
-    """Measure speed and memory targets as ratios against baselines run alongside."""
+def _frames(text: str) -> tuple[int, int]:
+    """--rss-frames SHORT,LONG as two step counts of at least 1."""
+    try:
+        short, long = (int(n) for n in text.split(","))
+    except ValueError:
+        short = long = 0
+    if short < 1 or long < 1:
+        raise UsageError(f"--rss-frames must be two step counts SHORT,LONG such as "
+                         f"1000,5000, got '{text}'.")
+    return short, long
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    """Which benchmarks, at which sizes (``out``: RunFolder's, default bench-out)."""
+
+    quick: bool = flag(False, "Tiny sizes (seconds), for tests; numbers not meaningful.",
+                       panel=SCALE)
+    # Benchmark names (export's --only success is now --success-only: one meaning each).
+    only: str | None = flag(None, "NAME[,NAME]: run only these benchmarks.", panel=SCALE)
+    rss_frames: tuple[int, int] | None = flag(
+        None, "Steps of the short and long render_rss tapes (default 1000,5000; --quick "
+        "30,80).", panel=SCALE, cli_type=Optional[str], parse=_frames, metavar="SHORT,LONG")
+
+
+@takes(options_of(BenchOptions), options_of(RunFolder, only=("out",)))
+def bench(**given: Any) -> None:
+    """Measure speed and memory targets as ratios against baselines run alongside.
+
+    --out: the folder for bench.json and bench.png (default bench-out)."""
     from dataclasses import replace
 
     from rolltape.bench import FULL, QUICK, run_and_print
 
-    config = QUICK if quick else FULL
-    if rss_frames is not None:
-        try:
-            short, long = (int(n) for n in rss_frames.split(","))
-        except ValueError:
-            short = long = 0
-        if short < 1 or long < 1:
-            raise UsageError(f"--rss-frames must be two step counts SHORT,LONG such as "
-                             f"1000,5000, got '{rss_frames}'.")
+    options = BenchOptions(**config_values(BenchOptions, given))
+    config = QUICK if options.quick else FULL
+    if options.rss_frames is not None:
+        short, long = options.rss_frames
         config = replace(config, rss_short=short, rss_long=long)
-    raise typer.Exit(run_and_print(only, quick=quick, out=output, config=config))
+    out_dir = RunFolder(**config_values(RunFolder, given)).out or "bench-out"
+    raise typer.Exit(run_and_print(options.only, quick=options.quick, out=Path(out_dir),
+                                   config=config))
 
 
-def report(
-    run: Path = typer.Argument(..., help="Run folder written by `rolltape eval`."),
-    output: Optional[Path] = typer.Option(None, "--out", "-o",
-                                          help="Where to write the page (default RUN/report.html)."),
-) -> None:
-    """Write RUN/report.html: the run's numbers, plots, videos and provenance on one page."""
+@dataclass(frozen=True, kw_only=True)
+class RunArgs:
+    """A run folder a tool reads."""
+
+    run: Path = flag(MISSING, "Run folder written by `rolltape eval`.", panel=OUTPUT,
+                     argument=True)
+
+
+@takes(options_of(RunArgs), options_of(RunFolder, only=("out",)))
+def report(**given: Any) -> None:
+    """Write RUN/report.html: the run's numbers, plots, videos and provenance on one page.
+
+    --out: where to write the page (default RUN/report.html)."""
     from rolltape.outputs.report import build_report
 
-    out.print(f"report written to {build_report(run, out=output)}", highlight=False,
-              soft_wrap=True)
+    run = RunArgs(**config_values(RunArgs, given)).run
+    page = RunFolder(**config_values(RunFolder, given)).out
+    say(f"report written to {build_report(run, out=None if page is None else Path(page))}")
 
 
-def view(
-    run: Path = typer.Argument(..., help="Run folder written by `rolltape eval`."),
-    port: int = typer.Option(0, help="Port to serve on (0: any free port)."),
-    host: str = typer.Option("127.0.0.1", help="Address to serve on."),
-    refresh: bool = typer.Option(False, help="Rebuild RUN/viewer even when it is up to date."),
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class ViewOptions:
+    """Where the viewer is served, and whether it is rebuilt."""
+
+    port: int = flag(0, "Port to serve on (0: any free port).", panel=OUTPUT,
+                     rule=at_least(0))
+    host: str = flag("127.0.0.1", "Address to serve on.", panel=OUTPUT)
+    refresh: bool = flag(False, "Rebuild RUN/viewer even when it is up to date.", panel=OUTPUT)
+
+    def __post_init__(self) -> None:
+        check_flags(self)
+
+
+@takes(options_of(RunArgs), options_of(ViewOptions))
+def view(**given: Any) -> None:
     """Serve RUN's 3-D tape viewer (MuJoCo in WebAssembly) on localhost until Ctrl-C."""
     from rolltape.outputs.viewer import export_viewer, serve, viewer_is_current
 
-    if refresh or not viewer_is_current(run):
+    options = ViewOptions(**config_values(ViewOptions, given))  # refused before any work
+    run = RunArgs(**config_values(RunArgs, given)).run
+    if options.refresh or not viewer_is_current(run):
         info = export_viewer(run, overwrite=True)
         if info["href"] is None:
             raise UsageError(info["note"])
         if info["note"]:
-            err.print(f"note: {info['note']}", highlight=False, soft_wrap=True)
-    server, url = serve(run, port=port, host=host)
-    out.print(f"open {url}", highlight=False, soft_wrap=True)
+            warn(f"note: {info['note']}")
+    server, url = serve(run, port=options.port, host=options.host)
+    say(f"open {url}")
     out.file.flush()
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        out.print("stopped serving", highlight=False)
+        say("stopped serving")
     finally:
         server.shutdown()
         server.server_close()
