@@ -620,4 +620,4 @@ def render_page(template: str, **context: Any) -> str:
     from rolltape import __version__
 
     return template_environment().get_template(template).render(rolltape_version=__version__,
-                                                                 **context)
+                                                                **context)

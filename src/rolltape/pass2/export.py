@@ -122,7 +122,7 @@ class ExportJob(RenderOptions):
                 divergence = _step_from_states(tape, env, self, reset, emit, observe, draw)
             else:
                 divergence, _ = replayer.resim(tape, env, self, 0, tape.length + 1, reset,
-                                                emit, observe, digests_later=True)
+                                               emit, observe, digests_later=True)
             # The observations' digests, all at once; the first divergence of either kind.
             wrong = first_wrong_digest(tape, observations, self.rtol, self.atol)
             if wrong is not None and (divergence is None or wrong.step < divergence.step
@@ -184,7 +184,7 @@ def _step_from_states(tape: Any, env: Any, job: ExportJob, reset: Callable[[], A
         obs, reward, term, trunc, info = env.step(tape.actions[t])
         observe(t + 1, obs, info)
         divergence = compare_step(tape, t, float(reward), bool(term), bool(trunc), None,
-                                   job.rtol, job.atol)
+                                  job.rtol, job.atol)
         if divergence is not None:
             return divergence
     if draw:

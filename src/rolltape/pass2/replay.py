@@ -136,7 +136,7 @@ class Replayer:
         return key, self._envs[key]
 
     def reset(self, key: str, env: Any, tape: Tape, draw: bool, quality: str,
-               first: int = 0) -> Any:
+              first: int = 0) -> Any:
         """Reset with the tape's seed and, when drawing, aim the camera as a fresh viewer.
         Returns the reset observation, or None for a tape that begins mid-episode.
         ``first``: the frame the replay draws first. An Atari segment (first > 0) puts a
@@ -236,7 +236,7 @@ class Replayer:
             divergence, rewards = None, None
             if mode in ("resim", "auto"):
                 divergence, rewards = self.resim(tape, env, req, first, stop, reset, emit,
-                                                  view=apart.view if apart else None)
+                                                 view=apart.view if apart else None)
                 if divergence is not None and mode == "auto" and tape.can_restore and draw:
                     for w in _flat(writers):
                         w.abort()
@@ -274,9 +274,9 @@ class Replayer:
         )
 
     def resim(self, tape: Tape, env: Any, req: RenderOptions, first: int, stop: int,
-               reset: Callable[[int], Any], emit: Callable[[int], None],
-               observe: Callable[[int, Any, Any], None] | None = None,
-               digests_later: bool = False, view: Callable[[Any], Any] | None = None
+              reset: Callable[[int], Any], emit: Callable[[int], None],
+              observe: Callable[[int, Any, Any], None] | None = None,
+              digests_later: bool = False, view: Callable[[Any], Any] | None = None
                ) -> tuple[Divergence | None, list[float]]:
         """Step the recorded actions, comparing each step with pass 1; draw frames
         first..stop-1. Without a recorded state to continue from (a window of a tape of
@@ -332,9 +332,9 @@ class Replayer:
                 defer = pending.takes(obs)
                 # A segment's time limit counter starts at its first step: skip truncation.
                 divergence = compare_step(tape, t, float(reward), bool(term),
-                                           bool(trunc) if from_reset else bool(tape.truncated[t]),
-                                           None if digests_later or defer else obs,
-                                           req.rtol, req.atol)
+                                          bool(trunc) if from_reset else bool(tape.truncated[t]),
+                                          None if digests_later or defer else obs,
+                                          req.rtol, req.atol)
                 if defer and divergence is None:
                     pending.add(t, obs)
                 if divergence is not None or pending.full:
@@ -538,7 +538,7 @@ class _PendingDigests:
 
 
 def compare_step(tape: Tape, t: int, reward: float, term: bool, trunc: bool, obs: Any,
-                  rtol: float, atol: float) -> Divergence | None:
+                 rtol: float, atol: float) -> Divergence | None:
     """Step ``t`` of the replay against pass 1's: the reward (exact, or within
     ``rtol``/``atol``), the termination flags, then, compared exactly, the observation's
     digest (``obs`` None: the caller checks digests itself); the first that differs, or

@@ -127,7 +127,7 @@ def probability_of_improvement(
         raise ValueError(f"paired samples need one value per seed each, got {xs.size} and "
                          f"{ys.size}; pass paired=False for unmatched samples.")
     point, values = improvement_resamples(xs, ys, paired, n_resamples,
-                                           np.random.default_rng(seed))
+                                          np.random.default_rng(seed))
     alpha = 1.0 - confidence
     lo, hi = np.quantile(values, [alpha / 2.0, 1.0 - alpha / 2.0])
     return {"p": point, "ci": [float(lo), float(hi)], "n_x": int(xs.size),
@@ -135,7 +135,7 @@ def probability_of_improvement(
 
 
 def improvement_resamples(xs: np.ndarray, ys: np.ndarray, paired: bool, resamples: int,
-                           rng: np.random.Generator) -> tuple[float, np.ndarray]:
+                          rng: np.random.Generator) -> tuple[float, np.ndarray]:
     """P(X > Y) and its value on each of ``resamples`` bootstrap resamples."""
     n, m = xs.size, ys.size
     order = np.argsort(ys, kind="stable")
