@@ -112,7 +112,6 @@ class ParityConfig(Episodes, EnvOptions, Suite, Served, PolicyFiles, RunFolder):
             raise UsageError(f"--out '{self.out}' is a folder; give the path of parity.json.")
         refuse_existing(str(self.out), self.overwrite)  # as render refuses a video
 
-
     @property
     def camera(self) -> str | None:
         """The model camera of the terminal frame (None: the env's own view)."""

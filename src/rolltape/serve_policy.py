@@ -54,7 +54,7 @@ from rolltape.errors import UsageError
 from rolltape.flags import POLICY, check_flags, flag
 from rolltape.groups import Listener, PolicyFiles
 from rolltape.policy_server import wire
-from rolltape.server.protocol import DEFAULT_MAX_PAYLOAD, ProtocolError, describe_space
+from rolltape.server.protocol import ProtocolError, describe_space
 
 DEFAULT_BIND = "127.0.0.1:8000"
 CLOSE_POLICY_VIOLATION, CLOSE_INTERNAL_ERROR, CLOSE_TRY_AGAIN = 1008, 1011, 1013
@@ -423,6 +423,8 @@ def to_argv(cfg: ServePolicyConfig) -> list[str]:
     ['sb3:ppo.zip', '--bind', '127.0.0.1:8000', '--max-sessions']
     >>> parse_args(to_argv(ServePolicyConfig("m:f", deterministic=False))).deterministic
     False
+    >>> parse_args(["m:f"]) == ServePolicyConfig("m:f")  # the record's defaults, not copies
+    True
     """
     argv = [cfg.source, "--bind", cfg.bind or DEFAULT_BIND, "--max-sessions",
             str(cfg.max_sessions), "--max-payload", str(cfg.max_payload), "--device", cfg.device]
@@ -438,19 +440,17 @@ def parse_args(argv: list[str] | None = None) -> ServePolicyConfig:
     without the CLI's libraries: this is how a LeRobot or openpi environment runs it)."""
     import argparse
 
+    # No defaults here: a flag left out is left to the record's own (declared once there).
     parser = argparse.ArgumentParser(
-        prog="python -m rolltape.serve_policy",
+        prog="python -m rolltape.serve_policy", argument_default=argparse.SUPPRESS,
         description="Serve a policy over openpi's websocket protocol (rolltape serve-policy).")
-    parser.add_argument("source", help="sb3:PATH.zip, zoo:FOLDER, lerobot:DIR, MODULE:ATTR or FILE.py:ATTR")
-    parser.add_argument("--bind", default=DEFAULT_BIND)
-    parser.add_argument("--token-file")
-    parser.add_argument("--vecnormalize")
-    parser.add_argument("--algo")
+    parser.add_argument("source", help="sb3:PATH.zip, zoo:FOLDER, lerobot:DIR, MODULE:ATTR or "
+                                       "FILE.py:ATTR")
+    for name in ("--bind", "--token-file", "--vecnormalize", "--algo", "--device"):
+        parser.add_argument(name)
+    for name in ("--execute-steps", "--max-sessions", "--max-payload"):
+        parser.add_argument(name, type=int)
     parser.add_argument("--stochastic", dest="deterministic", action="store_false")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--execute-steps", type=int)
-    parser.add_argument("--max-sessions", type=int, default=8)
-    parser.add_argument("--max-payload", type=int, default=DEFAULT_MAX_PAYLOAD)
     return ServePolicyConfig(**vars(parser.parse_args(argv)))
 
 
