@@ -27,7 +27,8 @@ CHEAP += ["rolltape.pass1.clock",  # the simulated clock's schedule
           "rolltape.serve_policy",
           "rolltape.policy_server.lerobot_policy",  # lerobot:DIR observation mapping
           "rolltape.video_pick",  # what --video picks
-          "rolltape.pass2.request"]  # the render side's request and result types
+          "rolltape.pass2.request",  # the render side's request and result types
+          "rolltape.groups"]  # the option groups several verbs share
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

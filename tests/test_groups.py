@@ -11,7 +11,7 @@ import pytest
 from rolltape.config import EvalConfig
 from rolltape.errors import UsageError
 from rolltape.flags import check_flags
-from rolltape.groups import Episodes, EnvOptions, Listener, PolicyFiles, RunFolder
+from rolltape.groups import EnvOptions, Episodes, Listener, PolicyFiles, RunFolder
 
 
 @dataclass(frozen=True, kw_only=True)

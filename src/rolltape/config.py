@@ -33,7 +33,7 @@ from rolltape.errors import UsageError
 from rolltape.executors.base import Executor
 from rolltape.executors.launch import check_worker_count
 from rolltape.flags import EPISODES, OUTPUT, POLICY, SCALE, VIDEO, check_flags, flag, parse_kwargs
-from rolltape.groups import Episodes, EnvOptions, PolicyFiles, Served, SuiteOptions
+from rolltape.groups import EnvOptions, Episodes, PolicyFiles, Served, SuiteOptions
 from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
 from rolltape.outputs.artifacts import artifact_paths

@@ -65,15 +65,15 @@ def options_of(cls: type, *, only: Iterable[str] | None = None, skip: Iterable[s
 
 
 def config_values(cls: type, given: dict[str, Any]) -> dict[str, Any]:
-    """The fields of ``cls`` among ``given`` (what the parser returned), as the config takes
-    them; a value left at None or at the field's own default is left out."""
+    """The flag fields of ``cls`` among ``given`` (what the parser returned), as the config
+    takes them; a value left at None or at the field's own default is left out."""
     values = {}
     for f in fields(cls):
-        if f.name not in given or given[f.name] is None:
-            continue
         spec: Flag | None = f.metadata.get("flag")
+        if spec is None or f.name not in given or given[f.name] is None:
+            continue  # not a flag: another record's field of that name may have been given
         value = given[f.name]
-        if spec is not None and spec.parse is not None:
+        if spec.parse is not None:
             value = spec.parse(value)
         if value != _field_default(f):
             values[f.name] = value
