@@ -114,6 +114,30 @@ def test_serve_refuses_a_time_limit_below_one_step(app: typer.Typer) -> None:
         run(app, "serve", "CartPole-v1", "--max-episode-steps", "0")
 
 
+@pytest.mark.parametrize(("args", "sentence"), [
+    (["serve", "CartPole-v1", "--num-envs", "0"], "--num-envs must be from 1 to 1024, got 0."),
+    (["serve", "CartPole-v1", "--idle-timeout", "nan"], "--idle-timeout must be a number of "
+                                                        "seconds above 0"),
+    (["serve", "CartPole-v1", "--max-sessions", "0"], "--max-sessions must be at least 1, got 0."),
+    (["serve-policy", "m:f", "--max-payload", "5"], "--max-payload must be at least 1024 bytes"),
+    (["serve-policy", "m:f", "--execute-steps", "0"], "--execute-steps must be at least 1, got 0."),
+])
+def test_the_servers_records_refuse_bad_limits_before_anything_listens(
+        app: typer.Typer, args: list[str], sentence: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        run(app, *args)
+    assert str(refused.value).startswith(sentence)
+
+
+def test_the_api_builds_the_verbs_records_with_their_own_ports() -> None:
+    from rolltape.serve_policy import ServePolicyConfig
+    from rolltape.server.server import ServeConfig
+
+    assert ServeConfig("CartPole-v1").bind == "127.0.0.1:7450"  # bind None: serve's port
+    assert ServePolicyConfig("m:f").bind == "127.0.0.1:8000"  # openpi's clients knock there
+    assert ServeConfig("CartPole-v1", backend="EGL").backend == "egl"  # parsed as the verb did
+
+
 @pytest.fixture(scope="module")
 def other_server() -> Iterator[str]:
     """A CartPole server with kwargs a plain local CartPole does not have."""
