@@ -100,18 +100,3 @@ def test_compare_rebuilds_the_recipe_comparison(compared, tmp_path):
     assert second["recipes"]["fast"]["mean"] == first["recipes"]["fast"]["mean"]
     assert second["pairs"] == first["pairs"]
     assert "fast vs slow" in done.stdout
-
-
-@pytest.mark.parametrize("recipe, needle", [
-    ("fast", "not NAME=SOURCE"),
-    ("a b=sb3:x*.zip", "not NAME=SOURCE"),
-    ("fast=sb3:/nowhere/seed*/m.zip", "matches no file"),
-    ("r=random", "names no checkpoints"),  # issue 34: a policy, not training runs
-])
-def test_bad_recipes_are_one_line_and_leave_nothing(tmp_path, recipe, needle):
-    out = tmp_path / "bad"
-    done = run_cli("eval", "CartPole-v1", "--recipe", recipe, "--out", str(out), "-q",
-                   cwd=ROOT)
-    assert done.returncode == 2, done.stderr
-    assert needle in done.stderr and "Traceback" not in done.stderr
-    assert not out.exists()

@@ -1,4 +1,4 @@
-"""``rolltape eval --until / --recipe`` (rolltape.compare.evidence): the flags are checked
+"""``rolltape eval --until / --recipe`` (rolltape.drivers.evidence): the flags are checked
 together, each refusal one sentence naming the fix, before anything is evaluated or
 written; the flags then reach the --until or --recipe evaluation as given."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rolltape.compare.evidence import eval_evidence
+from rolltape.drivers.evidence import eval_evidence
 from rolltape.errors import UsageError
 
 

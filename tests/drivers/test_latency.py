@@ -1,4 +1,4 @@
-"""Latency sweeps (rolltape.compare.latency): runs per latency, measures, the page."""
+"""Latency sweeps (rolltape.drivers.latency): runs per latency, measures, the page."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from conftest import run_cli
-from rolltape.compare.latency import folder_name, smoothness
+from rolltape.drivers.latency import folder_name, smoothness
 
 
 def test_smoothness_counts_jerk_and_jumps_at_chunk_boundaries() -> None:

@@ -1,4 +1,4 @@
-"""Several policies in one command (rolltape.compare.sweep): one complete run per policy
+"""Several policies in one command (rolltape.drivers.sweep): one complete run per policy
 and the random baseline once, all on the same seeds, sweep.json saying what each folder
 holds, the comparison written; --resume keeps finished runs; bad input is refused before
 any evaluation and leaves nothing. Real runs of the 5-step toy env of
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rolltape.compare.runs import load_runs
-from rolltape.compare.sweep import SweepResult, evaluate_many, prepare_root, wants_sweep
+from rolltape.drivers.sweep import SweepResult, evaluate_many, prepare_root, wants_sweep
 from rolltape.errors import UsageError
 
 TOY = "tests.assets.toy_envs:SuccessToy-v0"

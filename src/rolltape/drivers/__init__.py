@@ -1,7 +1,7 @@
 """What ``rolltape eval`` runs, chosen in one place: :func:`run_eval` plays one policy
-(:func:`rolltape.evaluation.evaluate`), several on the same seeds (``compare.sweep``), an
+(:func:`rolltape.evaluation.evaluate`), several on the same seeds (``drivers.sweep``), an
 evaluation until the evidence decides or recipes of several training runs
-(``compare.evidence``), or a latency sweep (``compare.latency``), from an :class:`EvalPlan`
+(``drivers.evidence``), or a latency sweep (``drivers.latency``), from an :class:`EvalPlan`
 (the choices that pick the driver) and the evaluation's own options (``EvalConfig``'s).
 
 May import: config, groups, flags, errors; the drivers lazily. Never: typer, torch, GL.
@@ -69,7 +69,7 @@ class EvalPlan(Reference, RunFolder):
 
     @property
     def evidence(self) -> bool:
-        """Batches until decided, or recipes of several runs (compare.evidence)."""
+        """Batches until decided, or recipes of several runs (drivers.evidence)."""
         return bool(self.until is not None or self.recipe or self.max_episodes is not None
                     or self.return_bounds or self.margin)
 
@@ -81,7 +81,7 @@ def run_eval(plan: EvalPlan, values: dict[str, Any], executor_options: dict[str,
     (``EvalConfig``'s fields that were given); ``say`` prints a line, ``show_run`` a
     finished run, ``show_comparison`` several policies' comparison. Raises
     :class:`RunFailed` when episodes failed (their numbers are written)."""
-    from rolltape.compare.sweep import wants_sweep
+    from rolltape.drivers.sweep import wants_sweep
 
     policies, values = list(plan.policy) or ["random"], dict(values)
     episodes = values.pop("episodes", 10)
@@ -100,7 +100,7 @@ def run_eval(plan: EvalPlan, values: dict[str, Any], executor_options: dict[str,
         executor_options=executor_options, overwrite=plan.overwrite, resume=plan.resume,
         show_progress=not plan.quiet, command=command)
     if plan.evidence:
-        from rolltape.compare.evidence import eval_evidence
+        from rolltape.drivers.evidence import eval_evidence
 
         for line in eval_evidence(plan.env, list(plan.policy), list(plan.recipe),
                                   until=plan.until, margin=plan.margin,
@@ -115,7 +115,7 @@ def run_eval(plan: EvalPlan, values: dict[str, Any], executor_options: dict[str,
             raise UsageError("A latency sweep (several --latency or --execution values) "
                              "evaluates one policy on one env or suite; give one --policy and "
                              "drop --until and --recipe.")
-        from rolltape.compare.latency import evaluate_latencies, parse_sweep, summary_lines
+        from rolltape.drivers.latency import evaluate_latencies, parse_sweep, summary_lines
 
         latencies, executions = parse_sweep(options.pop("latency"),
                                             options.pop("execution", "sync"))
@@ -125,7 +125,7 @@ def run_eval(plan: EvalPlan, values: dict[str, Any], executor_options: dict[str,
             say(line)
         return
     if many:
-        from rolltape.compare.sweep import evaluate_many
+        from rolltape.drivers.sweep import evaluate_many
 
         sweep = evaluate_many(plan.env, policies, episodes=episodes, reference=plan.reference,
                               **options)

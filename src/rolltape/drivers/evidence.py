@@ -1,6 +1,6 @@
 """``rolltape eval`` with ``--until`` (stop when the answer is known) or ``--recipe``
 (several training runs per recipe): the flags checked together, then handed to
-:mod:`rolltape.compare.until` or :mod:`rolltape.compare.recipes`. Returns the lines the CLI
+:mod:`rolltape.drivers.until` or :mod:`rolltape.compare.recipes`. Returns the lines the CLI
 prints.
 
 May import: compare, stats, errors. Never: torch, SB3, GL.
@@ -36,11 +36,12 @@ def eval_evidence(env: str | None, policies: list[str], recipes: list[str], *,
         if policies:
             raise UsageError("--recipe names every policy of the run; drop --policy (or give "
                              "it as one more --recipe NAME=SOURCE).")
-        from rolltape.compare.recipes import evaluate_recipes, summary_lines
+        from rolltape.compare.recipes import summary_lines
+        from rolltape.drivers.recipes import evaluate_recipes
 
         return summary_lines(evaluate_recipes(env, recipes, episodes=episodes, **options))
-    from rolltape.compare.until import evaluate_until, parse_bounds, parse_until
-    from rolltape.compare.until import summary_lines as until_lines
+    from rolltape.drivers.until import evaluate_until, parse_bounds, parse_until
+    from rolltape.drivers.until import summary_lines as until_lines
 
     rule = parse_until(until or "", margin=margin, max_episodes=max_episodes, batch=batch)
     result = evaluate_until(env, policies or ["random"], rule,

@@ -63,7 +63,7 @@ def evaluate_latencies(env: str | None, policy: str, *, latencies: Sequence[int]
                        command: list[str] | None = None, **options: Any) -> dict[str, Any]:
     """Evaluate ``policy`` once per (execution, D) under ``out`` and write the latency
     report; returns what ``latency.json`` holds. ``options`` are :func:`rolltape.evaluate`'s."""
-    from rolltape.compare.sweep import evaluate_runs, prepare_root, undone_on_usage_error
+    from rolltape.drivers.sweep import evaluate_runs, prepare_root, undone_on_usage_error
     from rolltape.pass1.clock import Clock
 
     if len(set(latencies)) != len(latencies) or len(set(executions)) != len(executions):

@@ -323,7 +323,7 @@ def evaluate_until(env: str | None, policies: list[str], until: Until, *,
                  resume=True, **options)
         comparison = None
     else:
-        from rolltape.compare.sweep import evaluate_many
+        from rolltape.drivers.sweep import evaluate_many
         from rolltape.evaluation import evaluate
 
         for e, f in zip(entries, folders):  # videos and reports as asked
