@@ -47,7 +47,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def sweep(checkpoints: Path, tmp_path_factory: pytest.TempPathFactory):
-    from rolltape.compare.sweep import evaluate_many
+    from rolltape.drivers.sweep import evaluate_many
 
     out = tmp_path_factory.mktemp("sweep") / "sweep"
     # The glob is given in name order 128, 192, 64: the sweep orders it by steps.
@@ -215,7 +215,7 @@ def test_bad_input_for_several_policies_leaves_nothing(tmp_path):
 
 def test_resume_keeps_the_finished_runs(sweep):
     """Last in this file: it rewrites the sweep's comparison (without the strip)."""
-    from rolltape.compare.sweep import evaluate_many
+    from rolltape.drivers.sweep import evaluate_many
 
     before = {r.path.name: (r.path / "results.json").stat().st_mtime_ns for r in sweep.runs}
     again = evaluate_many(ENV, [e.policy for e in sweep.entries], baseline="random",
