@@ -28,7 +28,8 @@ CHEAP += ["rolltape.pass1.clock",  # the simulated clock's schedule
           "rolltape.policy_server.lerobot_policy",  # lerobot:DIR observation mapping
           "rolltape.video_pick",  # what --video picks
           "rolltape.pass2.request",  # the render side's request and result types
-          "rolltape.groups"]  # the option groups several verbs share
+          "rolltape.groups",  # the option groups several verbs share
+          "rolltape.compare.flips"]  # verify --flips: a report row
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 

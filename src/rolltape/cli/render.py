@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from rolltape.cli.options import config_values, options_of, takes
-from rolltape.cli.show import replays
+from rolltape.cli.show import replays, say
+from rolltape.compare.flips import FlipOptions
 from rolltape.errors import DivergenceError
 from rolltape.groups import RunFolder
 from rolltape.pass2.request import RenderRequest, ReplayVerb
@@ -35,10 +36,26 @@ def render(**given: Any) -> None:
         raise DivergenceError(f"{diverged} replay(s) diverged from pass 1.")
 
 
-@takes(options_of(ReplayVerb, only=VERIFY), options_of(RunFolder, only=VERIFY))
+@takes(options_of(ReplayVerb, only=VERIFY), options_of(RunFolder, only=(*VERIFY, "out")),
+       options_of(FlipOptions))
 def verify(**given: Any) -> None:
-    """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned."""
+    """Re-simulate tapes (no rendering) and check they earn exactly what pass 1 earned.
+
+    --flips: MuJoCo Warp tapes (folders of them too) replayed on CPU MuJoCo, one line per
+    episode (state divergence, outcome flips) and flips.json (--out: a .json file or a
+    folder); flips are findings, so it exits 0."""
     from rolltape.rendering import RenderJob, replay_tapes
+
+    if given.get("flips"):
+        from rolltape.compare.flips import verify_flips
+
+        report, path = verify_flips(config_values(ReplayVerb, given)["tapes"],
+                                    FlipOptions(**config_values(FlipOptions, given)),
+                                    given.get("out"))
+        for row in report.rows:
+            say(row.line())
+        say(f"{report.summary()} Report: {path}")
+        return
 
     job = RenderJob(draw=False, **config_values(ReplayVerb, given),
                     **config_values(RunFolder, given))
