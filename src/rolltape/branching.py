@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from contextlib import closing
-from dataclasses import MISSING, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,7 +44,14 @@ from rolltape.executors.base import ShareWork
 from rolltape.executors.launch import per_core
 from rolltape.files import atomic_folder, write_json
 from rolltape.flags import EPISODES, POLICY, SCALE, Rule, at_least, check_flags, flag
-from rolltape.groups import PolicyFiles, RunFolder
+from rolltape.groups import (
+    ExecutorChoice,
+    Pick,
+    PolicyFiles,
+    RunArgument,
+    RunFolder,
+    declared,
+)
 from rolltape.interpreter import NO_GL
 from rolltape.outputs.branch_chart import branch_label, draw_branch_chart
 from rolltape.pass1.branches import BranchJob, BranchUnit, branch_refusal
@@ -52,6 +59,7 @@ from rolltape.pass1.dealer import Dealer
 from rolltape.pass1.remote import cut_into_tasks, play_shipped
 from rolltape.pass1.rollout import UNITS, PolicyJob, playing, split_jobs
 from rolltape.pass1.worker import policy_worker
+from rolltape.pass2.request import ReplayVerb
 from rolltape.progress import Progress
 from rolltape.record import Episode, Run
 from rolltape.stats import bootstrap_ci, wilson_interval
@@ -63,15 +71,11 @@ SCHEMA = 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class BranchConfig(PolicyFiles, RunFolder):
+class BranchConfig(RunArgument, Pick, PolicyFiles, ExecutorChoice, RunFolder):
     """What ``rolltape branch`` (and :func:`branch`) is asked for: each field checked on
     construction by its own rule. ``out`` defaults to RUN/branch."""
 
-    run: str = flag(MISSING, "A run folder (what `rolltape eval` wrote).", panel=EPISODES,
-                    argument=True, cli_type=Path, parse=str, metavar="RUN")
-    # Not --episodes (eval's count): which of the run's episodes, as --video picks them.
-    pick: Any = flag("worst:3", "Which episodes: worst:N, best:N, median, all, a count N "
-                     "(the first N), or indices like 0,3.", panel=EPISODES, cli_type=str)
+    pick: Any = declared(Pick, "pick", "worst:3")  # the three worst, unless asked
     branches: int = flag(16, "Branches K played from each grid step.", panel=EPISODES,
                          rule=at_least(1))
     every: int = flag(10, "Grid: a branch point every N steps from step 0.", panel=EPISODES,
@@ -95,16 +99,10 @@ class BranchConfig(PolicyFiles, RunFolder):
                         rule=at_least(0, why="0: one per core"))
     policy: str | None = flag(None, "The policy, when not the run's own (needed for a module "
                               "or .py policy).", panel=POLICY, names=("--policy", "-p"))
-    env: str | None = flag(None, "Branch on this env (MODULE:EnvId or FILE.py:CLASS) instead "
-                           "of the tapes' own; a tape of your own env needs it: tapes never "
-                           "import code.", panel=EPISODES)
-    executor: str = flag("local", "local (process pool) or ray: the branches are dealt as "
-                         "pass-1 episodes are.", panel=SCALE)
-    ray_address: str | None = flag(None, "Ray cluster (host:port, auto, ray://host:10001); "
-                                   "default RAY_ADDRESS, else a private local Ray. On a "
-                                   "cluster the run's tapes and policy files must sit at the "
-                                   "same path on every machine.", panel=SCALE)
-    executor_options: dict[str, Any] = field(default_factory=dict)  # the API's, e.g. address
+    env: str | None = declared(ReplayVerb, "env")  # play the branches on it, not the tapes'
+    # The executor's own options (its OPTIONS record: Ray's address, ...). On a cluster the
+    # run's tapes and policy files must sit at the same path on every machine.
+    executor_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Refuse, before any work, numbers no branch run can use."""
@@ -112,11 +110,6 @@ class BranchConfig(PolicyFiles, RunFolder):
         if self.execute_steps is not None:
             raise UsageError("--execute-steps is for a served policy's chunks, which branch "
                              "does not play; drop it.")
-
-    def runner_options(self) -> dict[str, Any]:
-        """The executor's options: the API's ``executor_options`` and ``--ray-address``."""
-        given = {"address": self.ray_address} if self.ray_address else {}
-        return {**self.executor_options, **given}
 
 
 @dataclass
@@ -150,7 +143,7 @@ def branch(run: str, **options: Any) -> BranchResult:
 
 def branch_run(cfg: BranchConfig) -> BranchResult:
     """Do what ``cfg`` asks: branch the chosen episodes of its run."""
-    runner = executors.get(cfg.executor, **cfg.runner_options())  # a bad name: before work
+    runner = executors.get(cfg.executor, **cfg.executor_options)  # a bad name: before work
     loaded = Run.load(cfg.run)
     policy, made = _policy_of(loaded, cfg)
     sources = _sources(loaded, cfg)

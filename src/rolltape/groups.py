@@ -10,7 +10,14 @@ the same, defaults the same and is checked the same wherever it appears.
 - :class:`PolicyFiles`: what loads beside a policy (eval, serve-policy, parity, branch).
 - :class:`Listener`: a server's socket and its limits (serve, serve-policy).
 - :class:`Reference`: the policy that scores 1 among several (eval, compare).
+- :class:`ExecutorChoice`: which executor runs the work (eval, branch); each executor's own
+  options are its ``OPTIONS`` record (``rolltape.executors.base.option_records``).
 - :class:`RunFolder`: where a verb writes (every verb that writes).
+- :class:`RunArgument`: the run folder a verb reads, its argument RUN (export, branch,
+  report, view); :class:`Pick`: which of its episodes (export, branch).
+
+:func:`declared` gives a record another record's flag field as it is declared there (the
+same names, help and rule), with the verb's own default where it differs.
 
 The render side's groups (how tapes are replayed and drawn) are its own records,
 ``rolltape.pass2.request.RenderOptions`` and ``ReplayOptions``.
@@ -31,7 +38,7 @@ May import: flags, errors, limits, the standard library. Never: typer, the work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -39,6 +46,7 @@ from rolltape.flags import (
     EPISODES,
     OUTPUT,
     POLICY,
+    SCALE,
     SERVER,
     at_least,
     flag,
@@ -46,7 +54,8 @@ from rolltape.flags import (
 )
 
 __all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles",
-           "Listener", "Reference", "RunFolder"]
+           "Listener", "Reference", "ExecutorChoice", "RunFolder", "RunArgument", "Pick",
+           "declared"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +144,13 @@ class Reference:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExecutorChoice:
+    """Which registered executor plays the work (``rolltape.executors``)."""
+
+    executor: str = flag("local", "local (process pool) or ray.", panel=SCALE)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunFolder:
     """Where a verb writes, and how it behaves there. ``out`` is unset by default: each
     verb's help says where it writes then."""
@@ -143,3 +159,34 @@ class RunFolder:
                            panel=OUTPUT, names=("--out", "-o"))
     overwrite: bool = flag(False, "Replace what is already there.", panel=OUTPUT)
     quiet: bool = flag(False, "No progress bars.", panel=OUTPUT, names=("--quiet", "-q"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunArgument:
+    """The run folder a verb reads: its first argument, RUN (the Python API may give a
+    loaded ``rolltape.record.Run`` where a verb's work takes one, as export's does)."""
+
+    run: Any = flag(MISSING, "A run folder (what `rolltape eval` wrote).", panel=OUTPUT,
+                    argument=True, cli_type=Path, parse=str)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pick:
+    """Which of a run's episodes a verb takes: what ``--video`` takes
+    (``rolltape.video_pick.VideoPick``), here under its own name (``--episodes`` is a
+    count)."""
+
+    pick: Any = flag("all", "Which episodes: N (the first N), all, best, worst, median "
+                     "(best:3: several) or indices 0,3,7.", panel=EPISODES, cli_type=str)
+
+
+def declared(record: type, name: str, default: Any = MISSING) -> Any:
+    """``record``'s flag field ``name``, for another record: the flag declared once, where
+    ``record`` declares it; ``default``: this verb's own, where it differs (branch picks
+    worst:3 where export picks all)."""
+    spec: Field[Any] = next(f for f in fields(record) if f.name == name)
+    if default is MISSING:
+        default = spec.default
+    if default is MISSING and spec.default_factory is not MISSING:
+        return field(default_factory=spec.default_factory, metadata=spec.metadata)
+    return field(default=default, metadata=spec.metadata)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import MISSING, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,7 +23,7 @@ from rolltape.cli.options import config_values, options_of, takes
 from rolltape.cli.show import out, print_run, say, warn
 from rolltape.errors import UsageError
 from rolltape.flags import OUTPUT, SCALE, above, at_least, check_flags, flag
-from rolltape.groups import Episodes, RunFolder
+from rolltape.groups import Episodes, RunArgument, RunFolder
 from rolltape.pass2.request import ReplayOptions
 
 
@@ -177,22 +177,14 @@ def bench(**given: Any) -> None:
                                    config=config))
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunArgs:
-    """A run folder a tool reads."""
-
-    run: Path = flag(MISSING, "Run folder written by `rolltape eval`.", panel=OUTPUT,
-                     argument=True)
-
-
-@takes(options_of(RunArgs), options_of(RunFolder, only=("out",)))
+@takes(options_of(RunArgument), options_of(RunFolder, only=("out",)))
 def report(**given: Any) -> None:
     """Write RUN/report.html: the run's numbers, plots, videos and provenance on one page.
 
     --out: where to write the page (default RUN/report.html)."""
     from rolltape.outputs.report import build_report
 
-    run = RunArgs(**config_values(RunArgs, given)).run
+    run = Path(RunArgument(**config_values(RunArgument, given)).run)
     page = RunFolder(**config_values(RunFolder, given)).out
     say(f"report written to {build_report(run, out=None if page is None else Path(page))}")
 
@@ -210,13 +202,13 @@ class ViewOptions:
         check_flags(self)
 
 
-@takes(options_of(RunArgs), options_of(ViewOptions))
+@takes(options_of(RunArgument), options_of(ViewOptions))
 def view(**given: Any) -> None:
     """Serve RUN's 3-D tape viewer (MuJoCo in WebAssembly) on localhost until Ctrl-C."""
     from rolltape.outputs.viewer import export_viewer, serve, viewer_is_current
 
     options = ViewOptions(**config_values(ViewOptions, given))  # refused before any work
-    run = RunArgs(**config_values(RunArgs, given)).run
+    run = Path(RunArgument(**config_values(RunArgument, given)).run)
     if options.refresh or not viewer_is_current(run):
         info = export_viewer(run, overwrite=True)
         if info["href"] is None:

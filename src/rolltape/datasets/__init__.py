@@ -31,11 +31,11 @@ from typing import Any, Callable, Sequence
 from rolltape.envs.ids import trusted_env_id
 from rolltape.errors import Interrupted, RunFailed, UsageError, check_choice
 from rolltape.files import move_into_place, sha256_of
-from rolltape.flags import EPISODES, OUTPUT, VIDEO, check_flags, flag
-from rolltape.groups import RunFolder
+from rolltape.flags import EPISODES, OUTPUT, check_flags, flag
+from rolltape.groups import Pick, RunArgument, RunFolder, declared
 from rolltape.limits import check_folder_name, check_fps, check_frame_size
 from rolltape.outputs.artifacts import check_writable_folder
-from rolltape.pass2.request import ReplayVerb
+from rolltape.pass2.request import RenderRequest, ReplayVerb
 from rolltape.record import Run
 from rolltape.video_pick import VideoPick
 
@@ -67,28 +67,24 @@ NOT_EXPORTED = {"layout": "separate", "overlay": False, "quality": "full", "rtol
 
 
 @dataclass(frozen=True, kw_only=True)
-class ExportConfig(ReplayVerb, RunFolder):
+class ExportConfig(RunArgument, Pick, ReplayVerb, RunFolder):
     """What ``rolltape export`` is asked for: the one record the verb and :func:`export`
     build, checked on construction (each field's rule, then the rules between fields).
     The replay's choices (env, workers, backends, trust-module, mode, camera, width,
     height) are the render side's own (``pass2.request.ReplayVerb``), less
     :data:`NOT_EXPORTED`."""
 
-    run: Any = flag(MISSING, "A run folder (what `rolltape eval` wrote).", panel=OUTPUT,
-                    argument=True, cli_type=Path, parse=str, metavar="RUN")  # or a Run (API)
     to: str = flag(MISSING, "minari or lerobot.", panel=OUTPUT)
     dataset_id: str | None = flag(None, "Minari: NAMESPACE/NAME-vN (needed). LeRobot: the "
                                   "repo id (default rolltape/<folder name>).", panel=OUTPUT,
                                   names=("--id",))
     role: str = flag("policy", "Whose episodes: policy or baseline.", panel=EPISODES)
-    # Not --episodes (eval's count) nor --only (bench's benchmark names): issue 40.
-    pick: Any = flag("all", "Which episodes: N (the first N), all, best, worst, median "
-                     "(best:3: several) or indices 0,3,7.", panel=EPISODES, cli_type=str)
+    # Not --only (bench's benchmark names; issue 40): a switch, as it takes one value.
     success_only: bool = flag(False, "Only episodes that succeeded (the run's success "
                               "rule).", panel=EPISODES)
     min_return: float | None = flag(None, "Only episodes with at least this return.",
                                     panel=EPISODES)
-    fps: float | None = flag(None, "Video frame rate (the env's by default).", panel=VIDEO)
+    fps: float | None = declared(RenderRequest, "fps")  # the env's by default
     layout: str = "separate"  # each camera a video of its own
 
     def __post_init__(self) -> None:
