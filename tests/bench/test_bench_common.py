@@ -17,22 +17,23 @@ from rolltape.bench.common import (
     QUICK,
     Config,
     Context,
-    _backends,
-    _cpu_s,
-    _median,
-    _result,
-    _vmhwm_kb,
     child_env,
     compare_tapes,
+    cpu_seconds,
+    interleaved,
+    median,
+    median_rate,
+    peak_rss_kb,
+    result,
     run_child,
     run_seconds,
     track_workers,
 )
 
 
-def result(ratio: float, target: float, op: str, **extra) -> dict:
-    return _result(title="t", ratio=ratio, target=target, op=op, ratio_of="a / b",
-                   baseline="b", measured="a", raw={"x": 1}, **extra)
+def judged(ratio: float, target: float, op: str, **extra) -> dict:
+    return result(title="t", ratio=ratio, target=target, op=op, ratio_of="a / b",
+                  baseline="b", measured="a", raw={"x": 1}, **extra)
 
 
 @pytest.mark.parametrize(("value", "target", "op", "passed"), [
@@ -40,24 +41,38 @@ def result(ratio: float, target: float, op: str, **extra) -> dict:
     (1.0, 1.05, "<=", True), (1.05, 1.05, "<=", True), (1.06, 1.05, "<=", False),
 ])
 def test_a_result_passes_when_its_value_meets_the_target(value, target, op, passed):
-    assert result(value, target, op)["passed"] is passed
+    assert judged(value, target, op)["passed"] is passed
 
 
 def test_a_result_judges_its_value_when_given_instead_of_the_ratio():
-    r = result(3.0, 50.0, "<=", value=12.5, unit="MB", gating=False, notes=("n",))
+    r = judged(3.0, 50.0, "<=", value=12.5, unit="MB", gating=False, notes=("n",))
     assert (r["ratio"], r["value"], r["unit"], r["passed"]) == (3.0, 12.5, "MB", True)
     assert r["gating"] is False and r["notes"] == ["n"]
-    assert result(3.0, 50.0, "<=", value=60)["passed"] is False
+    assert judged(3.0, 50.0, "<=", value=60)["passed"] is False
 
 
 def test_a_result_holds_plain_floats_for_json():
-    r = result(np.float32(1.5), np.int64(2), ">=")  # type: ignore[arg-type]
+    r = judged(np.float32(1.5), np.int64(2), ">=")  # type: ignore[arg-type]
     assert all(type(r[k]) is float for k in ("ratio", "value", "target"))
     assert type(r["passed"]) is bool and r["raw"] == {"x": 1}
 
 
 def test_median_of_an_even_count_is_the_mean_of_the_middle_two():
-    assert _median([4.0, 1.0, 3.0, 2.0]) == 2.5 and _median([7]) == 7.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5 and median([7]) == 7.0
+
+
+def test_a_median_rate_is_frames_over_the_named_seconds():
+    runs = [{"frames": 100, "wall_s": 2.0, "cpu_s": 4.0}, {"frames": 100, "wall_s": 1.0,
+                                                           "cpu_s": 5.0},
+            {"frames": 90, "wall_s": 3.0, "cpu_s": 3.0}]
+    assert median_rate(runs) == 50.0 and median_rate(runs, "cpu_s") == 25.0
+
+
+def test_repetitions_interleave_a_b_b_a():
+    assert list(interleaved(3, ("a", "b"))) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"),
+                                                (2, "a"), (2, "b")]
+    assert [arm for _, arm in interleaved(2, [1, 2, 3])] == [1, 2, 3, 3, 2, 1]
+    assert list(interleaved(0, ("a", "b"))) == []
 
 
 def test_quick_sizes_are_no_larger_than_full_ones():
@@ -77,8 +92,8 @@ def test_each_scratch_folder_is_new_and_numbered(tmp_path: Path):
 
 
 def test_the_bench_backend_falls_back_to_osmesa(tmp_path: Path):
-    assert _backends(Context(QUICK, tmp_path, print, backend="egl")) == ("egl", "osmesa")
-    assert _backends(Context(QUICK, tmp_path, print, backend="osmesa")) == ("osmesa",)
+    assert Context(QUICK, tmp_path, print, backend="egl").backends() == ("egl", "osmesa")
+    assert Context(QUICK, tmp_path, print, backend="osmesa").backends() == ("osmesa",)
 
 
 def test_a_child_gets_no_gl_backend_unless_named_and_an_absolute_pythonpath(monkeypatch):
@@ -92,10 +107,10 @@ def test_a_child_gets_no_gl_backend_unless_named_and_an_absolute_pythonpath(monk
 
 
 def test_proc_readings_of_this_process_and_of_none():
-    kb, cpu = _vmhwm_kb(os.getpid()), _cpu_s(os.getpid())
+    kb, cpu = peak_rss_kb(os.getpid()), cpu_seconds(os.getpid())
     assert kb is not None and kb > 1000  # a Python with numpy holds megabytes
     assert cpu is not None and cpu > 0
-    assert _vmhwm_kb(2**22 + 1) is None and _cpu_s(2**22 + 1) is None  # above pid_max
+    assert peak_rss_kb(2**22 + 1) is None and cpu_seconds(2**22 + 1) is None  # above pid_max
 
 
 def _tape(folder: Path, name: str, **arrays: np.ndarray) -> Path:

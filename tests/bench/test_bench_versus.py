@@ -12,7 +12,7 @@ import gymnasium as gym
 import pytest
 
 from rolltape import evaluate
-from rolltape.bench.common import ENV_ID, QUICK, Context, _result, make_checkpoint
+from rolltape.bench.common import ENV_ID, QUICK, Context, make_checkpoint, result
 from rolltape.bench.versus import (
     SMALL_ENV_ID,
     bench_end_to_end,
@@ -29,8 +29,8 @@ def test_the_small_jobs_env_plays_100_step_episodes():
 def test_end_to_end_is_measured_once_per_run_and_titled(tmp_path: Path):
     logged: list[str] = []
     ctx = Context(QUICK, tmp_path, logged.append)
-    measured = _result(title="", ratio=0.5, target=0.8, op="<=", gating=False, ratio_of="a/b",
-                       baseline="b", measured="a", raw={"steps": QUICK.e2e_steps})
+    measured = result(title="", ratio=0.5, target=0.8, op="<=", gating=False, ratio_of="a/b",
+                  baseline="b", measured="a", raw={"steps": QUICK.e2e_steps})
     ctx.results[("seed000", QUICK.e2e_steps)] = measured  # as the first measurement left it
     row = bench_end_to_end(ctx)
     assert row == {**measured, "title": "end to end"}

@@ -10,46 +10,35 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import (
-    ENV_ID,
-    SEED,
-    Context,
-    _backends,
-    _median,
-    _record_random_tape,
-    _result,
-    _timed_render,
-    run_child,
-)
+import rolltape.bench.common as common
 
 
-def bench_gif_vs_mp4(ctx: Context) -> dict[str, Any]:
+def bench_gif_vs_mp4(ctx: common.Context) -> dict[str, Any]:
     """Encode the same real frames as mp4 and as gif with rolltape.encode.open_writer."""
     from rolltape.pass2.encode import open_writer, read_frames
     from rolltape.pass2.request import RenderRequest
 
     cfg = ctx.config
-    tape = _record_random_tape(ctx, cfg.gif_frames - 1)
+    tape = ctx.random_tape(cfg.gif_frames - 1)
     folder = ctx.dir("gif-frames")
-    (result,), _, _ = _timed_render([RenderRequest(
+    (result,), _, _ = common.timed_render([RenderRequest(
         str(tape), (str(folder / "frames") + "/",), width=cfg.width, height=cfg.height,
-        overwrite=True)], _backends(ctx), workers=1, split=False)
+        overwrite=True)], ctx.backends(), workers=1, split=False)
     frames = list(read_frames(folder / "frames"))  # lossless PNGs, held in memory
     fps = result.fps
     times: dict[str, list[float]] = {"mp4": [], "gif": []}
     sizes: dict[str, int] = {}
     out = ctx.dir("gif-vs-mp4")
-    for rep in range(cfg.gif_reps):
-        for fmt in (("mp4", "gif") if rep % 2 == 0 else ("gif", "mp4")):
-            path = out / f"episode.{fmt}"
-            started = time.perf_counter()
-            with open_writer(path, fps=fps, overwrite=True) as writer:
-                for frame in frames:
-                    writer.write(frame)
-            times[fmt].append(time.perf_counter() - started)
-            sizes[fmt] = path.stat().st_size
-    mp4, gif = _median(times["mp4"]), _median(times["gif"])
-    return _result(
+    for _, fmt in common.interleaved(cfg.gif_reps, ("mp4", "gif")):
+        path = out / f"episode.{fmt}"
+        started = time.perf_counter()
+        with open_writer(path, fps=fps, overwrite=True) as writer:
+            for frame in frames:
+                writer.write(frame)
+        times[fmt].append(time.perf_counter() - started)
+        sizes[fmt] = path.stat().st_size
+    mp4, gif = common.median(times["mp4"]), common.median(times["gif"])
+    return common.result(
         title="gif vs mp4 encoding", ratio=gif / mp4, target=2.0, op="<=",
         ratio_of="median time to write the frames as gif / as mp4 (open_writer to close)",
         baseline=f"mp4 {mp4 * 1e3 / len(frames):.1f} ms/frame",
@@ -82,21 +71,22 @@ def _build_report_twice(run_dir: str) -> dict[str, Any]:
 
 def _time_report_build(run_dir: Path, cwd: Path) -> dict[str, Any]:
     """Import rolltape.report and build the report twice in a fresh interpreter."""
-    child, wall = run_child(_build_report_twice, {"run_dir": str(run_dir)}, cwd)
+    child, wall = common.run_child(_build_report_twice, {"run_dir": str(run_dir)}, cwd)
     return {**child, "process_wall_s": wall}
 
 
-def bench_report_build(ctx: Context) -> dict[str, Any]:
+def bench_report_build(ctx: common.Context) -> dict[str, Any]:
     """build_report on a run of many episodes with 3 videos; an absolute budget."""
     from rolltape.evaluation import evaluate
 
     cfg = ctx.config
-    run = evaluate(ENV_ID, "random", episodes=cfg.report_episodes, max_episode_steps=50,
+    run = evaluate(common.ENV_ID, "random", episodes=cfg.report_episodes, max_episode_steps=50,
                    baseline="random", video=3, workers=2, report=False, quality="fast",
-                   width=160, height=120, seed=SEED, out=ctx.dir("report-run"), overwrite=True)
+                   width=160, height=120, seed=common.SEED, out=ctx.dir("report-run"),
+                   overwrite=True)
     child = _time_report_build(run.path, ctx.dir("report-build"))
     cold = child["import_s"] + child["first_s"]
-    return _result(
+    return common.result(
         title="report build", ratio=cold / REPORT_BUDGET_S, value=cold, unit="s",
         target=REPORT_BUDGET_S, op="<=",
         ratio_of="seconds of `import rolltape.report` + the first build_report in a fresh "

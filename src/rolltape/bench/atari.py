@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import SEED, Context, _median, _result, run_child, run_seconds
+import rolltape.bench.common as common
 
 ATARI_ID = "BreakoutNoFrameskip-v4"
 WRAPPER = "stable_baselines3.common.atari_wrappers.AtariWrapper"
 
 
-def atari_sizes(ctx: Context) -> tuple[int, int, int]:
+def atari_sizes(ctx: common.Context) -> tuple[int, int, int]:
     """(episodes, base steps per episode at most, repetitions) for this run's size."""
     return (2, 300, 1) if ctx.config.quick else (8, 4000, 2)
 
@@ -40,7 +40,7 @@ def _building_on_one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _atari_checkpoint(ctx: Context) -> Path:
+def _atari_checkpoint(ctx: common.Context) -> Path:
     """An untrained PPO CnnPolicy for SB3's Atari pipeline (inference costs the same as a
     trained one's), made once per run."""
     shared = ctx.results.setdefault("atari", {})
@@ -61,7 +61,7 @@ def _atari_checkpoint(ctx: Context) -> Path:
     return Path(shared["checkpoint"])
 
 
-def bench_atari_pass1(ctx: Context) -> dict[str, Any]:
+def bench_atari_pass1(ctx: common.Context) -> dict[str, Any]:
     """rolltape pass 1 (--wrapper atari --frame-stack 4, sampled actions as rl-zoo3 samples
     Atari's) vs enjoy.py's loop on the same episodes, each from a cold process."""
     import os
@@ -74,31 +74,30 @@ def bench_atari_pass1(ctx: Context) -> dict[str, Any]:
     times: dict[str, list[float]] = {"rolltape": [], "enjoy": []}
     ours: list[tuple[float | None, int]] = []
     theirs: dict[str, Any] = {}
-    for rep in range(reps):
-        for who in (("rolltape", "enjoy") if rep % 2 == 0 else ("enjoy", "rolltape")):
-            if who == "rolltape":
-                run = evaluate(ATARI_ID, f"sb3:{ckpt}", wrappers=("atari",), frame_stack=4,
-                               deterministic=False, episodes=episodes, seed=SEED,
-                               max_episode_steps=steps, workers=workers,
-                               out=ctx.dir("atari-rolltape"), overwrite=True, report=False)
-                times[who].append(run_seconds(run, "pass1_s"))
-                ours = [(e.ret, e.length) for e in run.results.episodes]
-                ctx.results.setdefault("atari", {})["tape"] = \
-                    Path(run.path) / run.results.episodes[0].tape
-            else:
-                theirs, wall = run_child(enjoy_loop_child, {
-                    "checkpoint": str(ckpt), "episodes": episodes, "steps": steps,
-                    "seed": SEED}, ctx.dir("atari-enjoy"))
-                times[who].append(wall)
+    for _, who in common.interleaved(reps, ("rolltape", "enjoy")):
+        if who == "rolltape":
+            run = evaluate(ATARI_ID, f"sb3:{ckpt}", wrappers=("atari",), frame_stack=4,
+                           deterministic=False, episodes=episodes, seed=common.SEED,
+                           max_episode_steps=steps, workers=workers,
+                           out=ctx.dir("atari-rolltape"), overwrite=True, report=False)
+            times[who].append(common.run_seconds(run, "pass1_s"))
+            ours = [(e.ret, e.length) for e in run.results.episodes]
+            ctx.results.setdefault("atari", {})["tape"] = \
+                Path(run.path) / run.results.episodes[0].tape
+        else:
+            theirs, wall = common.run_child(enjoy_loop_child, {
+                "checkpoint": str(ckpt), "episodes": episodes, "steps": steps,
+                "seed": common.SEED}, ctx.dir("atari-enjoy"))
+            times[who].append(wall)
     same = ours == [tuple(x) for x in theirs["episodes"]]
-    ratio = _median(times["enjoy"]) / _median(times["rolltape"])
-    return _result(
+    ratio = common.median(times["enjoy"]) / common.median(times["rolltape"])
+    return common.result(
         title="Atari pass 1 vs rl-zoo3 enjoy loop", ratio=ratio, target=1.5, op=">=",
         gating=not ctx.config.quick,
         ratio_of="enjoy-style loop wall time / rolltape pass-1 time (a speed-up; each from a "
                  "cold process: interpreter, torch, checkpoint, episodes)",
-        baseline=f"enjoy loop {_median(times['enjoy']):.2f} s",
-        measured=f"rolltape pass 1 {_median(times['rolltape']):.2f} s ({workers} workers)",
+        baseline=f"enjoy loop {common.median(times['enjoy']):.2f} s",
+        measured=f"rolltape pass 1 {common.median(times['rolltape']):.2f} s ({workers} workers)",
         raw={"env": ATARI_ID, "episodes": episodes, "max_episode_steps": steps, "reps": reps,
              "workers": workers, "rolltape_pass1_s": times["rolltape"],
              "enjoy_wall_s": times["enjoy"], "enjoy_loop_s": theirs.get("loop_s"),
@@ -161,7 +160,7 @@ def enjoy_loop_child(checkpoint: str, episodes: int, steps: int, seed: int) -> d
     return {"episodes": out, "loop_s": time.perf_counter() - started, "built_by": built_by}
 
 
-def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
+def bench_atari_pass2(ctx: common.Context) -> dict[str, Any]:
     """rolltape.render of an Atari tape (ALE's screen, verified) with a worker per core, as
     ``eval``'s pass 2 draws it (the episode split into segments that continue from recorded
     emulator states), vs a bare render+encode loop in a cold process (A B B A ...)."""
@@ -176,27 +175,23 @@ def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
     _, _, reps = atari_sizes(ctx)
     workers = per_core(0)  # eval's --render-workers 0
     runs: dict[str, list[dict[str, float]]] = {"rolltape": [], "bare": []}
-    for rep in range(reps):
-        for who in (("rolltape", "bare") if rep % 2 == 0 else ("bare", "rolltape")):
-            folder = ctx.dir(f"atari-render-{who}")
-            if who == "rolltape":
-                started = time.perf_counter()
-                result = render([RenderRequest(str(tape), (str(folder / "rolltape.mp4"),),
-                                               overwrite=True)], workers=workers)[0]
-                wall = time.perf_counter() - started
-                assert result is not None and result.verified
-                runs[who].append({"wall_s": wall, "loop_s": result.seconds,
-                                  "frames": result.frames, "segments": result.segments})
-            else:
-                bare, wall = run_child(bare_atari_render_child, {
-                    "tape": str(tape), "out": str(folder / "bare.mp4")}, folder)
-                runs[who].append({"wall_s": wall, **bare})
+    for _, who in common.interleaved(reps, ("rolltape", "bare")):
+        folder = ctx.dir(f"atari-render-{who}")
+        if who == "rolltape":
+            started = time.perf_counter()
+            result = render([RenderRequest(str(tape), (str(folder / "rolltape.mp4"),),
+                                           overwrite=True)], workers=workers)[0]
+            wall = time.perf_counter() - started
+            assert result is not None and result.verified
+            runs[who].append({"wall_s": wall, "loop_s": result.seconds,
+                              "frames": result.frames, "segments": result.segments})
+        else:
+            bare, wall = common.run_child(bare_atari_render_child, {
+                "tape": str(tape), "out": str(folder / "bare.mp4")}, folder)
+            runs[who].append({"wall_s": wall, **bare})
 
-    def rate(who: str, key: str) -> float:
-        return _median([r["frames"] / r[key] for r in runs[who]])
-
-    fps, bare_fps = rate("rolltape", "wall_s"), rate("bare", "wall_s")
-    return _result(
+    fps, bare_fps = common.median_rate(runs["rolltape"]), common.median_rate(runs["bare"])
+    return common.result(
         title="Atari pass 2 vs bare render loop", ratio=fps / bare_fps, target=1.0, op=">=",
         ratio_of="rolltape.render frames/s / bare env.render()+encode frames/s (wall time, "
                  "process start included on both sides)",
@@ -204,8 +199,8 @@ def bench_atari_pass2(ctx: Context) -> dict[str, Any]:
         measured=f"rolltape {fps:.1f} frames/s ({workers} workers)",
         raw={"env": ATARI_ID, "reps": reps, "workers": workers, "rolltape": runs["rolltape"],
              "bare": runs["bare"], "fps": fps, "bare_fps": bare_fps,
-             "fps_in_loop": rate("rolltape", "loop_s"),
-             "bare_fps_in_loop": rate("bare", "loop_s")},
+             "fps_in_loop": common.median_rate(runs["rolltape"], "loop_s"),
+             "bare_fps_in_loop": common.median_rate(runs["bare"], "loop_s")},
         notes=["both draw ALE's 210x160 screen (no GL) and write mp4 via "
                "rolltape.pass2.encode.open_writer; rolltape also verifies every step",
                "rolltape draws as eval's pass 2 does, a worker per core, so one long episode "

@@ -28,18 +28,18 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from rolltape.bench.common import SEED, Context, _median, _result
+import rolltape.bench.common as common
 
 BRANCH_ENV = "Pusher-v5"
 NOISE = 0.1  # rolltape.branching.DEFAULT_NOISE, the default for a deterministic policy
 
 
-def branch_sizes(ctx: Context) -> tuple[int, int, int, int, int]:
+def branch_sizes(ctx: common.Context) -> tuple[int, int, int, int, int]:
     """(episodes, steps per episode, grid step, branches per grid step, repetitions)."""
     return (1, 100, 25, 2, 2) if ctx.config.quick else (3, 100, 5, 8, 3)
 
 
-def bench_branch_step_cost(ctx: Context) -> dict[str, Any]:
+def bench_branch_step_cost(ctx: common.Context) -> dict[str, Any]:
     """Branch steps (a BranchJob, in process) vs bare steps from states restored with
     mj_setState, same env, policy, noise and steps."""
     from rolltape.branching import branch_seed
@@ -64,14 +64,14 @@ def bench_branch_step_cost(ctx: Context) -> dict[str, Any]:
         sources: list[Tape] = []
         units: list[BranchUnit] = []
         for e in range(episodes):  # the recorded episodes, by pass 1's own loop
-            fields = record_episode(env, policy, SEED + e)
+            fields = record_episode(env, policy, common.SEED + e)
             path = folder / f"source-{e}.npz"
             Tape(env=spec, policy=policy.description, meta={}, **fields).save(path)
             sources.append(Tape.load(path))
             for t in range(0, steps, every):
                 for b in range(k):
                     units.append(BranchUnit(
-                        "branch", len(units), branch_seed(0, SEED + e, t, b),
+                        "branch", len(units), branch_seed(0, common.SEED + e, t, b),
                         f"e{e}-t{t:03d}-k{b}.npz", source=str(path), step=t, branch=b,
                         noise=NOISE))
         branch_steps = sum(steps - u.step for u in units)
@@ -101,25 +101,23 @@ def bench_branch_step_cost(ctx: Context) -> dict[str, Any]:
         times: dict[str, list[float]] = {"bare": [], "branch": []}
         cpu: dict[str, list[float]] = {"bare": [], "branch": []}
         played: dict[str, int] = {}
-        for rep in range(reps):
-            order = [("bare", bare), ("branch", branch)]
-            for name, fn in order if rep % 2 == 0 else order[::-1]:  # A B B A ...
-                started, cpu_started = time.perf_counter(), time.process_time()
-                played[name] = fn()
-                times[name].append(time.perf_counter() - started)
-                cpu[name].append(time.process_time() - cpu_started)
+        for _, (name, fn) in common.interleaved(reps, [("bare", bare), ("branch", branch)]):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            played[name] = fn()
+            times[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - cpu_started)
     finally:
         opened.close()
     if played["bare"] != played["branch"]:
         raise RuntimeError(f"the bare loop played {played['bare']} steps, the branches "
                            f"{played['branch']}")
     n = len(units)
-    ratio = _median(times["branch"]) / _median(times["bare"])
-    cpu_ratio = _median(cpu["branch"]) / _median(cpu["bare"])
-    bare_us = _median(times["bare"]) / branch_steps * 1e6
-    branch_us = _median(times["branch"]) / branch_steps * 1e6
-    per_branch_ms = (_median(cpu["branch"]) - _median(cpu["bare"])) / n * 1e3
-    return _result(
+    ratio = common.median(times["branch"]) / common.median(times["bare"])
+    cpu_ratio = common.median(cpu["branch"]) / common.median(cpu["bare"])
+    bare_us = common.median(times["bare"]) / branch_steps * 1e6
+    branch_us = common.median(times["branch"]) / branch_steps * 1e6
+    per_branch_ms = (common.median(cpu["branch"]) - common.median(cpu["bare"])) / n * 1e3
+    return common.result(
         title="branch step vs a bare step from a restored state", ratio=ratio, target=1.2,
         op="<=",
         ratio_of="median time of the branches (BranchJob in process) / median time of a bare "

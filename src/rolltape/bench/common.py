@@ -1,7 +1,8 @@
 """What every benchmark shares: the sizes of a run (:class:`Config`, :data:`FULL`,
 :data:`QUICK`), the :class:`Context` of one run, child processes (:func:`run_child`),
 worker tracking (:func:`track_workers`), the random tapes and timed renders several
-benchmarks draw, and the result dict every benchmark returns (:func:`_result`).
+benchmarks draw, the A B B A order of their repetitions (:func:`interleaved`) and the
+result dict every benchmark returns (:func:`result`).
 
 May import: rolltape, inside functions. Never: another bench module (they import this).
 """
@@ -16,12 +17,14 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 from rolltape.interpreter import GL_VARIABLES, ChildFailed, changes_to, run_once
 
 if TYPE_CHECKING:
     from rolltape.record import Run
+
+T = TypeVar("T")
 
 ENV_ID = "HalfCheetah-v5"
 SEED = 1000
@@ -118,6 +121,25 @@ class Context:
             self._checkpoints[env_id] = make_checkpoint(self.dir("checkpoint"), env_id)
         return self._checkpoints[env_id]
 
+    def random_tapes(self, steps: int, n: int = 1) -> list[Path]:
+        """``n`` random-policy HalfCheetah tapes of ``steps`` steps (seeds SEED, SEED + 1, ...;
+        pass 2 does not care who acted), recorded by pass 1 once per run, size and count."""
+        from rolltape.evaluation import evaluate
+
+        if (steps, n) not in self.tapes:
+            run = evaluate(ENV_ID, "random", episodes=n, seed=SEED, max_episode_steps=steps,
+                           out=self.dir(f"tape{steps}x{n}"), overwrite=True, report=False)
+            self.tapes[(steps, n)] = [run.tape_path(e) for e in run.results.episodes]
+        return self.tapes[(steps, n)]
+
+    def random_tape(self, steps: int) -> Path:
+        """One random-policy tape of ``steps`` steps (see :meth:`random_tapes`)."""
+        return self.random_tapes(steps, 1)[0]
+
+    def backends(self) -> tuple[str, ...]:
+        """The bench's GL backend, then osmesa as rolltape's own fallback."""
+        return (self.backend, "osmesa") if self.backend != "osmesa" else ("osmesa",)
+
 
 def make_checkpoint(folder: Path, env_id: str = ENV_ID) -> tuple[Path, Path]:
     """Save an untrained PPO (default 64x64 MlpPolicy) and fresh VecNormalize statistics."""
@@ -168,7 +190,7 @@ def run_child(fn: Callable[..., dict[str, Any]], kwargs: dict[str, Any], cwd: Pa
     return result, time.perf_counter() - started
 
 
-def _vmhwm_kb(pid: int) -> int | None:
+def peak_rss_kb(pid: int) -> int | None:
     """Peak resident set size (VmHWM, kB) of a live process, from /proc; None when gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -180,7 +202,7 @@ def _vmhwm_kb(pid: int) -> int | None:
     return None
 
 
-def _cpu_s(pid: int) -> float | None:
+def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a live process (all its threads), from /proc."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -210,10 +232,10 @@ def track_workers(poll_s: float = 0.05) -> Iterator[list[dict[str, Any]]]:
     lock = threading.Lock()
 
     def read(entry: dict[str, Any]) -> None:
-        kb = _vmhwm_kb(entry["pid"])
+        kb = peak_rss_kb(entry["pid"])
         if kb is not None:
             entry["peak_rss_kb"] = max(entry["peak_rss_kb"] or 0, kb)
-        cpu = _cpu_s(entry["pid"])
+        cpu = cpu_seconds(entry["pid"])
         if cpu is not None:
             entry["cpu_s"] = max(entry["cpu_s"] or 0.0, cpu)
 
@@ -272,13 +294,29 @@ def run_seconds(run: Run, phase: str) -> float:
     return float(run.metadata["timings"][phase])
 
 
-def _median(values: Sequence[float]) -> float:
+def median(values: Sequence[float]) -> float:
+    """The median as a plain float (JSON-ready)."""
     return float(statistics.median(values))
 
 
-def _result(*, title: str, ratio: float, target: float, op: str, gating: bool = True,
-            value: float | None = None, unit: str = "x", ratio_of: str, baseline: str,
-            measured: str, raw: dict[str, Any], notes: Sequence[str] = ()) -> dict[str, Any]:
+def median_rate(runs: Sequence[dict[str, Any]], seconds: str = "wall_s") -> float:
+    """Median frames per second over ``runs`` (dicts with ``frames`` and the ``seconds`` key
+    named: ``wall_s``, ``loop_s``, ``cpu_s`` ...)."""
+    return median([r["frames"] / r[seconds] for r in runs])
+
+
+def interleaved(reps: int, arms: Sequence[T]) -> Iterator[tuple[int, T]]:
+    """(repetition, arm) for ``reps`` repetitions of every arm, A B B A ...: every other
+    repetition runs the arms in reverse, so a drift in the machine's load (another process,
+    a warming cache) falls on every arm alike instead of on whichever runs second."""
+    for rep in range(reps):
+        for arm in arms if rep % 2 == 0 else arms[::-1]:
+            yield rep, arm
+
+
+def result(*, title: str, ratio: float, target: float, op: str, gating: bool = True,
+           value: float | None = None, unit: str = "x", ratio_of: str, baseline: str,
+           measured: str, raw: dict[str, Any], notes: Sequence[str] = ()) -> dict[str, Any]:
     """The dict every benchmark returns; ``value`` (the ratio unless given) is judged."""
     judged = ratio if value is None else value
     passed = judged <= target if op == "<=" else judged >= target
@@ -288,30 +326,8 @@ def _result(*, title: str, ratio: float, target: float, op: str, gating: bool = 
             "notes": list(notes)}
 
 
-def _random_tapes(ctx: Context, steps: int, n: int = 1) -> list[Path]:
-    """``n`` random-policy HalfCheetah tapes of ``steps`` steps (seeds SEED, SEED + 1, ...;
-    pass 2 does not care who acted), recorded by pass 1 once per run, size and count."""
-    from rolltape.evaluation import evaluate
-
-    if (steps, n) not in ctx.tapes:
-        run = evaluate(ENV_ID, "random", episodes=n, seed=SEED, max_episode_steps=steps,
-                       out=ctx.dir(f"tape{steps}x{n}"), overwrite=True, report=False)
-        ctx.tapes[(steps, n)] = [run.tape_path(e) for e in run.results.episodes]
-    return ctx.tapes[(steps, n)]
-
-
-def _record_random_tape(ctx: Context, steps: int) -> Path:
-    """One random-policy tape of ``steps`` steps (see :func:`_random_tapes`)."""
-    return _random_tapes(ctx, steps, 1)[0]
-
-
-def _backends(ctx: Context) -> tuple[str, ...]:
-    """The bench's GL backend, then osmesa as rolltape's own fallback."""
-    return (ctx.backend, "osmesa") if ctx.backend != "osmesa" else ("osmesa",)
-
-
-def _timed_render(requests: Sequence[Any], backends: tuple[str, ...], workers: int,
-                  split: bool = True) -> tuple[list[Any], float, float]:
+def timed_render(requests: Sequence[Any], backends: tuple[str, ...], workers: int,
+                 split: bool = True) -> tuple[list[Any], float, float]:
     """``rolltape.render`` with wall time around the call and the render workers' CPU time
     (all their threads, llvmpipe's included)."""
     from rolltape.rendering import render

@@ -15,32 +15,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import (
-    ENV_ID,
-    SEED,
-    Context,
-    _backends,
-    _median,
-    _result,
-    _vmhwm_kb,
-    run_child,
-)
+import rolltape.bench.common as common
 
 
-def _run(ctx: Context, episodes: int, steps: int) -> Path:
+def _run(ctx: common.Context, episodes: int, steps: int) -> Path:
     """A random-policy HalfCheetah run of ``episodes`` x ``steps``, made once per bench run."""
     from rolltape.evaluation import evaluate
 
     key = ("export-run", episodes, steps)
     if key not in ctx.results:
         out = ctx.dir(f"export-run{episodes}x{steps}")
-        evaluate(ENV_ID, "random", episodes=episodes, seed=SEED, max_episode_steps=steps,
-                 out=out, overwrite=True, report=False)
+        evaluate(common.ENV_ID, "random", episodes=episodes, seed=common.SEED,
+                 max_episode_steps=steps, out=out, overwrite=True, report=False)
         ctx.results[key] = {"path": str(out)}
     return Path(ctx.results[key]["path"])
 
 
-def _sizes(ctx: Context) -> dict[str, int]:
+def _sizes(ctx: common.Context) -> dict[str, int]:
     if ctx.config.quick:
         return {"episodes": 3, "steps": 50, "reps": 1, "cam_episodes": 2, "cam_steps": 20,
                 "rss_small": 10, "rss_large": 40, "rss_steps": 10}
@@ -51,28 +42,27 @@ def _sizes(ctx: Context) -> dict[str, int]:
             "rss_small": 100, "rss_large": 1000, "rss_steps": 20}
 
 
-def bench_export_obs(ctx: Context) -> dict[str, Any]:
+def bench_export_obs(ctx: common.Context) -> dict[str, Any]:
     """Export to Minari (observations only) vs a bare replay loop collecting the same arrays
     in a fresh interpreter (A B B A ...)."""
     size = _sizes(ctx)
     run = _run(ctx, size["episodes"], size["steps"])
     runs: dict[str, list[float]] = {"export": [], "bare": []}
-    for rep in range(size["reps"]):
-        for who in (("export", "bare") if rep % 2 == 0 else ("bare", "export")):
-            folder = ctx.dir(f"export-obs-{who}")
-            if who == "export":
-                # A fresh interpreter, as `rolltape export` runs and as the bare loop runs.
-                out, wall = run_child(export_obs_child, {"run": str(run), "out": str(folder),
-                                                         "dataset_id": f"bench-v{rep}"}, folder)
-                runs[who].append(wall)
-                assert out["episodes"] == size["episodes"] and not out["left_out"], out
-            else:
-                _, wall = run_child(bare_replay_child, {"run": str(run),
-                                                       "out": str(folder / "bare.npz")}, folder)
-                runs[who].append(wall)
-    export_s, bare_s = _median(runs["export"]), _median(runs["bare"])
+    for rep, who in common.interleaved(size["reps"], ("export", "bare")):
+        folder = ctx.dir(f"export-obs-{who}")
+        if who == "export":
+            # A fresh interpreter, as `rolltape export` runs and as the bare loop runs.
+            out, wall = common.run_child(export_obs_child, {
+                "run": str(run), "out": str(folder), "dataset_id": f"bench-v{rep}"}, folder)
+            runs[who].append(wall)
+            assert out["episodes"] == size["episodes"] and not out["left_out"], out
+        else:
+            _, wall = common.run_child(bare_replay_child, {"run": str(run),
+                                                          "out": str(folder / "bare.npz")}, folder)
+            runs[who].append(wall)
+    export_s, bare_s = common.median(runs["export"]), common.median(runs["bare"])
     steps = size["episodes"] * size["steps"]
-    return _result(
+    return common.result(
         title="export, observations only", ratio=bare_s / export_s, target=0.9, op=">=",
         ratio_of="bare loop seconds / rolltape export --to minari seconds (speed ratio; wall "
                  "time, process starts included on both sides)",
@@ -80,7 +70,7 @@ def bench_export_obs(ctx: Context) -> dict[str, Any]:
         measured=f"rolltape export {export_s:.2f} s",
         raw={"episodes": size["episodes"], "steps": steps, "export_s": runs["export"],
              "bare_s": runs["bare"]},
-        notes=[f"{size['episodes']} episodes x {size['steps']} steps of {ENV_ID}; export "
+        notes=[f"{size['episodes']} episodes x {size['steps']} steps of {common.ENV_ID}; export "
                "replays in a render worker per core, its default (verifying every step "
                "against the tape's digests) and writes a Minari dataset with minari itself; "
                "the bare loop, one process, steps the same actions and np.savez's the "
@@ -111,7 +101,7 @@ def bare_replay_child(run: str, out: str) -> dict[str, Any]:
     for episode in record.results.episodes:
         tape = Tape.load(record.tape_path(episode))
         if env is None:
-            env = gym.make(ENV_ID, max_episode_steps=tape.length)
+            env = gym.make(common.ENV_ID, max_episode_steps=tape.length)
         obs, _ = env.reset(seed=tape.seed)
         observations, rewards = [obs], []
         for action in tape.actions:
@@ -125,7 +115,7 @@ def bare_replay_child(run: str, out: str) -> dict[str, Any]:
     return {"episodes": len(record.results.episodes)}
 
 
-def bench_export_camera(ctx: Context) -> dict[str, Any]:
+def bench_export_camera(ctx: common.Context) -> dict[str, Any]:
     """Export to LeRobot with one camera vs what a user does without it: ``rolltape.render``
     the same episodes, then convert each video to LeRobot's AV1 (their own converter)."""
     from rolltape.datasets import export
@@ -137,30 +127,29 @@ def bench_export_camera(ctx: Context) -> dict[str, Any]:
     run = Run.load(_run(ctx, size["cam_episodes"], size["cam_steps"]))
     tapes = [str(run.tape_path(e)) for e in run.results.episodes]
     runs: dict[str, list[float]] = {"export": [], "render": [], "convert": []}
-    for rep in range(size["reps"]):
-        for who in (("export", "render") if rep % 2 == 0 else ("render", "export")):
-            folder = ctx.dir(f"export-camera-{who}")
-            started = time.perf_counter()
-            if who == "export":
-                export(run, to="lerobot", out=folder / "ds", cameras=("default",),
-                       width=cfg.width, height=cfg.height, backends=_backends(ctx), workers=1)
-                runs[who].append(time.perf_counter() - started)
-                continue
-            videos = [folder / f"{k}.mp4" for k in range(len(tapes))]
-            results = render([RenderRequest(t, (str(v),), width=cfg.width, height=cfg.height)
-                              for t, v in zip(tapes, videos)], backends=_backends(ctx),
-                             split=False)
-            assert all(r is not None and r.verified for r in results)
-            rendered = time.perf_counter()
-            converted = sum(_to_lerobot_video(v, v.with_suffix(".av1.mp4")) for v in videos)
-            runs["render"].append(rendered - started)
-            runs["convert"].append(time.perf_counter() - rendered)
-    export_s, render_s = _median(runs["export"]), _median(runs["render"])
-    convert_s = _median(runs["convert"])
+    for _, who in common.interleaved(size["reps"], ("export", "render")):
+        folder = ctx.dir(f"export-camera-{who}")
+        started = time.perf_counter()
+        if who == "export":
+            export(run, to="lerobot", out=folder / "ds", cameras=("default",),
+                   width=cfg.width, height=cfg.height, backends=ctx.backends(), workers=1)
+            runs[who].append(time.perf_counter() - started)
+            continue
+        videos = [folder / f"{k}.mp4" for k in range(len(tapes))]
+        results = render([RenderRequest(t, (str(v),), width=cfg.width, height=cfg.height)
+                          for t, v in zip(tapes, videos)], backends=ctx.backends(),
+                         split=False)
+        assert all(r is not None and r.verified for r in results)
+        rendered = time.perf_counter()
+        converted = sum(_to_lerobot_video(v, v.with_suffix(".av1.mp4")) for v in videos)
+        runs["render"].append(rendered - started)
+        runs["convert"].append(time.perf_counter() - rendered)
+    export_s, render_s = common.median(runs["export"]), common.median(runs["render"])
+    convert_s = common.median(runs["convert"])
     frames = size["cam_episodes"] * size["cam_steps"]
     codecs = _codec_cpu(videos[0], ctx.dir("export-codecs"))
     extra_s = frames * (codecs["av1_ms"] - codecs["h264_ms"]) / 1000
-    return _result(
+    return common.result(
         title="export with a camera", ratio=(render_s + convert_s) / export_s, target=0.9,
         op=">=",
         ratio_of="(rolltape render + converting its videos to LeRobot's AV1) seconds / "
@@ -223,7 +212,7 @@ def _codec_cpu(video: Path, folder: Path, count: int = 100) -> dict[str, float]:
     return out
 
 
-def bench_export_rss(ctx: Context) -> dict[str, Any]:
+def bench_export_rss(ctx: common.Context) -> dict[str, Any]:
     """Peak RSS of an export (its orchestrator, and the largest of its workers) of a small
     vs a large number of episodes, to Minari (observations) and to LeRobot with a camera:
     streaming keeps both flat. Judged: the larger growth."""
@@ -237,15 +226,15 @@ def bench_export_rss(ctx: Context) -> dict[str, Any]:
         for name in ("rss_small", "rss_large"):
             run = _run(ctx, size[name], how["steps"])
             folder = ctx.dir(f"export-{kind}-{name}")
-            peak, wall = run_child(export_rss_child, {"run": str(run), "out": str(folder),
-                                                      "camera": how["camera"]}, folder)
+            peak, wall = common.run_child(export_rss_child, {
+                "run": str(run), "out": str(folder), "camera": how["camera"]}, folder)
             peaks[f"{kind}/{name}"] = {**peak, "episodes": size[name], "seconds": wall}
             mb[name] = max(peak["self_mb"], peak["children_mb"])
         peaks[kind] = {"small_mb": mb["rss_small"], "large_mb": mb["rss_large"],
                        "growth_mb": mb["rss_large"] - mb["rss_small"]}
     worst = max(kinds, key=lambda kind: peaks[kind]["growth_mb"])
     small, large = peaks[worst]["small_mb"], peaks[worst]["large_mb"]
-    return _result(
+    return common.result(
         title="export memory", ratio=large / small, value=large - small, unit="MB",
         target=50.0, op="<=",
         ratio_of="peak RSS exporting the large run / the small run (judged: the difference, "
@@ -274,6 +263,6 @@ def export_rss_child(run: str, out: str, camera: bool = False) -> dict[str, Any]
     # the high-water mark over exec from the fork, so it was at least the bench process's
     # size when it started this child (~180 vs ~230 MB after the rows before it, while
     # the export itself peaks at ~135 MB either way).
-    own = (_vmhwm_kb(os.getpid()) or 0) / 1024
+    own = (common.peak_rss_kb(os.getpid()) or 0) / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"self_mb": own, "children_mb": children}

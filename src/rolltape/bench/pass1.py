@@ -13,20 +13,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rolltape.bench.common import (
-    ENV_ID,
-    POLICY_NOTE,
-    SEED,
-    Context,
-    _median,
-    _result,
-    run_child,
-    run_seconds,
-    track_workers,
-)
+import rolltape.bench.common as common
 
 
-def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
+def bench_pass1_overhead(ctx: common.Context) -> dict[str, Any]:
     """record_episode vs a bare policy.act + env.step loop, same env, policy and seeds."""
     from rolltape.envs.build import make_env
     from rolltape.envs.ids import env_spec
@@ -35,7 +25,7 @@ def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
 
     cfg = ctx.config
     ckpt, vecnorm = ctx.checkpoint()
-    env = make_env(env_spec(ENV_ID, max_episode_steps=cfg.overhead_steps))
+    env = make_env(env_spec(common.ENV_ID, max_episode_steps=cfg.overhead_steps))
     policy = load_policy(f"sb3:{ckpt}", env, vecnormalize=vecnorm)
 
     def bare(seed: int) -> int:
@@ -52,47 +42,48 @@ def bench_pass1_overhead(ctx: Context) -> dict[str, Any]:
         return len(record_episode(env, policy, seed)["rewards"])
 
     try:
-        bare(SEED - 1)  # warm-up: torch's first calls, allocator, caches
-        record(SEED - 1)
+        bare(common.SEED - 1)  # warm-up: torch's first calls, allocator, caches
+        record(common.SEED - 1)
         times: dict[str, list[float]] = {"bare": [], "record": []}
         cpu: dict[str, list[float]] = {"bare": [], "record": []}
-        steps = 0
-        for rep in range(cfg.overhead_episodes):
-            order = [("bare", bare), ("record", record)]
-            for name, fn in order if rep % 2 == 0 else order[::-1]:  # A B B A ...
-                started, cpu_started = time.perf_counter(), time.process_time()
-                n = fn(SEED + rep)
-                times[name].append(time.perf_counter() - started)
-                cpu[name].append(time.process_time() - cpu_started)
-            steps += n
+        steps = 0  # of the recorded episodes (the bare loop plays the same ones)
+        for rep, (name, fn) in common.interleaved(cfg.overhead_episodes,
+                                                  [("bare", bare), ("record", record)]):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            n = fn(common.SEED + rep)
+            times[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - cpu_started)
+            if name == "record":
+                steps += n
     finally:
         env.close()
-    ratio = _median(times["record"]) / _median(times["bare"])
+    ratio = common.median(times["record"]) / common.median(times["bare"])
     pairwise = [r / b for r, b in zip(times["record"], times["bare"])]
-    per_step_us = (_median(times["record"]) - _median(times["bare"])) / cfg.overhead_steps * 1e6
-    cpu_ratio = _median(cpu["record"]) / _median(cpu["bare"])
-    return _result(
+    bare_s = common.median(times["bare"])
+    per_step_us = (common.median(times["record"]) - bare_s) / cfg.overhead_steps * 1e6
+    cpu_ratio = common.median(cpu["record"]) / common.median(cpu["bare"])
+    return common.result(
         title="pass-1 recording overhead", ratio=ratio, target=1.05, op="<=",
         ratio_of="median record_episode time / median bare-loop time",
-        baseline=f"bare act+step {_median(times['bare']):.3f} s/episode",
-        measured=f"record_episode {_median(times['record']):.3f} s/episode",
+        baseline=f"bare act+step {common.median(times['bare']):.3f} s/episode",
+        measured=f"record_episode {common.median(times['record']):.3f} s/episode",
         raw={"episodes_each": cfg.overhead_episodes, "steps_per_episode": cfg.overhead_steps,
              "steps_each": steps, "bare_s": times["bare"], "record_s": times["record"],
-             "pairwise_ratios": pairwise, "median_pairwise_ratio": _median(pairwise),
+             "pairwise_ratios": pairwise, "median_pairwise_ratio": common.median(pairwise),
              "overhead_us_per_step": per_step_us, "bare_cpu_s": cpu["bare"],
              "record_cpu_s": cpu["record"], "cpu_time_ratio": cpu_ratio},
         notes=[f"recording costs {per_step_us:+.1f} us a step (observation digest, copies of "
-               f"the action, qpos, qvel and physics state) on top of {_median(times['bare']) / cfg.overhead_steps * 1e6:.0f} us "
-               "for policy.act + env.step",
+               f"the action, qpos, qvel and physics state) on top of "
+               f"{bare_s / cfg.overhead_steps * 1e6:.0f} us for policy.act + env.step",
                f"CPU-time ratio (process_time, insensitive to other load on the machine): "
-               f"{cpu_ratio:.3f}", POLICY_NOTE])
+               f"{cpu_ratio:.3f}", common.POLICY_NOTE])
 
 
 # --------------------------------------------------------------------------------------
 # 2. pass1_video_requested
 # --------------------------------------------------------------------------------------
 
-def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
+def bench_pass1_video_requested(ctx: common.Context) -> dict[str, Any]:
     """Pass-1 time with video=0 vs video=1; contrast: rendering inline while evaluating."""
     from rolltape.evaluation import evaluate
 
@@ -102,31 +93,30 @@ def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
     pass1: dict[int, list[float]] = {0: [], 1: []}
     pass1_cpu: dict[int, list[float]] = {0: [], 1: []}
     pass2: list[float] = []
-    for rep in range(cfg.video_reps):
-        for video in ((0, 1) if rep % 2 == 0 else (1, 0)):
-            with track_workers() as workers:
-                run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
-                               episodes=cfg.video_episodes, seed=SEED,
-                               max_episode_steps=cfg.video_steps, video=video, width=vw,
-                               height=vh, out=ctx.dir(f"video{video}"), overwrite=True)
-            pass1[video].append(run_seconds(run, "pass1_s"))
-            pass1_cpu[video].append(sum(w["cpu_s"] or 0.0 for w in workers
-                                        if w["target"] == "policy_worker"))
-            if video:
-                pass2.append(run_seconds(run, "pass2_s"))
-    ratio = _median(pass1[0]) / _median(pass1[1])  # speed(video=1) / speed(video=0)
-    cpu_ratio = _median(pass1_cpu[0]) / _median(pass1_cpu[1])
+    for _, video in common.interleaved(cfg.video_reps, (0, 1)):
+        with common.track_workers() as workers:
+            run = evaluate(common.ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                           episodes=cfg.video_episodes, seed=common.SEED,
+                           max_episode_steps=cfg.video_steps, video=video, width=vw,
+                           height=vh, out=ctx.dir(f"video{video}"), overwrite=True)
+        pass1[video].append(common.run_seconds(run, "pass1_s"))
+        pass1_cpu[video].append(sum(w["cpu_s"] or 0.0 for w in workers
+                                    if w["target"] == "policy_worker"))
+        if video:
+            pass2.append(common.run_seconds(run, "pass2_s"))
+    ratio = common.median(pass1[0]) / common.median(pass1[1])  # speed(video=1) / speed(video=0)
+    cpu_ratio = common.median(pass1_cpu[0]) / common.median(pass1_cpu[1])
 
-    inline, _ = run_child(inline_render_child, {
+    inline, _ = common.run_child(inline_render_child, {
         "checkpoint": str(ckpt), "vecnormalize": str(vecnorm), "steps": cfg.inline_steps,
-        "width": cfg.width, "height": cfg.height, "seed": SEED}, ctx.dir("inline"),
+        "width": cfg.width, "height": cfg.height, "seed": common.SEED}, ctx.dir("inline"),
         gl=ctx.backend)
     slowdown = inline["inline_s"] / inline["bare_s"]
-    return _result(
+    return common.result(
         title="pass 1 with a video requested", ratio=ratio, target=0.97, op=">=",
         ratio_of="pass-1 speed with video=1 / with video=0 (median pass1_s of video=0 / video=1)",
-        baseline=f"video=0: pass 1 {_median(pass1[0]):.2f} s",
-        measured=f"video=1: pass 1 {_median(pass1[1]):.2f} s",
+        baseline=f"video=0: pass 1 {common.median(pass1[0]):.2f} s",
+        measured=f"video=1: pass 1 {common.median(pass1[1]):.2f} s",
         raw={"episodes": cfg.video_episodes, "steps": cfg.video_steps, "reps": cfg.video_reps,
              "pass1_s_video0": pass1[0], "pass1_s_video1": pass1[1], "pass2_s_video1": pass2,
              "pass1_worker_cpu_s_video0": pass1_cpu[0], "pass1_worker_cpu_s_video1": pass1_cpu[1],
@@ -135,13 +125,14 @@ def bench_pass1_video_requested(ctx: Context) -> dict[str, Any]:
         notes=[f"pass-1 time includes starting the worker (interpreter, torch import, policy "
                f"load); pass 2 of the video=1 runs drew {vw}x{vh} frames after pass 1 ended",
                f"pass-1 worker CPU time (less disturbed by other load): video=0 "
-               f"{_median(pass1_cpu[0]):.2f} s, video=1 {_median(pass1_cpu[1]):.2f} s, ratio "
+               f"{common.median(pass1_cpu[0]):.2f} s, video=1 "
+               f"{common.median(pass1_cpu[1]):.2f} s, ratio "
                f"{cpu_ratio:.3f}",
                f"contrast: {inline['label']} at {cfg.width}x{cfg.height} for "
                f"{inline['steps']} steps is {slowdown:.1f}x slower than the bare loop "
                f"({inline['inline_s']:.2f} s vs {inline['bare_s']:.2f} s, backend "
                f"{ctx.backend}, {inline['frames']} frames kept in memory, peak RSS "
-               f"{inline['peak_rss_mb']:.0f} MB)", POLICY_NOTE])
+               f"{inline['peak_rss_mb']:.0f} MB)", common.POLICY_NOTE])
 
 
 def inline_render_child(checkpoint: str, vecnormalize: str, steps: int, width: int,
@@ -155,9 +146,9 @@ def inline_render_child(checkpoint: str, vecnormalize: str, steps: int, width: i
 
     from rolltape.policies import load_policy
 
-    plain = gym.make(ENV_ID, max_episode_steps=steps)
-    drawn = gym.make(ENV_ID, max_episode_steps=steps, render_mode="rgb_array", width=width,
-                     height=height)
+    plain = gym.make(common.ENV_ID, max_episode_steps=steps)
+    drawn = gym.make(common.ENV_ID, max_episode_steps=steps, render_mode="rgb_array",
+                     width=width, height=height)
     policy = load_policy(f"sb3:{checkpoint}", plain, vecnormalize=vecnormalize)
     policy.act(plain.reset(seed=seed)[0])  # warm-up: torch's first call
     drawn.reset(seed=seed)

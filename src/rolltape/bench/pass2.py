@@ -10,60 +10,47 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rolltape.bench.common import (
-    ENV_ID,
-    Context,
-    _backends,
-    _median,
-    _record_random_tape,
-    _result,
-    _timed_render,
-    run_child,
-    track_workers,
-)
+import rolltape.bench.common as common
 
 
-def bench_pass2_throughput(ctx: Context) -> dict[str, Any]:
+def bench_pass2_throughput(ctx: common.Context) -> dict[str, Any]:
     """rolltape.render frames/s vs a bare render+encode loop in a subprocess (A B B A ...)."""
     from rolltape.pass2.request import RenderRequest
     from rolltape.rendering import render
 
     cfg = ctx.config
-    tape = _record_random_tape(ctx, cfg.throughput_steps)
+    tape = ctx.random_tape(cfg.throughput_steps)
     backend = ctx.backend
     runs: dict[str, list[dict[str, Any]]] = {"rolltape": [], "bare": []}
     frames = 0
-    for rep in range(cfg.throughput_reps):
-        for who in (("rolltape", "bare") if rep % 2 == 0 else ("bare", "rolltape")):
-            folder = ctx.dir(f"throughput-{who}")
-            if who == "rolltape":
-                started = time.perf_counter()
-                with track_workers() as workers:
-                    result = render([RenderRequest(
-                        str(tape), (str(folder / "rolltape.mp4"),), width=cfg.width,
-                        height=cfg.height, overwrite=True)],
-                        backends=(backend, "osmesa") if backend != "osmesa" else ("osmesa",))[0]
-                wall = time.perf_counter() - started
-                assert result is not None and result.verified
-                backend, frames = result.backend or backend, result.frames
-                cpu = sum(w["cpu_s"] or 0.0 for w in workers if w["target"] == "render_worker")
-                runs[who].append({"wall_s": wall, "loop_s": result.seconds, "cpu_s": cpu,
-                                  "frames": result.frames, "backend": result.backend,
-                                  # a backend given up on (its time is in wall_s)
-                                  "failures": [list(f) for f in result.failures]})
-            else:
-                bare, wall = run_child(bare_render_child, {
-                    "tape": str(tape), "width": cfg.width, "height": cfg.height,
-                    "out": str(folder / "bare.mp4")}, folder, gl=backend)
-                runs[who].append({"wall_s": wall, **bare})
+    for _, who in common.interleaved(cfg.throughput_reps, ("rolltape", "bare")):
+        folder = ctx.dir(f"throughput-{who}")
+        if who == "rolltape":
+            started = time.perf_counter()
+            with common.track_workers() as workers:
+                result = render([RenderRequest(
+                    str(tape), (str(folder / "rolltape.mp4"),), width=cfg.width,
+                    height=cfg.height, overwrite=True)],
+                    backends=(backend, "osmesa") if backend != "osmesa" else ("osmesa",))[0]
+            wall = time.perf_counter() - started
+            assert result is not None and result.verified
+            backend, frames = result.backend or backend, result.frames
+            cpu = sum(w["cpu_s"] or 0.0 for w in workers if w["target"] == "render_worker")
+            runs[who].append({"wall_s": wall, "loop_s": result.seconds, "cpu_s": cpu,
+                              "frames": result.frames, "backend": result.backend,
+                              # a backend given up on (its time is in wall_s)
+                              "failures": [list(f) for f in result.failures]})
+        else:
+            bare, wall = common.run_child(bare_render_child, {
+                "tape": str(tape), "width": cfg.width, "height": cfg.height,
+                "out": str(folder / "bare.mp4")}, folder, gl=backend)
+            runs[who].append({"wall_s": wall, **bare})
 
-    def rate(who: str, key: str) -> float:
-        return _median([r["frames"] / r[key] for r in runs[who]])
-
-    fps, bare_fps = rate("rolltape", "wall_s"), rate("bare", "wall_s")
-    inner, bare_inner = rate("rolltape", "loop_s"), rate("bare", "loop_s")
-    per_cpu, bare_per_cpu = rate("rolltape", "cpu_s"), rate("bare", "cpu_s")
-    return _result(
+    ours, theirs = runs["rolltape"], runs["bare"]
+    fps, bare_fps = common.median_rate(ours), common.median_rate(theirs)
+    inner, bare_inner = common.median_rate(ours, "loop_s"), common.median_rate(theirs, "loop_s")
+    per_cpu, bare_per_cpu = common.median_rate(ours, "cpu_s"), common.median_rate(theirs, "cpu_s")
+    return common.result(
         title="pass-2 throughput", ratio=fps / bare_fps, target=0.9, op=">=",
         ratio_of="median rolltape.render frames/s / median bare-loop frames/s (wall time of "
                  "each call, process start included on both sides)",
@@ -96,7 +83,7 @@ def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str,
     recorded = Tape.load(tape)  # only its seed and actions are used
     actions, seed = recorded.actions, recorded.seed
     started = time.perf_counter()
-    env: Any = gym.make(ENV_ID, render_mode="rgb_array", width=width, height=height,
+    env: Any = gym.make(common.ENV_ID, render_mode="rgb_array", width=width, height=height,
                         max_episode_steps=len(actions))  # render(): an RGB frame each time
     env.reset(seed=seed)
     with open_writer(out, fps=env.metadata["render_fps"], overwrite=True) as writer:
@@ -112,7 +99,7 @@ def bare_render_child(tape: str, width: int, height: int, out: str) -> dict[str,
 
 
 
-def bench_render_rss(ctx: Context) -> dict[str, Any]:
+def bench_render_rss(ctx: common.Context) -> dict[str, Any]:
     """Peak RSS of the render worker for a short and a long episode: memory must stay flat."""
     from rolltape.pass2.request import RenderRequest
     from rolltape.rendering import render
@@ -121,13 +108,13 @@ def bench_render_rss(ctx: Context) -> dict[str, Any]:
     peaks: dict[str, float] = {}
     raw: dict[str, Any] = {"size": [cfg.width, cfg.height]}
     for name, steps in (("short", cfg.rss_short), ("long", cfg.rss_long)):
-        tape = _record_random_tape(ctx, steps)
+        tape = ctx.random_tape(steps)
         out = ctx.dir(f"rss-{name}") / f"{name}.mp4"
         started = time.perf_counter()
-        with track_workers() as workers:
+        with common.track_workers() as workers:
             result = render([RenderRequest(str(tape), (str(out),), width=cfg.width,
                                            height=cfg.height, overwrite=True)],
-                            backends=_backends(ctx))[0]
+                            backends=ctx.backends())[0]
         assert result is not None
         drew = [w for w in workers if w["target"] == "render_worker"]
         if not drew or drew[-1]["peak_rss_kb"] is None:
@@ -137,7 +124,7 @@ def bench_render_rss(ctx: Context) -> dict[str, Any]:
                      "peak_rss_mb": peaks[name], "seconds": time.perf_counter() - started,
                      "workers": len(drew)}
     diff = peaks["long"] - peaks["short"]
-    return _result(
+    return common.result(
         title="render worker memory", ratio=peaks["long"] / peaks["short"], value=diff,
         unit="MB", target=50.0, op="<=",
         ratio_of="peak RSS of the long render / the short render (judged: the difference, MB)",
@@ -154,34 +141,33 @@ def bench_render_rss(ctx: Context) -> dict[str, Any]:
 PRESETS = ("full", "balanced", "fast")
 
 
-def bench_render_quality(ctx: Context) -> dict[str, Any]:
+def bench_render_quality(ctx: common.Context) -> dict[str, Any]:
     """frames/s of rolltape.render at each --quality preset vs a bare env.render() loop."""
     from rolltape.pass2.request import QUALITY, RenderRequest
 
     cfg = ctx.config
-    tape = _record_random_tape(ctx, cfg.quality_steps)
+    tape = ctx.random_tape(cfg.quality_steps)
     backend = ctx.backend
     order = ["bare", *PRESETS]
     runs: dict[str, list[dict[str, float]]] = {who: [] for who in order}
-    for rep in range(cfg.quality_reps):
-        for who in (order if rep % 2 == 0 else order[::-1]):  # A B C D D C B A ...
-            folder = ctx.dir(f"quality-{who}")
-            if who == "bare":
-                bare, wall = run_child(bare_render_child, {
-                    "tape": str(tape), "width": cfg.width, "height": cfg.height,
-                    "out": str(folder / "bare.mp4")}, folder, gl=backend)
-                runs[who].append({"wall_s": wall, "loop_s": bare["loop_s"],
-                                  "cpu_s": bare["cpu_s"], "frames": bare["frames"]})
-                continue
-            (result,), wall, cpu = _timed_render([RenderRequest(
-                str(tape), (str(folder / f"{who}.mp4"),), width=cfg.width, height=cfg.height,
-                quality=who, overwrite=True)], _backends(ctx), workers=1, split=False)
-            backend = result.backend or backend
-            runs[who].append({"wall_s": wall, "loop_s": result.seconds, "cpu_s": cpu,
-                              "frames": result.frames})
+    for _, who in common.interleaved(cfg.quality_reps, order):  # A B C D D C B A ...
+        folder = ctx.dir(f"quality-{who}")
+        if who == "bare":
+            bare, wall = common.run_child(bare_render_child, {
+                "tape": str(tape), "width": cfg.width, "height": cfg.height,
+                "out": str(folder / "bare.mp4")}, folder, gl=backend)
+            runs[who].append({"wall_s": wall, "loop_s": bare["loop_s"],
+                              "cpu_s": bare["cpu_s"], "frames": bare["frames"]})
+            continue
+        (result,), wall, cpu = common.timed_render([RenderRequest(
+            str(tape), (str(folder / f"{who}.mp4"),), width=cfg.width, height=cfg.height,
+            quality=who, overwrite=True)], ctx.backends(), workers=1, split=False)
+        backend = result.backend or backend
+        runs[who].append({"wall_s": wall, "loop_s": result.seconds, "cpu_s": cpu,
+                          "frames": result.frames})
 
     def fps(who: str, key: str = "wall_s") -> float:
-        return _median([r["frames"] / r[key] for r in runs[who]])
+        return common.median_rate(runs[who], key)
 
     bare_fps = fps("bare")
     per_preset: dict[str, dict[str, Any]] = {q: {"fps": fps(q), "fps_in_worker": fps(q, "loop_s"),
@@ -191,7 +177,7 @@ def bench_render_quality(ctx: Context) -> dict[str, Any]:
     inner = per_preset["fast"]["fps_in_worker"] / per_preset["full"]["fps_in_worker"]
     # Judged inside the worker: the ~0.4 s process start is the same for every preset and
     # would only dilute what the presets change (the wall-time ratio is kept in raw).
-    return _result(
+    return common.result(
         title="render quality presets", ratio=inner, target=6.0, op=">=",
         ratio_of="median frames/s inside the render worker at quality=fast / at quality=full "
                  "(GL context, drawing, verifying, mp4; not the process start)",

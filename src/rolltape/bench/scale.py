@@ -12,25 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import (
-    ENV_ID,
-    POLICY_NOTE,
-    SEED,
-    Context,
-    _backends,
-    _median,
-    _random_tapes,
-    _record_random_tape,
-    _result,
-    _timed_render,
-    compare_tapes,
-    run_child,
-    run_seconds,
-    track_workers,
-)
+import rolltape.bench.common as common
 
 
-def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
+def bench_pass1_workers(ctx: common.Context) -> dict[str, Any]:
     """Pass-1 time with workers=1 vs workers=2 (PPO checkpoint); the tapes must be identical.
     Also measured: the opt-in batched inference on 2 env processes, and whether batching
     changed any action's bits."""
@@ -45,30 +30,29 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
     loops: dict[str, list[float]] = {k: [] for k in setups}
     cpu: dict[str, list[float]] = {k: [] for k in setups}
     tapes: dict[str, list[Path]] = {}
-    for rep in range(cfg.workers_reps):
-        for name in (list(setups) if rep % 2 == 0 else list(setups)[::-1]):
-            started = time.perf_counter()
-            with track_workers() as spawned:
-                run = evaluate(ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
-                               episodes=cfg.workers_episodes, seed=SEED,
-                               max_episode_steps=cfg.workers_steps, out=ctx.dir(f"workers{name}"),
-                               overwrite=True, report=False, **setups[name])
-            walls[name].append(time.perf_counter() - started)
-            pass1[name].append(run_seconds(run, "pass1_s"))
-            rows = run.results.episodes
-            loops[name].append(sum(e.wall_s for e in rows))
-            cpu[name].append(sum(w["cpu_s"] or 0.0 for w in spawned
-                                 if w["target"] == "policy_worker"))
-            tapes.setdefault(name, [run.tape_path(e) for e in rows])
-    problems = compare_tapes(tapes["1"], tapes["2"])
+    for _, name in common.interleaved(cfg.workers_reps, list(setups)):
+        started = time.perf_counter()
+        with common.track_workers() as spawned:
+            run = evaluate(common.ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm,
+                           episodes=cfg.workers_episodes, seed=common.SEED,
+                           max_episode_steps=cfg.workers_steps, out=ctx.dir(f"workers{name}"),
+                           overwrite=True, report=False, **setups[name])
+        walls[name].append(time.perf_counter() - started)
+        pass1[name].append(common.run_seconds(run, "pass1_s"))
+        rows = run.results.episodes
+        loops[name].append(sum(e.wall_s for e in rows))
+        cpu[name].append(sum(w["cpu_s"] or 0.0 for w in spawned
+                             if w["target"] == "policy_worker"))
+        tapes.setdefault(name, [run.tape_path(e) for e in rows])
+    problems = common.compare_tapes(tapes["1"], tapes["2"])
     identical = not problems
     if not identical:  # a correctness failure, not a slow run: make it an error
         raise AssertionError(f"tapes of workers=1 and workers=2 differ: {problems[:5]} "
                              f"(pass1_s workers=1 {pass1['1']}, workers=2 {pass1['2']})")
-    one, two, batched = (_median(pass1[k]) for k in setups)
-    start_up = one - _median(loops["1"])
+    one, two, batched = (common.median(pass1[k]) for k in setups)
+    start_up = one - common.median(loops["1"])
     same_actions, action_diff = _action_bits(tapes["1"], tapes["batched2"])
-    return _result(
+    return common.result(
         title="pass 1 on 2 workers", ratio=one / two, target=1.7, op=">=",
         ratio_of="median pass1_s with workers=1 / with workers=2 (a speed-up; worker start "
                  "included)",
@@ -94,7 +78,7 @@ def bench_pass1_workers(ctx: Context) -> dict[str, Any]:
                f"opt-in --batched-inference on 2 env processes: {one / batched:.2f}x workers=1; "
                f"{same_actions}/{len(tapes['1'])} tapes kept every action bit (largest "
                f"difference {action_diff:.2g}), which is why it is not the default",
-               POLICY_NOTE])
+               common.POLICY_NOTE])
 
 
 def _action_bits(reference: list[Path], other: list[Path]) -> tuple[int, float]:
@@ -122,7 +106,7 @@ def pass1_executor_child(executor: str, episodes: int, steps: int, seed: int, wo
     from rolltape.evaluation import evaluate
 
     imported = time.perf_counter()
-    run = evaluate(ENV_ID, "random", episodes=episodes, seed=seed, max_episode_steps=steps,
+    run = evaluate(common.ENV_ID, "random", episodes=episodes, seed=seed, max_episode_steps=steps,
                    workers=workers, executor=executor, out=out, overwrite=True, report=False)
     evaluated = time.perf_counter()
     if executor == "ray":
@@ -131,20 +115,20 @@ def pass1_executor_child(executor: str, episodes: int, steps: int, seed: int, wo
         ray.shutdown()
     rows = run.results.episodes
     return {"import_s": imported - started, "evaluate_s": evaluated - imported,
-            "pass1_s": run_seconds(run, "pass1_s"),
+            "pass1_s": common.run_seconds(run, "pass1_s"),
             "shutdown_s": time.perf_counter() - evaluated,
             "returns": [e.ret for e in rows], "lengths": [e.length for e in rows]}
 
 
-def bench_ray_vs_local(ctx: Context) -> dict[str, Any]:
+def bench_ray_vs_local(ctx: common.Context) -> dict[str, Any]:
     """The same pass-1 workload with the local executor vs Ray, each from a fresh process."""
     cfg = ctx.config
     runs: dict[str, dict[str, Any]] = {}
     for executor in ("local", "ray"):
         folder = ctx.dir(f"executor-{executor}")
-        result, wall = run_child(pass1_executor_child, {
+        result, wall = common.run_child(pass1_executor_child, {
             "executor": executor, "episodes": cfg.ray_episodes, "steps": cfg.ray_steps,
-            "seed": SEED, "workers": 2, "out": str(folder / "run")}, folder)
+            "seed": common.SEED, "workers": 2, "out": str(folder / "run")}, folder)
         shutil.rmtree(folder / "run", ignore_errors=True)  # ~0.4 MB a 1000-step tape
         runs[executor] = {"wall_s": wall, **result}
     local, ray = runs["local"], runs["ray"]
@@ -152,7 +136,7 @@ def bench_ray_vs_local(ctx: Context) -> dict[str, Any]:
     for r in runs.values():
         del r["returns"], r["lengths"]
     gating = not cfg.quick
-    return _result(
+    return common.result(
         title="Ray executor vs local", ratio=ray["wall_s"] / local["wall_s"], target=1.15,
         op="<=", gating=gating,
         ratio_of="wall time of a fresh process running rolltape.evaluate(executor='ray') / "
@@ -172,26 +156,25 @@ def bench_ray_vs_local(ctx: Context) -> dict[str, Any]:
 
 
 
-def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
+def bench_pass2_workers(ctx: common.Context) -> dict[str, Any]:
     """Render 2 tapes on K=1 vs K=2 render workers (no splitting)."""
     from rolltape.pass2.request import RenderRequest
 
     cfg = ctx.config
-    tapes = _random_tapes(ctx, cfg.p2_workers_steps, 2)
+    tapes = ctx.random_tapes(cfg.p2_workers_steps, 2)
     runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
-    for rep in range(cfg.p2_workers_reps):
-        for k in ((1, 2) if rep % 2 == 0 else (2, 1)):
-            folder = ctx.dir(f"k{k}")
-            results, wall, cpu = _timed_render([RenderRequest(
-                str(t), (str(folder / f"{i}.mp4"),), width=cfg.width, height=cfg.height,
-                overwrite=True) for i, t in enumerate(tapes)], _backends(ctx), workers=k,
-                split=False)
-            runs[k].append({"wall_s": wall, "cpu_s": cpu,
-                            "worker_s": [r.seconds for r in results],
-                            "frames": sum(r.frames for r in results)})
-    one, two = _median([r["wall_s"] for r in runs[1]]), _median([r["wall_s"] for r in runs[2]])
-    cpu1, cpu2 = _median([r["cpu_s"] for r in runs[1]]), _median([r["cpu_s"] for r in runs[2]])
-    return _result(
+    for _, k in common.interleaved(cfg.p2_workers_reps, (1, 2)):
+        folder = ctx.dir(f"k{k}")
+        results, wall, cpu = common.timed_render([RenderRequest(
+            str(t), (str(folder / f"{i}.mp4"),), width=cfg.width, height=cfg.height,
+            overwrite=True) for i, t in enumerate(tapes)], ctx.backends(), workers=k,
+            split=False)
+        runs[k].append({"wall_s": wall, "cpu_s": cpu,
+                        "worker_s": [r.seconds for r in results],
+                        "frames": sum(r.frames for r in results)})
+    one, two = (common.median([r["wall_s"] for r in runs[k]]) for k in (1, 2))
+    cpu1, cpu2 = (common.median([r["cpu_s"] for r in runs[k]]) for k in (1, 2))
+    return common.result(
         title="pass 2 on 2 render workers", ratio=one / two, target=1.7, op=">=",
         ratio_of="median wall time of render(2 tapes, workers=1) / render(2 tapes, workers=2), "
                  "split=False (a speed-up)",
@@ -207,32 +190,31 @@ def bench_pass2_workers(ctx: Context) -> dict[str, Any]:
                "so one worker already uses part of the second core"])
 
 
-def bench_pass2_segments(ctx: Context) -> dict[str, Any]:
+def bench_pass2_segments(ctx: common.Context) -> dict[str, Any]:
     """One long episode rendered whole on one worker vs split across 2 workers and joined."""
     from rolltape.pass2.encode import count_frames
     from rolltape.pass2.request import RenderRequest
 
     cfg = ctx.config
-    tape = _record_random_tape(ctx, cfg.segments_steps)
+    tape = ctx.random_tape(cfg.segments_steps)
     runs: dict[str, list[dict[str, Any]]] = {"unsplit": [], "split": []}
     outputs: dict[str, Path] = {}
-    for rep in range(cfg.segments_reps):
-        for who in (("unsplit", "split") if rep % 2 == 0 else ("split", "unsplit")):
-            out = ctx.dir(f"segments-{who}") / f"{who}.mp4"
-            (result,), wall, cpu = _timed_render([RenderRequest(
-                str(tape), (str(out),), width=cfg.width, height=cfg.height, overwrite=True)],
-                _backends(ctx), workers=1 if who == "unsplit" else 2)
-            runs[who].append({"wall_s": wall, "cpu_s": cpu, "worker_s": result.seconds,
-                              "frames": result.frames, "segments": result.segments})
-            outputs.setdefault(who, out)
+    for _, who in common.interleaved(cfg.segments_reps, ("unsplit", "split")):
+        out = ctx.dir(f"segments-{who}") / f"{who}.mp4"
+        (result,), wall, cpu = common.timed_render([RenderRequest(
+            str(tape), (str(out),), width=cfg.width, height=cfg.height, overwrite=True)],
+            ctx.backends(), workers=1 if who == "unsplit" else 2)
+        runs[who].append({"wall_s": wall, "cpu_s": cpu, "worker_s": result.seconds,
+                          "frames": result.frames, "segments": result.segments})
+        outputs.setdefault(who, out)
     expected = cfg.segments_steps + 1
     counted = count_frames(outputs["split"])  # decoded from the joined file itself
     frames_ok = counted == expected and all(r["frames"] == expected
                                             for rs in runs.values() for r in rs)
-    one = _median([r["wall_s"] for r in runs["unsplit"]])
-    two = _median([r["wall_s"] for r in runs["split"]])
+    one = common.median([r["wall_s"] for r in runs["unsplit"]])
+    two = common.median([r["wall_s"] for r in runs["split"]])
     segments = runs["split"][0]["segments"]
-    return _result(
+    return common.result(
         title="one video split across 2 workers", ratio=one / two, target=1.6, op=">=",
         ratio_of="median wall time of render(workers=1) / render(workers=2) of one episode "
                  "(split into segments, mp4 parts joined by copying packets; a speed-up)",

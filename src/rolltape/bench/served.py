@@ -20,16 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from rolltape.bench.common import (
-    ENV_ID,
-    POLICY_NOTE,
-    SEED,
-    Context,
-    _median,
-    _result,
-    child_env,
-    run_seconds,
-)
+import rolltape.bench.common as common
 
 
 @contextlib.contextmanager
@@ -38,7 +29,7 @@ def _loopback(args: list[str], cwd: Path, ready: str, scheme: str,
     """``python -m rolltape.cli ARGS --bind 127.0.0.1:0`` until the block ends; yields the
     address (the word of its first line starting with ``scheme``, which starts ``ready``)."""
     proc = subprocess.Popen([sys.executable, "-m", "rolltape.cli", *args,
-                             "--bind", "127.0.0.1:0"], cwd=cwd, env=child_env(),
+                             "--bind", "127.0.0.1:0"], cwd=cwd, env=common.child_env(),
                             stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert proc.stdout is not None  # stdout=PIPE
     try:
@@ -59,7 +50,7 @@ def _loopback(args: list[str], cwd: Path, ready: str, scheme: str,
 def loopback_server(cwd: Path, max_steps: int, sessions: int = 8,
                     num_envs: int = 1) -> contextlib.AbstractContextManager[str]:
     """A ``rolltape serve`` process on a free loopback port; yields its address."""
-    return _loopback(["serve", ENV_ID, "--max-episode-steps", str(max_steps),
+    return _loopback(["serve", common.ENV_ID, "--max-episode-steps", str(max_steps),
                       "--max-sessions", str(sessions), "--num-envs", str(num_envs)],
                      cwd, "serving", "tcp://")
 
@@ -138,8 +129,9 @@ def minimal_server(cwd: Path, max_steps: int) -> Iterator[MinimalClient]:
     """A :data:`_MINIMAL_SERVER` process on loopback; yields a client of it."""
     import zmq
 
-    proc = subprocess.Popen([sys.executable, "-c", _MINIMAL_SERVER, ENV_ID, str(max_steps)],
-                            cwd=cwd, env=child_env(), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", _MINIMAL_SERVER, common.ENV_ID,
+                             str(max_steps)], cwd=cwd, env=common.child_env(),
+                            stdout=subprocess.PIPE, text=True)
     context = zmq.Context()
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -186,11 +178,12 @@ def in_process_handling(steps: int, actions: Any) -> float:
     from rolltape.server import protocol as P
     from rolltape.server.server import EnvServer, ServeConfig
 
-    server = EnvServer(ServeConfig(env=ENV_ID, max_episode_steps=steps, bind="127.0.0.1:0"),
-                       log=lambda line: None)
+    server = EnvServer(ServeConfig(env=common.ENV_ID, max_episode_steps=steps,
+                                   bind="127.0.0.1:0"), log=lambda line: None)
     try:
         sid = server.handle(P.encode(P.request("open", rid=1, expect=server.descriptor)))["sid"]
-        gen = server.handle(P.encode(P.request("reset", sid=sid, rid=2, seed=SEED)))["gen"]
+        gen = server.handle(P.encode(P.request("reset", sid=sid, rid=2,
+                                               seed=common.SEED)))["gen"]
         env = server.sessions[sid].env
         bare, handled = [], []
         for i, action in enumerate(actions[:steps - 1]):  # alternate: both see the same state
@@ -207,7 +200,7 @@ def in_process_handling(steps: int, actions: Any) -> float:
         server.close()
 
 
-def bench_served_step_overhead(ctx: Context) -> dict[str, Any]:
+def bench_served_step_overhead(ctx: common.Context) -> dict[str, Any]:
     """Per-step time of a served HalfCheetah-v5 step, against a local step and against the
     same env on a minimal pyzmq server (raw bytes, no protocol), same actions, episodes
     interleaved in one run. Judged: rolltape's protocol cost, served - minimal server
@@ -223,32 +216,34 @@ def bench_served_step_overhead(ctx: Context) -> dict[str, Any]:
 
     quick = ctx.config.quick
     steps, reps = (200, 2) if quick else (1000, 8)
-    actions = np.random.default_rng(SEED).uniform(-1, 1, size=(steps, 6))
+    actions = np.random.default_rng(common.SEED).uniform(-1, 1, size=(steps, 6))
     times: dict[str, list[float]] = {"local": [], "served": [], "minimal": []}
     with loopback_server(ctx.dir("served-overhead"), steps) as address, \
             minimal_server(ctx.dir("served-minimal"), steps) as minimal:
-        local = make_env(env_spec(ENV_ID, max_episode_steps=steps))
-        remote = RemoteEnv.connect(env_spec(f"{address}/{ENV_ID}", max_episode_steps=steps))
+        local = make_env(env_spec(common.ENV_ID, max_episode_steps=steps))
+        remote = RemoteEnv.connect(env_spec(f"{address}/{common.ENV_ID}",
+                                            max_episode_steps=steps))
         try:
             for rep in range(reps):
                 # Local steps back to back, as a local run takes them; the two served ones
                 # in turns, as both wait on a server between steps.
-                times["local"].extend(_step_times(local, actions, SEED + rep))
-                served, least = _paired_step_times((remote, minimal), actions, SEED + rep)
+                times["local"].extend(_step_times(local, actions, common.SEED + rep))
+                served, least = _paired_step_times((remote, minimal), actions, common.SEED + rep)
                 times["served"].extend(served)
                 times["minimal"].extend(least)
         finally:
             remote.close()
             local.close()
-    local_s, served_s, minimal_s = (_median(times[k]) for k in ("local", "served", "minimal"))
+    local_s, served_s, minimal_s = (common.median(times[k])
+                                    for k in ("local", "served", "minimal"))
     overhead_us = (served_s - local_s) * 1e6
     protocol_us = (served_s - minimal_s) * 1e6
     code_us = in_process_handling(steps, actions) * 1e6
-    return _result(
+    return common.result(
         title="rolltape's protocol cost per served step", ratio=served_s / minimal_s,
         ratio_of="served step / minimal pyzmq server step", value=protocol_us, unit="us",
         target=100.0, op="<=", gating=not quick,
-        baseline=f"{ENV_ID} on a minimal pyzmq server (raw bytes, no protocol)",
+        baseline=f"{common.ENV_ID} on a minimal pyzmq server (raw bytes, no protocol)",
         measured="RemoteEnv.step on a loopback `rolltape serve` (physics state included)",
         raw={"steps": steps, "reps": reps, "local_step_us": local_s * 1e6,
              "served_step_us": served_s * 1e6, "minimal_server_step_us": minimal_s * 1e6,
@@ -274,7 +269,7 @@ def _tape_bytes(path: Path) -> dict[str, bytes]:
         return {n: data[n].tobytes() for n in data.files if n != "header"}
 
 
-def _interleaved_pass1(ctx: Context, folder: str, reps: int,
+def _interleaved_pass1(ctx: common.Context, folder: str, reps: int,
                        runs: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
     """pass1_s of each named :func:`rolltape.evaluate` call (its keyword arguments), ``reps``
     times, which goes first alternating; every run's tapes must be bitwise the first's."""
@@ -282,12 +277,11 @@ def _interleaved_pass1(ctx: Context, folder: str, reps: int,
 
     times: dict[str, list[float]] = {name: [] for name in runs}
     tapes: dict[str, list[Path]] = {}
-    for rep in range(reps):
-        for name in (list(runs) if rep % 2 == 0 else list(runs)[::-1]):
-            run = evaluate(out=ctx.dir(f"{folder}-{name}"), overwrite=True, report=False,
-                           **runs[name])
-            times[name].append(run_seconds(run, "pass1_s"))
-            tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
+    for _, name in common.interleaved(reps, list(runs)):
+        run = evaluate(out=ctx.dir(f"{folder}-{name}"), overwrite=True, report=False,
+                       **runs[name])
+        times[name].append(common.run_seconds(run, "pass1_s"))
+        tapes.setdefault(name, [run.tape_path(e) for e in run.results.episodes])
     first, *others = tapes.values()
     for name, mine in zip(list(tapes)[1:], others):
         differing = [a.name for a, b in zip(first, mine) if _tape_bytes(a) != _tape_bytes(b)]
@@ -297,27 +291,27 @@ def _interleaved_pass1(ctx: Context, folder: str, reps: int,
     return times
 
 
-def bench_served_eval_pass1(ctx: Context) -> dict[str, Any]:
+def bench_served_eval_pass1(ctx: common.Context) -> dict[str, Any]:
     """Pass 1 of ``evaluate`` on a served env vs a local one (PPO MLP, same episodes,
     interleaved); the tapes must be bitwise identical. Target: served / local <= 1.5."""
 
     quick = ctx.config.quick
     episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)
     ckpt, vecnorm = ctx.checkpoint()
-    common = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=SEED,
+    shared = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=common.SEED,
                   max_episode_steps=steps)
     with loopback_server(ctx.dir("served-eval"), steps) as address:
         times = _interleaved_pass1(ctx, "served-eval", reps, {
-            "local": dict(env=ENV_ID, **common),
-            "served": dict(env=f"{address}/{ENV_ID}", **common)})
-    local_s, served_s = _median(times["local"]), _median(times["served"])
-    return _result(
+            "local": dict(env=common.ENV_ID, **shared),
+            "served": dict(env=f"{address}/{common.ENV_ID}", **shared)})
+    local_s, served_s = common.median(times["local"]), common.median(times["served"])
+    return common.result(
         title="served eval pass 1 vs local", ratio=served_s / local_s,
         ratio_of="served pass1_s / local pass1_s", target=1.5, op="<=", gating=not quick,
         baseline="evaluate() on the local env", measured="evaluate() on tcp://.../ENV",
         raw={"episodes": episodes, "steps": steps, "reps": reps, "pass1_s": times,
              "tapes_identical": True},
-        notes=[POLICY_NOTE, "one pass-1 worker (evaluate's default); served, it plays "
+        notes=[common.POLICY_NOTE, "one pass-1 worker (evaluate's default); served, it plays "
                "several episodes at once, one per session (pass1.inflight: 4 on this "
                "--max-sessions 8 server), so it chooses one episode's action while "
                "another's step is on the server"])
@@ -352,10 +346,10 @@ def bare_websocket_round_trip_us(calls: int) -> float:
                 ws.recv()
                 times.append(time.perf_counter() - t0)
         server.shutdown()
-    return 1e6 * _median(times)
+    return 1e6 * common.median(times)
 
 
-def bench_served_policy_pass1(ctx: Context) -> dict[str, Any]:
+def bench_served_policy_pass1(ctx: common.Context) -> dict[str, Any]:
     """Pass 1 of ``evaluate`` with the policy served (``rolltape serve-policy`` on loopback,
     openpi's protocol) vs the same checkpoint loaded locally (PPO MLP + VecNormalize, same
     episodes, interleaved); the tapes must be bitwise identical. Target: served / local <=
@@ -367,7 +361,7 @@ def bench_served_policy_pass1(ctx: Context) -> dict[str, Any]:
     quick = ctx.config.quick
     episodes, steps, reps = (2, 100, 1) if quick else (10, 1000, 2)
     ckpt, vecnorm = ctx.checkpoint()
-    common = dict(env=ENV_ID, episodes=episodes, seed=SEED, max_episode_steps=steps)
+    shared = dict(env=common.ENV_ID, episodes=episodes, seed=common.SEED, max_episode_steps=steps)
     served = ("served-policy", f"sb3:{ckpt}", "--vecnormalize", str(vecnorm))
     # Beside it, the same policy on a server of one session: the worker then plays its
     # episodes one at a time, each step waiting for its round trip (pass 1 before
@@ -376,15 +370,15 @@ def bench_served_policy_pass1(ctx: Context) -> dict[str, Any]:
             loopback_policy_server(ctx.dir(f"{served[0]}-alone"), *served[1:],
                                    "--max-sessions", "1") as alone:
         times = _interleaved_pass1(ctx, "served-policy", reps, {
-            "local": dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, **common),
-            "served": dict(policy=address, **common),
-            "served_one_at_a_time": dict(policy=alone, **common)})
+            "local": dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, **shared),
+            "served": dict(policy=address, **shared),
+            "served_one_at_a_time": dict(policy=alone, **shared)})
         call_us, infer_us = served_call_us(address, 200 if quick else 2000)
-    local_s, served_s = _median(times["local"]), _median(times["served"])
-    alone_ratio = _median(times["served_one_at_a_time"]) / local_s
+    local_s, served_s = common.median(times["local"]), common.median(times["served"])
+    alone_ratio = common.median(times["served_one_at_a_time"]) / local_s
     bare_us = bare_websocket_round_trip_us(200 if quick else 2000)
     beyond_us = call_us - infer_us - bare_us
-    return _result(
+    return common.result(
         title="served policy pass 1 vs local", ratio=served_s / local_s,
         ratio_of="served pass1_s / local pass1_s", target=1.5, op="<=", gating=not quick,
         baseline="evaluate() with sb3:CHECKPOINT loaded in the pass-1 worker",
@@ -394,7 +388,7 @@ def bench_served_policy_pass1(ctx: Context) -> dict[str, Any]:
              "server_infer_us": infer_us, "bare_websocket_round_trip_us": bare_us,
              "beyond_bare_round_trip_us": beyond_us,
              "one_at_a_time_ratio": alone_ratio},
-        notes=[POLICY_NOTE, f"one pass-1 worker; it plays {IN_FLIGHT} episodes at once, one "
+        notes=[common.POLICY_NOTE, f"one pass-1 worker; it plays {IN_FLIGHT} episodes at once, one "
                "policy session each (pass1.inflight.AskAhead: each observation is sent as soon "
                "as its step is taken, and the worker steps the others while the server "
                "answers); on a server of one session, one at a time: served / local "
@@ -426,10 +420,10 @@ def served_call_us(address: str, calls: int) -> tuple[float, float]:
             infer.append(float(reply["server_timing"]["infer_ms"]) / 1e3)
     finally:
         session.close()
-    return 1e6 * _median(times), 1e6 * _median(infer)
+    return 1e6 * common.median(times), 1e6 * common.median(infer)
 
 
-def bench_served_vector(ctx: Context) -> dict[str, Any]:
+def bench_served_vector(ctx: common.Context) -> dict[str, Any]:
     """Batched pass 1 (``--batched-inference``: one forward pass for 8 observations, PPO
     MLP) on one vector session of a ``serve --num-envs 8`` server vs the same on 8 local
     sub-env processes, interleaved; the tapes must be bitwise identical. Judged: local
@@ -440,28 +434,28 @@ def bench_served_vector(ctx: Context) -> dict[str, Any]:
     num_envs = 8
     episodes, steps, reps = (8, 100, 1) if quick else (16, 1000, 2)
     ckpt, vecnorm = ctx.checkpoint()
-    common = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=SEED,
+    shared = dict(policy=f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=episodes, seed=common.SEED,
                   max_episode_steps=steps, batched_inference=True)
     with loopback_server(ctx.dir("served-vector"), steps, num_envs=num_envs) as address:
         times = _interleaved_pass1(ctx, "served-vector", reps, {
-            "local": dict(env=ENV_ID, workers=num_envs, **common),
-            "served": dict(env=f"{address}/{ENV_ID}", workers=1, **common)})
-    local_s, served_s = _median(times["local"]), _median(times["served"])
+            "local": dict(env=common.ENV_ID, workers=num_envs, **shared),
+            "served": dict(env=f"{address}/{common.ENV_ID}", workers=1, **shared)})
+    local_s, served_s = common.median(times["local"]), common.median(times["served"])
     per_env = per_env_overhead(ctx, (1, 8, 32), 200 if quick else 1000)
-    return _result(
+    return common.result(
         title="served batched pass 1 (N = 8) vs local batched", ratio=local_s / served_s,
         ratio_of="local pass1_s / served pass1_s", target=0.9, op=">=", gating=not quick,
         baseline=f"evaluate(--batched-inference, --workers {num_envs}) on local sub-envs",
         measured=f"the same on one vector session of `serve --num-envs {num_envs}`",
         raw={"episodes": episodes, "steps": steps, "reps": reps, "num_envs": num_envs,
              "pass1_s": times, "tapes_identical": True, "per_env_overhead_us": per_env},
-        notes=[POLICY_NOTE] + [
+        notes=[common.POLICY_NOTE] + [
             f"N = {n}: a served vector step costs {v['served_us']:.0f} us, N local steps "
             f"{v['local_us']:.0f} us: {v['overhead_us']:.1f} us per env over local"
             for n, v in per_env.items()])
 
 
-def per_env_overhead(ctx: Context, sizes: tuple[int, ...], steps: int
+def per_env_overhead(ctx: common.Context, sizes: tuple[int, ...], steps: int
                      ) -> dict[int, dict[str, float]]:
     """For each N in ``sizes``: median microseconds of one served vector step of N sub-envs
     (one request, one reply), of N local steps of the same envs and actions in this process,
@@ -473,15 +467,16 @@ def per_env_overhead(ctx: Context, sizes: tuple[int, ...], steps: int
     from rolltape.server.client import RemoteVectorEnv
 
     out: dict[int, dict[str, float]] = {}
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(common.SEED)
     with loopback_server(ctx.dir("served-per-env"), steps + 1, sessions=2,
                          num_envs=max(sizes)) as address:
-        spec = env_spec(f"{address}/{ENV_ID}", max_episode_steps=steps + 1)
+        spec = env_spec(f"{address}/{common.ENV_ID}", max_episode_steps=steps + 1)
         for n in sizes:
             remote = RemoteVectorEnv.connect(spec, 1, per_session=n)
-            local = [make_env(env_spec(ENV_ID, max_episode_steps=steps + 1)) for _ in range(n)]
+            local = [make_env(env_spec(common.ENV_ID, max_episode_steps=steps + 1))
+                     for _ in range(n)]
             try:
-                seeds: list[int | None] = [SEED + i for i in range(n)]
+                seeds: list[int | None] = [common.SEED + i for i in range(n)]
                 remote.reset(seeds, np.ones(n, bool))
                 for env, seed in zip(local, seeds):
                     env.reset(seed=seed)
@@ -499,13 +494,13 @@ def per_env_overhead(ctx: Context, sizes: tuple[int, ...], steps: int
                 remote.close()
                 for env in local:
                     env.close()
-            served_s, local_s = _median(served_t), _median(local_t)
+            served_s, local_s = common.median(served_t), common.median(local_t)
             out[n] = {"served_us": served_s * 1e6, "local_us": local_s * 1e6,
                       "overhead_us": (served_s - local_s) / n * 1e6}
     return out
 
 
-def bench_served_concurrent_clients(ctx: Context) -> dict[str, Any]:
+def bench_served_concurrent_clients(ctx: common.Context) -> dict[str, Any]:
     """4 clients stepping one server at once (threads, one session each, their own seeds)
     vs each alone: every episode must be bitwise what it is alone. Judged: the number of
     differing episodes (target 0); the ratio is concurrent wall time / alone wall time."""
@@ -523,7 +518,7 @@ def bench_served_concurrent_clients(ctx: Context) -> dict[str, Any]:
         env = RemoteEnv.connect(spec)
         try:
             policy = load_policy("random", env)
-            out[client] = [record_episode(env, policy, SEED + 100 * client + i)
+            out[client] = [record_episode(env, policy, common.SEED + 100 * client + i)
                            for i in range(episodes)]
         finally:
             env.close()
@@ -531,7 +526,7 @@ def bench_served_concurrent_clients(ctx: Context) -> dict[str, Any]:
     alone: dict[int, list[dict[str, Any]]] = {}
     together: dict[int, list[dict[str, Any]]] = {}
     with loopback_server(ctx.dir("served-clients"), steps, sessions=clients) as address:
-        spec = env_spec(f"{address}/{ENV_ID}", max_episode_steps=steps)
+        spec = env_spec(f"{address}/{common.ENV_ID}", max_episode_steps=steps)
         started = time.perf_counter()
         for c in range(clients):
             play(spec, c, alone)
@@ -549,7 +544,7 @@ def bench_served_concurrent_clients(ctx: Context) -> dict[str, Any]:
         1 for c in range(clients) for a, b in zip(alone[c], together.get(c, []))
         if any(np.asarray(a[k]).tobytes() != np.asarray(b[k]).tobytes() for k in keys))
     differing += sum(episodes - len(together.get(c, [])) for c in range(clients))
-    return _result(
+    return common.result(
         title="4 concurrent clients identical to alone", ratio=together_s / alone_s,
         ratio_of="wall time 4 at once / one after another", value=float(differing),
         unit="episodes", target=0.0, op="<=", baseline="each client alone",

@@ -15,39 +15,38 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rolltape.bench.common import SEED, Context, _median, _result, compare_tapes
+import rolltape.bench.common as common
 
 SUITE = "mazes"
 
 
-def _sizes(ctx: Context) -> tuple[int, int, int]:
+def _sizes(ctx: common.Context) -> tuple[int, int, int]:
     """(episodes per task, steps per episode, interleaved repetitions)."""
     return (2, 30, 1) if ctx.config.quick else (25, 1000, 2)
 
 
-def _suite_run(ctx: Context, name: str, workers: int) -> Any:
+def _suite_run(ctx: common.Context, name: str, workers: int) -> Any:
     from rolltape.evaluation import evaluate
 
     episodes, steps, _ = _sizes(ctx)
-    return evaluate(suite=SUITE, episodes=episodes, seed=SEED, max_episode_steps=steps,
+    return evaluate(suite=SUITE, episodes=episodes, seed=common.SEED, max_episode_steps=steps,
                     workers=workers, out=ctx.dir(name), overwrite=True, report=False)
 
 
-def bench_suite_workers(ctx: Context) -> dict[str, Any]:
+def bench_suite_workers(ctx: common.Context) -> dict[str, Any]:
     """Pass-1 time of the 4-task suite with workers=1 vs workers=2 (target: >= 1.7)."""
     episodes, steps, reps = _sizes(ctx)
     pass1: dict[int, list[float]] = {1: [], 2: []}
     tapes: dict[int, list[Path]] = {}
-    for rep in range(reps):
-        for workers in ((1, 2) if rep % 2 == 0 else (2, 1)):
-            run = _suite_run(ctx, f"suite-workers{workers}", workers)
-            pass1[workers].append(run.metadata["timings"]["pass1_s"])
-            tapes.setdefault(workers, [run.tape_path(e) for e in run.results.episodes])
-    problems = compare_tapes(tapes[1], tapes[2])
+    for _, workers in common.interleaved(reps, (1, 2)):
+        run = _suite_run(ctx, f"suite-workers{workers}", workers)
+        pass1[workers].append(run.metadata["timings"]["pass1_s"])
+        tapes.setdefault(workers, [run.tape_path(e) for e in run.results.episodes])
+    problems = common.compare_tapes(tapes[1], tapes[2])
     if problems:  # a correctness failure, not a slow run
         raise AssertionError(f"suite tapes of workers=1 and workers=2 differ: {problems[:5]}")
-    one, two = _median(pass1[1]), _median(pass1[2])
-    return _result(
+    one, two = common.median(pass1[1]), common.median(pass1[2])
+    return common.result(
         title="a 4-task suite on 2 workers", ratio=one / two, target=1.7, op=">=",
         ratio_of="median pass1_s of the suite with workers=1 / with workers=2 (a speed-up)",
         baseline=f"workers=1: pass 1 {one:.2f} s", measured=f"workers=2: pass 1 {two:.2f} s",
@@ -59,7 +58,7 @@ def bench_suite_workers(ctx: Context) -> dict[str, Any]:
                "sequence", f"all {len(tapes[1])} tapes bitwise identical for 1 and 2 workers"])
 
 
-def bench_suite_aggregation(ctx: Context) -> dict[str, Any]:
+def bench_suite_aggregation(ctx: common.Context) -> dict[str, Any]:
     """Aggregation per task/suite/overall plus writing eval_info.json and results.json, vs
     the suite's pass 1 (target: <= 1%)."""
     from rolltape.files import write_json
@@ -78,8 +77,8 @@ def bench_suite_aggregation(ctx: Context) -> dict[str, Any]:
         write_json(run.path / "eval_info.json", info)
         replace(run, results=replace(results, suite=summary)).write()
         times.append(time.perf_counter() - started)
-    spent, pass1 = _median(times), run.metadata["timings"]["pass1_s"]
-    return _result(
+    spent, pass1 = common.median(times), run.metadata["timings"]["pass1_s"]
+    return common.result(
         title="suite aggregation and eval_info.json", ratio=spent / pass1, target=0.01,
         op="<=", ratio_of="median seconds to aggregate and write eval_info.json + "
                           "results.json / the suite's pass1_s",

@@ -14,10 +14,10 @@ import importlib.util
 import time
 from typing import Any
 
-from rolltape.bench.common import ENV_ID, SEED, Context, _median, _result, run_child
+import rolltape.bench.common as common
 
 
-def _sizes(ctx: Context) -> dict[str, int]:
+def _sizes(ctx: common.Context) -> dict[str, int]:
     """Training steps per run, episode length, repetitions (A B B A ...)."""
     if ctx.config.quick:
         return {"steps": 128, "episode": 30, "reps": 1, "n_steps": 64, "bare_steps": 2000}
@@ -43,7 +43,7 @@ def train_child(variant: str, steps: int, episode: int, n_steps: int, folder: st
     def make() -> gym.Env:
         render_mode = "rgb_array" if variant == "recordvideo" else None
         size: dict[str, Any] = {"width": width, "height": height} if render_mode else {}
-        env = gym.make(ENV_ID, max_episode_steps=episode, render_mode=render_mode, **size)
+        env = gym.make(common.ENV_ID, max_episode_steps=episode, render_mode=render_mode, **size)
         if variant == "tapes":
             env = RecordTape(env, folder, episode_trigger=lambda e: True, render=False)
         elif variant == "background":
@@ -97,7 +97,8 @@ def _inline_video(env: Any, folder: str) -> Any:
     return InlineFrames(env)
 
 
-def _interleaved(ctx: Context, variants: tuple[str, ...], name: str) -> dict[str, list[float]]:
+def _interleaved(ctx: common.Context, variants: tuple[str, ...],
+                 name: str) -> dict[str, list[float]]:
     """Wall time of ``learn`` per variant, A B B A ...; in this process (after one warm-up
     run), except RecordVideo's, which draws inline and so needs a GL backend chosen before
     MuJoCo is imported: a fresh interpreter with ``MUJOCO_GL`` set."""
@@ -106,61 +107,62 @@ def _interleaved(ctx: Context, variants: tuple[str, ...], name: str) -> dict[str
 
     def kwargs(variant: str, folder: Any) -> dict[str, Any]:
         return {"variant": variant, "steps": sizes["steps"], "episode": sizes["episode"],
-                "n_steps": sizes["n_steps"], "folder": str(folder), "seed": SEED,
+                "n_steps": sizes["n_steps"], "folder": str(folder), "seed": common.SEED,
                 "width": ctx.config.width, "height": ctx.config.height,
                 "backend": ctx.backend}
 
     train_child(**{**kwargs("none", ctx.dir(f"{name}-warmup")), "steps": sizes["n_steps"]})
-    for rep in range(sizes["reps"]):
-        for variant in (variants if rep % 2 == 0 else variants[::-1]):
-            folder = ctx.dir(f"{name}-{variant}")
-            if variant == "recordvideo":
-                result, _ = run_child(train_child, kwargs(variant, folder), folder,
-                                      gl=ctx.backend)
-            else:
-                result = train_child(**kwargs(variant, folder))
-            times[variant].append(result["learn_s"])
+    for _, variant in common.interleaved(sizes["reps"], variants):
+        folder = ctx.dir(f"{name}-{variant}")
+        if variant == "recordvideo":
+            result, _ = common.run_child(train_child, kwargs(variant, folder), folder,
+                                         gl=ctx.backend)
+        else:
+            result = train_child(**kwargs(variant, folder))
+        times[variant].append(result["learn_s"])
     return times
 
 
-def bench_training_tapes(ctx: Context) -> dict[str, Any]:
+def bench_training_tapes(ctx: common.Context) -> dict[str, Any]:
     """PPO throughput with a tape of every episode vs with no recording at all."""
     sizes = _sizes(ctx)
     times = _interleaved(ctx, ("none", "tapes"), "tapes")
-    ratio = _median(times["none"]) / _median(times["tapes"])  # speed(tapes) / speed(none)
-    return _result(
+    # speed(tapes) / speed(none)
+    ratio = common.median(times["none"]) / common.median(times["tapes"])
+    return common.result(
         title="training throughput with a tape of every episode", ratio=ratio, target=0.95,
         op=">=", ratio_of="PPO steps/s with RecordTape on every episode / without recording",
-        baseline=f"no recording: {sizes['steps'] / _median(times['none']):.0f} steps/s",
-        measured=f"tapes: {sizes['steps'] / _median(times['tapes']):.0f} steps/s",
+        baseline=f"no recording: {sizes['steps'] / common.median(times['none']):.0f} steps/s",
+        measured=f"tapes: {sizes['steps'] / common.median(times['tapes']):.0f} steps/s",
         raw={**sizes, "learn_s": times},
-        notes=[f"PPO MlpPolicy on {ENV_ID}, {sizes['episode']}-step episodes, one env"])
+        notes=[f"PPO MlpPolicy on {common.ENV_ID}, {sizes['episode']}-step episodes, one env"])
 
 
-def bench_training_background_video(ctx: Context) -> dict[str, Any]:
+def bench_training_background_video(ctx: common.Context) -> dict[str, Any]:
     """PPO throughput with background videos of every 10th episode, and with Gymnasium's
     RecordVideo drawing the same episodes inline, each against no recording."""
     sizes = _sizes(ctx)
     times = _interleaved(ctx, ("none", "background", "recordvideo"), "video")
-    none = _median(times["none"])
-    ratio = none / _median(times["background"])
-    inline = none / _median(times["recordvideo"])
+    none = common.median(times["none"])
+    ratio = none / common.median(times["background"])
+    inline = none / common.median(times["recordvideo"])
     how = ("gymnasium RecordVideo" if importlib.util.find_spec("moviepy") is not None
            else "inline env.render() of the same episodes (moviepy missing for RecordVideo)")
-    return _result(
+    return common.result(
         title="training throughput with background videos (every 10th episode)",
         ratio=ratio, target=0.95, op=">=", gating=False,
         ratio_of="PPO steps/s with RecordTape + background videos / without recording",
         baseline=f"no recording: {sizes['steps'] / none:.0f} steps/s",
-        measured=f"background videos: {sizes['steps'] / _median(times['background']):.0f} "
-                 f"steps/s; {how}: {sizes['steps'] / _median(times['recordvideo']):.0f} steps/s",
+        measured=f"background videos: {sizes['steps'] / common.median(times['background']):.0f} "
+                 f"steps/s; {how}: "
+                 f"{sizes['steps'] / common.median(times['recordvideo']):.0f} steps/s",
         raw={**sizes, "learn_s": times, "inline_ratio": inline, "inline_how": how},
         notes=[f"inline ({how}) ratio in the same run: {inline:.3f}",
                "render processes run at nice +10 beside training; on few cores they still "
                "share the CPU"])
 
 
-def bench_record_tape_step_cost(ctx: Context) -> dict[str, Any]:
+def bench_record_tape_step_cost(ctx: common.Context) -> dict[str, Any]:
     """Microseconds a step that RecordTape adds when it is not recording."""
     import gymnasium as gym
     import numpy as np
@@ -169,15 +171,15 @@ def bench_record_tape_step_cost(ctx: Context) -> dict[str, Any]:
 
     sizes = _sizes(ctx)
     n = sizes["bare_steps"]
-    bare = gym.make(ENV_ID, max_episode_steps=10**9)
-    wrapped = RecordTape(gym.make(ENV_ID, max_episode_steps=10**9), ctx.dir("step-cost"),
+    bare = gym.make(common.ENV_ID, max_episode_steps=10**9)
+    wrapped = RecordTape(gym.make(common.ENV_ID, max_episode_steps=10**9), ctx.dir("step-cost"),
                          episode_trigger=lambda e: False, render=False)
     space = bare.action_space
     assert isinstance(space, gym.spaces.Box)  # HalfCheetah's
     action = np.zeros(space.shape, dtype=space.dtype)
 
     def loop(env: Any) -> float:
-        env.reset(seed=SEED)
+        env.reset(seed=common.SEED)
         step = env.step
         started = time.perf_counter()
         for _ in range(n):
@@ -185,18 +187,16 @@ def bench_record_tape_step_cost(ctx: Context) -> dict[str, Any]:
         return time.perf_counter() - started
 
     times: dict[str, list[float]] = {"bare": [], "wrapped": []}
-    for rep in range(3):
-        for name, env in ((("bare", bare), ("wrapped", wrapped)) if rep % 2 == 0
-                          else (("wrapped", wrapped), ("bare", bare))):
-            times[name].append(loop(env))
+    for _, (name, env) in common.interleaved(3, (("bare", bare), ("wrapped", wrapped))):
+        times[name].append(loop(env))
     bare.close()
     wrapped.close()
-    extra_us = (_median(times["wrapped"]) - _median(times["bare"])) / n * 1e6
-    ratio = _median(times["wrapped"]) / _median(times["bare"])
-    return _result(
+    extra_us = (common.median(times["wrapped"]) - common.median(times["bare"])) / n * 1e6
+    ratio = common.median(times["wrapped"]) / common.median(times["bare"])
+    return common.result(
         title="RecordTape's cost per step when not recording", ratio=ratio, value=extra_us,
         unit="us", target=2.0, op="<=", ratio_of="wrapped step time / bare step time",
-        baseline=f"bare env.step {_median(times['bare']) / n * 1e6:.1f} us",
-        measured=f"RecordTape env.step {_median(times['wrapped']) / n * 1e6:.1f} us",
+        baseline=f"bare env.step {common.median(times['bare']) / n * 1e6:.1f} us",
+        measured=f"RecordTape env.step {common.median(times['wrapped']) / n * 1e6:.1f} us",
         raw={"steps": n, "seconds": times, "extra_us_per_step": extra_us},
         notes=[f"{extra_us:+.2f} us a step over the bare env (target <= 2 us)"])
