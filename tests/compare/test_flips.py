@@ -128,6 +128,10 @@ def test_a_tape_mjwarp_did_not_make_is_refused_before_any_report(
     assert not (tmp_path / "flips.json").exists()
     with pytest.raises(UsageError, match="--state-tol must be a number above 0, got 0"):
         FlipOptions(flips=True, state_tol=0.0)
+    # untrusted data: states that do not fit the env are one sentence, not MuJoCo's traceback
+    narrow = dataclasses.replace(tape, qpos=tape.qpos[:, :-1]).save(tmp_path / "narrow.npz")
+    with pytest.raises(UsageError, match=r"states or actions shaped \(21, 8\), .*\(nq 9, nv 9"):
+        flip_report([narrow])
     assert mjwarp_tape(good).meta["backend"] == "mjwarp"
     assert report_path([good], None) == good.parent / "flips.json"
     assert report_path([good], str(tmp_path / "r.json")) == tmp_path / "r.json"

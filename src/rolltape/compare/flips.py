@@ -193,6 +193,20 @@ def _success(info: dict[str, Any]) -> bool | None:
     return None
 
 
+def _check_shapes(tape: Tape, nq: int, nv: int, action_shape: tuple[int, ...] | None) -> None:
+    """Refuse, in one sentence, a tape whose states or actions do not fit its env (a tape is
+    untrusted data: a wrong shape must not surface as the simulator's traceback)."""
+    assert tape.qpos is not None and tape.qvel is not None
+    fits = (tape.qpos.ndim == 2 and tape.qpos.shape[1] == nq and tape.qvel.ndim == 2
+            and tape.qvel.shape[1] == nv and len(tape.qpos) == len(tape.qvel) == tape.length + 1
+            and tape.actions.shape[1:] == tuple(action_shape or ()))
+    if not fits:
+        raise UsageError(f"Tape of {tape.env_id} (seed {tape.seed}) has states or actions "
+                         f"shaped {tape.qpos.shape}, {tape.qvel.shape}, {tape.actions.shape}, "
+                         f"not what {tape.env_id} takes (nq {nq}, nv {nv}, actions "
+                         f"{action_shape}); re-record it.")
+
+
 def replay_on_cpu(tape: Tape) -> tuple[np.ndarray, np.ndarray, list[float], str, bool | None]:
     """The tape's actions on its CPU env from its initial state: (qpos (T'+1, nq), qvel,
     rewards, ending, success at the end), stopping where the CPU episode ends."""
@@ -203,6 +217,7 @@ def replay_on_cpu(tape: Tape) -> tuple[np.ndarray, np.ndarray, list[float], str,
         env.reset(seed=tape.seed, options=tape.options)
         base: Any = env.unwrapped
         assert tape.qpos is not None and tape.qvel is not None  # mjwarp_tape checked
+        _check_shapes(tape, base.model.nq, base.model.nv, env.action_space.shape)
         base.set_state(tape.qpos[0], tape.qvel[0])  # MJWarp's start (float32-rounded)
         qpos, qvel = [base.data.qpos.copy()], [base.data.qvel.copy()]
         rewards: list[float] = []
