@@ -24,12 +24,13 @@ import importlib.util
 import math
 import os
 import shutil
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rolltape.envs.ids import trusted_env_id
 from rolltape.errors import Interrupted, RunFailed, UsageError, check_choice
+from rolltape.executors.launch import check_worker_count
 from rolltape.files import move_into_place, sha256_of
 from rolltape.flags import EPISODES, OUTPUT, check_flags, flag
 from rolltape.groups import Pick, RunArgument, RunFolder, declared
@@ -62,8 +63,8 @@ class ExportOutcome:
 #: draws it, into a video of its own (LeRobot's), replays exactly (a tolerance would let an
 #: episode that did not verify in), leaves out and names an episode that diverged, and
 #: replays the run's tapes (not tapes named one by one).
-NOT_EXPORTED = {"layout": "separate", "overlay": False, "quality": "full", "rtol": 0.0,
-                "atol": 0.0, "on_divergence": "warn", "video_format": "mp4", "tapes": ()}
+NOT_EXPORTED = ("layout", "overlay", "quality", "rtol", "atol", "on_divergence",
+                "video_format", "tapes")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,10 +92,13 @@ class ExportConfig(RunArgument, Pick, ReplayVerb, RunFolder):
         """Refuse, before any worker starts, what no export can do."""
         check_choice("--to", self.to, FORMATS)
         check_flags(self)
+        if self.workers is not None:  # unset: one per core
+            check_worker_count("--workers", self.workers)
         check_choice("--mode", self.mode, ("resim", "restore"))
         super().__post_init__()
-        for name, default in NOT_EXPORTED.items():
-            if getattr(self, name) != default:
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in NOT_EXPORTED:  # left at the record's own default (layout: separate)
+            if getattr(self, name) != defaults[name]:
                 raise UsageError(f"export takes no {name} (it draws each camera as "
                                  "env.render() does, into a video of its own, from the run's "
                                  "tapes, and leaves out what did not replay exactly); drop it.")
