@@ -40,6 +40,9 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     assert "--branches must be at least 1" in refused(ledge, "--branches", "0")
     assert "--noise must be a finite number" in refused(ledge, "--noise", "nan")
     assert "--threshold must lie strictly between 0 and 1" in refused(ledge, "--threshold", "1")
+    # Issue 40: the branches' seed is --branch-seed (eval's --seed resets episodes).
+    assert "--branch-seed must be 0 or more" in refused(ledge, "--branch-seed", "-1")
+    assert "no option --episodes" in refused(ledge, "--episodes", "worst:3")  # now --pick
     assert "--executor must be one of local, ray; got 'nope'" in refused(ledge, "--executor",
                                                                           "nope")
     assert "not a rolltape run" in refused(str(tmp_path / "none"))
