@@ -19,7 +19,6 @@ interpreter), the orchestrator.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -32,7 +31,18 @@ from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 from rolltape.executors.base import Executor
 from rolltape.executors.launch import check_worker_count
-from rolltape.flags import EPISODES, OUTPUT, POLICY, SCALE, VIDEO, check_flags, flag, parse_kwargs
+from rolltape.flags import (
+    EPISODES,
+    OUTPUT,
+    POLICY,
+    SCALE,
+    VIDEO,
+    above,
+    check_field,
+    check_flags,
+    flag,
+    parse_kwargs,
+)
 from rolltape.groups import EnvOptions, Episodes, PolicyFiles, Served, SuiteOptions
 from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
@@ -70,13 +80,14 @@ def select_episodes(selection: VideoPick | Given,
 
 def check_render_options(*, fps: float | None = None, render_timeout: float | None = None,
                          formats: str | None = None) -> None:
-    """Refuse render options out of range that are not :class:`RenderOptions` fields (those
-    check themselves), before any work."""
-    # `not x > 0` is also true for NaN, which every comparison rejects.
-    for flag_name, seconds in (("--fps", fps), ("--render-timeout", render_timeout)):
-        if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
-            raise UsageError(f"{flag_name} must be a number above 0, got {seconds}.")
+    """Refuse render options given on their own (before their records are made), by the
+    rules their fields declare: ``fps`` (a request's), ``render_timeout`` (eval's); and an
+    unknown or empty ``formats``."""
+    from rolltape.pass2.request import RenderRequest
+
+    check_field(RenderRequest, "fps", fps)
     check_fps(fps)
+    check_field(EvalConfig, "render_timeout", render_timeout)
     artifact_paths("x", formats)  # refuses an unknown or empty --format
 
 
@@ -214,10 +225,11 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Replay
         "(without it: on the cores pass 1 leaves idle): the run ends sooner, pass 1 itself may "
         "slow a little.", panel=SCALE)
     render_timeout: float = flag(120.0, "Seconds without progress before a render worker "
-                                        "counts as hung.", panel=SCALE)
+                                        "counts as hung.", panel=SCALE, rule=above(0))
     episode_timeout: float = flag(  # a pass-1 worker that finishes no episode for this long
         EPISODE_TIMEOUT, "Seconds a pass-1 worker may take for one episode before it counts "
-        "as hung.", panel=SCALE)  # is stopped (a hung env or policy)
+        "as hung.", panel=SCALE,  # is stopped (a hung env or policy)
+        rule=above(0, "a number of seconds"))
     report: bool = flag(True, "Write report.html and report.ipynb.", panel=OUTPUT)
     viewer: bool = flag(  # copies ~13 MB of WebAssembly into the run: the API opts in
         False, "Add the interactive 3-D replay to the report.", panel=OUTPUT,
@@ -292,9 +304,6 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Replay
         check_render_options(render_timeout=self.render_timeout, formats=self.video_format)
         if self.suite is None:  # a suite's tasks may set their own counts: checked per task
             self.video.check(self.episodes)
-        if not self.episode_timeout > 0 or self.episode_timeout == float("inf"):
-            raise UsageError(f"--episode-timeout must be a number of seconds above 0, got "
-                             f"{self.episode_timeout}.")
         self.clock_request()  # refuses a malformed --latency, --execution, --hold or --blend
         wrapper_entries(self.wrappers, self.frame_stack)  # refuses a malformed one
         from rolltape.policies import sb3_checkpoint

@@ -74,7 +74,8 @@ class Rule:
 
     def check(self, name: str, value: Any) -> None:
         if value is not None and not self.ok(value):
-            raise UsageError(f"{name} must {self.must}, got {value}.")
+            shown = repr(value) if isinstance(value, str) else value
+            raise UsageError(f"{name} must {self.must}, got {shown}.")
 
 
 def at_least(least: int, unit: str = "", why: str = "") -> Rule:
@@ -87,6 +88,25 @@ def at_least(least: int, unit: str = "", why: str = "") -> Rule:
 def above(least: float, what: str = "a number") -> Rule:
     """A finite number above ``least`` (NaN fails every comparison, so it is refused too)."""
     return Rule(lambda v: v > least and math.isfinite(v), f"be {what} above {least:g}")
+
+
+def not_empty() -> Rule:
+    """Text that is not empty (a path)."""
+    return Rule(lambda v: bool(str(v).strip()), "not be empty")
+
+
+def non_negative() -> Rule:
+    """A finite number of 0 or more (a tolerance)."""
+    return Rule(lambda v: v >= 0 and math.isfinite(v), "be a finite number of 0 or more")
+
+
+def check_field(cls: type, name: str, value: Any) -> None:
+    """Apply field ``name`` of dataclass ``cls``'s rule to ``value`` (a value checked
+    before its record is made, such as a render option given on its own)."""
+    f = next(f for f in fields(cls) if f.name == name)
+    spec: Flag = f.metadata["flag"]
+    if spec.rule is not None:
+        spec.rule.check(spec.name(name), value)
 
 
 def check_flags(record: Any) -> None:

@@ -50,6 +50,7 @@ from rolltape.flags import (
     SERVER,
     at_least,
     flag,
+    not_empty,
     parse_kwargs,
 )
 
@@ -156,7 +157,7 @@ class RunFolder:
     verb's help says where it writes then."""
 
     out: str | None = flag(None, "Where to write (the default is in the verb's help).",
-                           panel=OUTPUT, names=("--out", "-o"))
+                           panel=OUTPUT, names=("--out", "-o"), rule=not_empty())
     overwrite: bool = flag(False, "Replace what is already there.", panel=OUTPUT)
     quiet: bool = flag(False, "No progress bars.", panel=OUTPUT, names=("--quiet", "-q"))
 

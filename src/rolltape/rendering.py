@@ -395,6 +395,8 @@ class RenderJob(ReplayVerb, RunFolder):
         from rolltape.outputs.artifacts import check_output_name
 
         check_render_options(fps=self.fps, formats=self.video_format)
+        if self.workers is not None:  # the one check of a worker count: least and most
+            check_worker_count("--workers", self.workers)
         if self.out is not None:
             check_output_name(self.out, several=len(self.tapes) > 1)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, List, Optional
 
 from rolltape.errors import RunFailed, UsageError, check_choice
-from rolltape.flags import OUTPUT, POLICY, UNTIL, VIDEO, flag
+from rolltape.flags import OUTPUT, POLICY, UNTIL, VIDEO, check_flags, flag
 from rolltape.groups import Reference, RunFolder
 
 Say = Callable[[str], None]
@@ -28,7 +28,7 @@ class EvalPlan(Reference, RunFolder):
 
     env: str | None = flag(
         None, "Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, or FILE.py:CLASS (a class or "
-        "factory); leave it out with --suite.", panel=POLICY, argument=True, metavar="ENV")
+        "factory); leave it out with --suite.", panel=POLICY, argument=True)
     policy: tuple[str, ...] = flag(  # none given: random (recipes name their own)
         (), "random | sb3:PATH.zip | zoo:FOLDER (rl-zoo3) | MODULE:ATTR | "
         "FILE.py:ATTR | tape:PATH.npz; repeat, or a quoted glob of SB3 checkpoints, to "
@@ -66,6 +66,9 @@ class EvalPlan(Reference, RunFolder):
         False, "Then branch the rendered episodes (`rolltape branch`: 16 branches every 10 "
         "steps) and draw P(success | state at t) under their videos.", panel=VIDEO,
         names=("--branch",))
+
+    def __post_init__(self) -> None:
+        check_flags(self)
 
     @property
     def evidence(self) -> bool:

@@ -17,15 +17,14 @@ imports this module too).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, List, Optional
 
 import numpy as np
 
-from rolltape.errors import UsageError, check_choice
-from rolltape.flags import SCALE, VIDEO, at_least, flag
+from rolltape.errors import check_choice
+from rolltape.flags import SCALE, VIDEO, above, check_flags, flag, non_negative
 from rolltape.limits import check_frame_size
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
@@ -68,8 +67,9 @@ class RenderOptions:
     quality: str = flag("full", "full (exactly env.render()), balanced, or fast (no "
                                 "shadows/reflections/MSAA).", panel=VIDEO)
     rtol: float = flag(0.0, "Relative tolerance for reward parity (exact by default).",
-                       panel=VIDEO)
-    atol: float = flag(0.0, "Absolute tolerance for reward parity.", panel=VIDEO)
+                       panel=VIDEO, rule=non_negative())
+    atol: float = flag(0.0, "Absolute tolerance for reward parity.", panel=VIDEO,
+                       rule=non_negative())
 
     def __post_init__(self) -> None:
         """Refuse, on construction, choices no replay can make."""
@@ -77,10 +77,7 @@ class RenderOptions:
         check_choice("quality", self.quality, tuple(QUALITY), "--quality")
         check_layout(self.layout, self.cameras)
         check_frame_size(self.width, self.height)  # before a GL backend tries to allocate it
-        for flag_name, tol in (("--rtol", self.rtol), ("--atol", self.atol)):
-            if not (tol >= 0 and math.isfinite(tol)):
-                raise UsageError(f"{flag_name} must be a finite number of 0 or more, got "
-                                 f"{tol}.")
+        check_flags(self)  # --rtol, --atol (and a request's --fps)
 
     def render_options(self) -> dict[str, Any]:
         """These fields and their values, to make a :class:`RenderRequest` from any
@@ -103,8 +100,9 @@ class ReplayOptions:
     backends: tuple[str, ...] = flag(DEFAULT_ORDER, BACKENDS_HELP, panel=VIDEO, cli_type=str,
                                      cli_default=",".join(DEFAULT_ORDER), parse=parse_backends)
     on_divergence: str = flag("warn", "warn (keep and mark the video) or fail.", panel=VIDEO)
-    video_format: str = flag("mp4", f"Comma-separated: {formats.names()} (png: a folder of "
-                             "frames).", panel=VIDEO, names=("--format",))
+    video_format: str | None = flag(  # unset: --out's own suffix, else mp4
+        None, f"Comma-separated: {formats.names()} (png: a folder of frames); default: "
+        "--out's suffix, else mp4.", panel=VIDEO, names=("--format",))
 
     def __post_init__(self) -> None:
         # The API takes "egl,osmesa" too: read once, into the tuple every reader uses.
@@ -119,12 +117,11 @@ class ReplayVerb(ReplayOptions, RenderOptions):
     drawing choices, an env to replay on, and their processes (unset: one per core)."""
 
     tapes: tuple[str, ...] = flag((), "Tape files (.npz).", panel=VIDEO, argument=True,
-                                  cli_type=List[Path], cli_default=..., parse=_strings,
-                                  metavar="TAPE")
+                                  cli_type=List[Path], cli_default=..., parse=_strings)
     env: str | None = flag(None, ENV_HELP, panel=VIDEO)
     workers: int | None = flag(  # unset: one per CPU core, as eval's --render-workers
         None, "Render processes (default: one per CPU core, as eval's and export's; a long "
-        "video is split across them).", panel=SCALE, rule=at_least(1))
+        "video is split across them).", panel=SCALE)  # checked: executors.launch
 
     def __post_init__(self) -> None:
         RenderOptions.__post_init__(self)
@@ -138,7 +135,8 @@ class RenderRequest(RenderOptions):
 
     tape: str
     outputs: tuple[str, ...] = ()
-    fps: float | None = flag(None, "Frame rate (env's render_fps by default).", panel=VIDEO)
+    fps: float | None = flag(None, "Frame rate (env's render_fps by default).", panel=VIDEO,
+                             rule=above(0))
     overwrite: bool = False
     env_id: str | None = None  # replay against another env than the tape's (checked)
     frames: tuple[int, int] | None = None  # draw only frames [first, stop): one segment
