@@ -50,6 +50,8 @@ from typing import Any
 import numpy as np
 
 from rolltape.errors import UsageError
+from rolltape.flags import check_field
+from rolltape.groups import PolicyFiles
 from rolltape.policies import Policy, close_policy
 
 EXECUTIONS = ("sync", "async")
@@ -180,8 +182,9 @@ class ClockedPolicy(Policy):
 
     def __init__(self, inner: Policy, clock: Clock, action_space: Any,
                  execute_steps: int | None = None) -> None:
-        if execute_steps is not None and (type(execute_steps) is not int or execute_steps < 1):
-            raise UsageError(f"--execute-steps must be a whole number >= 1; got {execute_steps!r}.")
+        if execute_steps is not None and type(execute_steps) is not int:
+            raise UsageError(f"--execute-steps must be a whole number; got {execute_steps!r}.")
+        check_field(PolicyFiles, "execute_steps", execute_steps)  # its rule, declared once
         self.inner, self.clock, self.action_space = inner, clock, action_space
         self.execute_steps = getattr(inner, "execute_steps", None) or execute_steps
         self.description = {**inner.description, "clock": clock.describe(),

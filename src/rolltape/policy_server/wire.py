@@ -12,7 +12,7 @@ A policy source ``ws://HOST:PORT`` may carry ``?execute_steps=K&timeout=S`` (the
 ``--execute-steps`` and ``--policy-timeout`` write them there, so every verb that takes a
 policy source, suites and comparisons included, passes them on unchanged).
 
-May import: numpy, msgpack, errors, address, server.protocol. Never: gymnasium, torch.
+May import: numpy, msgpack, errors, flags and groups (a rule), address, server.protocol. Never: gymnasium, torch.
 
 Example:
     >>> import numpy as np
@@ -36,6 +36,8 @@ import numpy as np
 
 from rolltape.address import DEFAULT_TIMEOUT, split_host_port
 from rolltape.errors import UsageError
+from rolltape.flags import check_field
+from rolltape.groups import PolicyFiles
 from rolltape.server import protocol as P
 from rolltape.server.protocol import DEFAULT_MAX_PAYLOAD, ProtocolError
 
@@ -160,8 +162,7 @@ def parse_source(source: str) -> PolicyAddress:
         key, _, value = part.partition("=")
         if key == "execute_steps":
             options[key] = _number(value, int, "--execute-steps", source)
-            if options[key] < 1:
-                raise UsageError(f"--execute-steps must be at least 1, got {value}.")
+            check_field(PolicyFiles, "execute_steps", options[key])  # its one rule
         elif key == "timeout":
             options[key] = _number(value, float, "--policy-timeout", source)
             if not 0 < options[key] < 1e6:
