@@ -43,7 +43,7 @@ from rolltape.errors import UsageError
 from rolltape.executors.base import ShareWork
 from rolltape.executors.launch import per_core
 from rolltape.files import atomic_folder, write_json
-from rolltape.flags import EPISODES, POLICY, SCALE, Rule, at_least, check_flags, flag
+from rolltape.flags import EPISODES, POLICY, SCALE, Rule, at_least, check_flags, flag, non_negative
 from rolltape.groups import (
     ExecutorChoice,
     Pick,
@@ -84,8 +84,7 @@ class BranchConfig(RunArgument, Pick, PolicyFiles, ExecutorChoice, RunFolder):
         None, "Gaussian action noise, in half-widths of the action range, added to a "
         "deterministic policy's actions (discrete actions: the probability of a random one); "
         "default 0.1, or 0 for a stochastic policy (its own sampling). 0 with a "
-        "deterministic policy replays the tape.", panel=POLICY,
-        rule=Rule(lambda v: v >= 0 and math.isfinite(v), "be a finite number of 0 or more"))
+        "deterministic policy replays the tape.", panel=POLICY, rule=non_negative())
     budget: int | None = flag(None, "At most this many env steps in all: the grid is thinned "
                               "to fit.", panel=SCALE, rule=at_least(1, "step"))
     threshold: float = flag(0.5, "The point of no return (safety) is where the band's upper "
