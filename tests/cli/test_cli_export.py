@@ -104,7 +104,7 @@ def test_an_export_says_what_it_wrote_in_one_line(run: Run, tmp_path: Path,
 @pytest.mark.parametrize(("flags", "words"), [
     (["--to", "parquet"], "Unknown --to 'parquet'; use one of minari, lerobot."),
     (["--to", "minari", "--camera", "free"], "--camera makes videos, which only --to lerobot"),
-    (["--to", "lerobot", "--fps", "-1"], "--fps must be a"),  # positive number (above 0)
+    (["--to", "lerobot", "--fps", "-1"], "--fps must be a number above 0, got -1.0."),
     (["--to", "lerobot", "--pick", "x"], "--pick 'x' is not understood; use a count"),
     (["--to", "lerobot", "--mode", "auto"], "Unknown --mode 'auto'; use one of resim, restore."),
 ])

@@ -21,7 +21,6 @@ Example (not run: it replays a run's tapes):
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import shutil
 from dataclasses import MISSING, dataclass, field, fields
@@ -34,7 +33,7 @@ from rolltape.executors.launch import check_worker_count
 from rolltape.files import move_into_place, sha256_of
 from rolltape.flags import EPISODES, OUTPUT, check_flags, flag
 from rolltape.groups import Pick, RunArgument, RunFolder, declared
-from rolltape.limits import check_folder_name, check_fps, check_frame_size
+from rolltape.limits import check_folder_name, check_fps
 from rolltape.outputs.artifacts import check_writable_folder
 from rolltape.pass2.request import RenderRequest, ReplayVerb
 from rolltape.record import Run
@@ -244,17 +243,15 @@ MAX_VIDEO_FPS = 240.0
 
 def _check_video_flags(to: str, cameras: Sequence[str], fps: float | None,
                        width: int | None, height: int | None) -> None:
-    """Refuse, before any worker starts, video flags no replay can honour."""
+    """Refuse, before any worker starts, video flags no replay can honour (beyond each
+    field's own rule: --fps above 0, a frame size a frame can be)."""
     if to == "minari" and cameras:
         raise UsageError("--camera makes videos, which only --to lerobot stores; drop --camera "
                          "for Minari.")
-    if fps is not None and not (fps > 0 and math.isfinite(fps)):
-        raise UsageError(f"--fps must be a positive number, got {fps}.")
     if cameras and fps is not None and fps > MAX_VIDEO_FPS:
         raise UsageError(f"--fps {fps:g}: LeRobot's AV1 videos (SVT-AV1) take at most "
                          f"{MAX_VIDEO_FPS:g} frames per second; give a lower --fps.")
     check_fps(fps)
-    check_frame_size(width, height)
     if (width is not None or height is not None) and not cameras:
         raise UsageError("--width and --height size the camera videos; give --camera too, or "
                          "drop them.")
