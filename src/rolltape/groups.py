@@ -54,7 +54,7 @@ from rolltape.flags import (
     parse_kwargs,
 )
 
-__all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles",
+__all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles", "Sampling",
            "Listener", "Reference", "ExecutorChoice", "RunFolder", "RunArgument", "Pick",
            "declared"]
 
@@ -116,6 +116,18 @@ class PolicyFiles:
         None, "A served policy (--policy ws://HOST:PORT): execute the first K actions of "
         "each chunk open loop, then ask again (default: the server's metadata, else the "
         "whole chunk).", panel=POLICY, rule=at_least(1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """Whether a policy takes its deterministic actions or samples them (eval,
+    serve-policy); unset: deterministic, but for a zoo: Atari folder (rl-zoo3's enjoy.py
+    samples those)."""
+
+    deterministic: bool | None = flag(
+        None, "Deterministic (--deterministic) or sampled (--stochastic) actions; default "
+        "deterministic, but a zoo: Atari folder's are sampled as rl-zoo3's enjoy.py samples "
+        "them.", panel=POLICY, names=("--deterministic/--stochastic",))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -52,7 +52,7 @@ import numpy as np
 from rolltape.address import bind_token, split_host_port
 from rolltape.errors import UsageError
 from rolltape.flags import POLICY, check_flags, flag
-from rolltape.groups import Listener, PolicyFiles
+from rolltape.groups import Listener, PolicyFiles, Sampling
 from rolltape.policy_server import wire
 from rolltape.server.protocol import ProtocolError, describe_space
 
@@ -62,7 +62,7 @@ LEROBOT = "lerobot:"  # lerobot:PRETRAINED_DIR, served from LeRobot's environmen
 
 
 @dataclass(frozen=True)
-class ServePolicyConfig(Listener, PolicyFiles):
+class ServePolicyConfig(Listener, PolicyFiles, Sampling):
     """Everything ``rolltape serve-policy`` was asked for: the socket (:class:`Listener`),
     what loads beside the policy (:class:`PolicyFiles`; ``execute_steps`` is advertised in
     the metadata, a client may override it) and how it acts. Each field's rule is checked
@@ -71,12 +71,12 @@ class ServePolicyConfig(Listener, PolicyFiles):
     source: str = flag(MISSING, "The policy: sb3:PATH.zip, zoo:FOLDER, MODULE:ATTR or "
                                 "FILE.py:ATTR (a callable; one with action_horizon H returns "
                                 "H actions a call).", panel=POLICY, argument=True)
-    deterministic: bool = flag(True, "Deterministic or sampled actions.", panel=POLICY,
-                               names=("--deterministic/--stochastic",))
     device: str = flag("cpu", "torch device of an SB3 policy (cpu, cuda).", panel=POLICY)
 
     def __post_init__(self) -> None:
         check_flags(self)
+        if self.deterministic is None:  # a served policy acts deterministically unless told
+            object.__setattr__(self, "deterministic", True)
         if self.bind is None:
             object.__setattr__(self, "bind", DEFAULT_BIND)
 
@@ -119,7 +119,7 @@ def load_source(cfg: ServePolicyConfig) -> Loaded:
 
     def new() -> Any:
         return load_policy(source, None, vecnormalize=vecnormalize, algo=algo,
-                           deterministic=cfg.deterministic, device=cfg.device)
+                           deterministic=bool(cfg.deterministic), device=cfg.device)
 
     first = new()
     owner = getattr(first, "owner", None)

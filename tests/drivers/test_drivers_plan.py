@@ -38,7 +38,6 @@ def test_two_policies_are_a_comparison_on_the_same_seeds(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("plan", "values", "words"), [
-    (EvalPlan(env=TOY, stochastic=True, deterministic=True), {}, "contradict each other"),
     (EvalPlan(env=TOY, reference="x"), {}, "names one of several policies"),
     (EvalPlan(env=TOY, checkpoint="best"), {}, "--checkpoint picks a model"),
     (EvalPlan(env=TOY, branch=True, policy=("random", "random")), {}, "--branch branches"),

@@ -16,13 +16,13 @@ from typing import Any, Callable, List, Optional
 
 from rolltape.errors import RunFailed, UsageError, check_choice
 from rolltape.flags import OUTPUT, POLICY, UNTIL, VIDEO, check_flags, flag
-from rolltape.groups import Reference, RunFolder
+from rolltape.groups import Reference, RunFolder, Sampling
 
 Say = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalPlan(Reference, RunFolder):
+class EvalPlan(Sampling, Reference, RunFolder):
     """Which policies ``rolltape eval`` plays and how it goes on: the choices that pick
     the driver, beside the evaluation's own options."""
 
@@ -34,11 +34,6 @@ class EvalPlan(Reference, RunFolder):
         "FILE.py:ATTR | tape:PATH.npz; repeat, or a quoted glob of SB3 checkpoints, to "
         "compare several on the same seeds.", panel=POLICY, names=("--policy", "-p"),
         cli_type=Optional[List[str]], cli_default=None, parse=tuple)
-    stochastic: bool = flag(False, "Sample actions instead of the deterministic ones.",
-                            panel=POLICY)
-    deterministic: bool = flag(
-        False, "Take the deterministic actions (the default, but for a zoo: Atari folder, "
-        "whose actions are sampled as rl-zoo3's enjoy.py samples them).", panel=POLICY)
     checkpoint: str | None = flag(
         None, "With --policy zoo:FOLDER: last (the final model, default), best "
         "(best_model.zip) or N (rl_model_N_steps.zip).", panel=POLICY)
@@ -97,8 +92,7 @@ def run_eval(plan: EvalPlan, values: dict[str, Any], executor_options: dict[str,
     stamp = time.strftime("%Y%m%d-%H%M%S")
     options: dict[str, Any] = dict(
         values, out=Path(plan.out or Path("runs") / f"{name.replace(':', '-')}-{stamp}"),
-        **({"deterministic": not plan.stochastic}
-           if plan.stochastic or plan.deterministic else {}),
+        **({"deterministic": plan.deterministic} if plan.deterministic is not None else {}),
         **({"checkpoint": plan.checkpoint} if plan.checkpoint is not None else {}),
         executor_options=executor_options, overwrite=plan.overwrite, resume=plan.resume,
         show_progress=not plan.quiet, command=command)
@@ -159,8 +153,6 @@ def _check(plan: EvalPlan, policies: list[str], values: dict[str, Any], many: bo
             raise UsageError(f"--algo names the algorithm of an SB3 checkpoint; drop it for "
                              f"--policy {policies[0]}, or give --policy sb3:PATH.zip.")
         check_choice("--algo", algo.upper(), SB3_ALGOS)
-    if plan.stochastic and plan.deterministic:
-        raise UsageError("--stochastic and --deterministic contradict each other; give one.")
     if plan.checkpoint is not None and not policies[0].startswith("zoo:"):
         raise UsageError("--checkpoint picks a model of --policy zoo:FOLDER; give the "
                          "checkpoint's own path with --policy sb3:PATH.zip instead.")
