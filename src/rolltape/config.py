@@ -43,7 +43,14 @@ from rolltape.flags import (
     flag,
     parse_kwargs,
 )
-from rolltape.groups import EnvOptions, Episodes, PolicyFiles, Served, SuiteOptions
+from rolltape.groups import (
+    EnvOptions,
+    Episodes,
+    ExecutorChoice,
+    PolicyFiles,
+    Served,
+    SuiteOptions,
+)
 from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
 from rolltape.outputs.artifacts import artifact_paths
@@ -168,8 +175,8 @@ def parse_wrappers(texts: Sequence[Any] | None) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
-class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, ReplayOptions,
-                 RenderOptions):
+class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, ExecutorChoice,
+                 ReplayOptions, RenderOptions):
     """Every choice of one evaluation; stored in metadata.json as the run's config. How
     videos are drawn and checked is the :class:`RenderOptions` every render request has."""
 
@@ -212,7 +219,6 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Replay
         False, "One policy process acting on --workers env processes (a served env: --workers "
         "sessions of its server's --num-envs) in one forward pass per step; actions can "
         "differ in the last bits from per-row inference.", panel=SCALE)
-    executor: str = flag("local", "local (process pool) or ray.", panel=SCALE)
     executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
     video: VideoPick = flag(  # the API's count, text or indices become a record (post_init)
         VideoPick(0), "Episodes to render: N, all, best, worst, median (best:3: several), "
