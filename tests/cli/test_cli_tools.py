@@ -9,6 +9,7 @@ import re
 import pytest
 
 from conftest import run_cli
+from rolltape.cli import main
 
 
 def test_doctor(tmp_path):
@@ -31,9 +32,10 @@ def test_doctor(tmp_path):
     (["suites", "build", "metaworld"], "`rolltape suites build` is not a command"),
     (["demo", "-n", "0"], "--episodes must be at least 1, got 0."),
 ])
-def test_a_bad_option_is_one_sentence_before_any_work(tmp_path, args, words):
-    proc = run_cli(*args, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
+def test_a_bad_option_is_one_sentence_before_any_work(tmp_path, monkeypatch, capsys, args,
+                                                      words):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rolltape: ") and words in lines[0], lines
     assert list(tmp_path.iterdir()) == []  # nothing written
