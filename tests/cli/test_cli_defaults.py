@@ -60,3 +60,23 @@ def test_render_by_default_splits_a_long_video_across_the_cores(tmp_path: Path) 
     # worker, the old default, drew one).
     assert result["segments"] == min(os.cpu_count() or 1, 2) and result["verified"]
     assert result["frames"] == 101
+
+
+#: Options shared by several verbs whose defaults had drifted apart (issue 40), and the one
+#: default each now has in every verb that takes it.
+SHARED = {"format": None,  # --out's suffix, else mp4 (eval said mp4, render unset)
+          "episodes": 10,  # parity played 5
+          "width": None, "height": None,  # the env's own size (parity drew 480x480)
+          "deterministic": None,  # the policy's own default (serve-policy said True)
+          "backends": "egl,osmesa",  # doctor probed glfw too
+          "out": None, "overwrite": False, "quiet": False}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_an_option_several_verbs_take_has_one_default(name: str) -> None:
+    group: Any = typer.main.get_command(app)
+    verbs = [v for v in group.commands
+             if any(f"--{name}" in getattr(p, "opts", ()) for p in group.commands[v].params)]
+    assert len(verbs) >= 2, verbs  # really shared
+    defaults = {v: option_default(v, name) for v in verbs}
+    assert defaults == dict.fromkeys(verbs, SHARED[name])
