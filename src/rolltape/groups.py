@@ -42,6 +42,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, List, Optional
 
+from rolltape.errors import UsageError
 from rolltape.flags import (
     EPISODES,
     OUTPUT,
@@ -54,7 +55,7 @@ from rolltape.flags import (
     parse_kwargs,
 )
 
-__all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles", "Sampling",
+__all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles", "PolicySource", "Sampling",
            "Listener", "Reference", "ExecutorChoice", "RunFolder", "RunArgument", "Pick",
            "declared"]
 
@@ -116,6 +117,30 @@ class PolicyFiles:
         None, "A served policy (--policy ws://HOST:PORT): execute the first K actions of "
         "each chunk open loop, then ask again (default: the server's metadata, else the "
         "whole chunk).", panel=POLICY, rule=at_least(1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicySource:
+    """The policy a verb plays (eval takes several to compare them; parity and branch one).
+
+    >>> PolicySource(policy=("sb3:a.zip",)).one_policy("random")
+    'sb3:a.zip'
+    """
+
+    policy: tuple[str, ...] = flag(
+        (), "random | sb3:PATH.zip | zoo:FOLDER (rl-zoo3) | MODULE:ATTR | FILE.py:ATTR | "
+        "ws://HOST:PORT | tape:PATH.npz (its actions); default random (branch: the run's "
+        "own). eval: repeat, or a quoted glob of SB3 checkpoints, to compare several on the "
+        "same seeds.", panel=POLICY, names=("--policy", "-p"), cli_type=Optional[List[str]],
+        cli_default=None, parse=tuple)
+
+    def one_policy(self, default: str | None) -> str | None:
+        """The one policy of a verb that plays one (``default`` when none was given)."""
+        given = (self.policy,) if isinstance(self.policy, str) else tuple(self.policy)
+        if len(given) > 1:
+            raise UsageError(f"--policy names one policy here, not {len(given)}; compare "
+                             "several with `rolltape eval --policy A --policy B`.")
+        return given[0] if given else default
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,7 +36,15 @@ import numpy as np
 
 from rolltape.errors import DivergenceError, UsageError
 from rolltape.flags import EPISODES, POLICY, VIDEO, at_least, check_flags, flag
-from rolltape.groups import EnvOptions, Episodes, PolicyFiles, RunFolder, Served, Suite
+from rolltape.groups import (
+    EnvOptions,
+    Episodes,
+    PolicyFiles,
+    PolicySource,
+    RunFolder,
+    Served,
+    Suite,
+)
 from rolltape.pass2.request import RenderOptions
 
 PARITY_TIMEOUT = 600.0  # seconds the parity worker may go without finishing an episode
@@ -53,7 +61,8 @@ def _render_flag(name: str) -> Any:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ParityConfig(Episodes, EnvOptions, Suite, Served, PolicyFiles, RunFolder):
+class ParityConfig(Episodes, EnvOptions, Suite, Served, PolicySource, PolicyFiles,
+                   RunFolder):
     """Everything ``rolltape parity`` was asked for. ``out`` None is ``parity.json``;
     with ``tapes``, ``episodes`` is their number. Refuses what cannot be compared in one
     sentence, before any server is asked anything."""
@@ -67,9 +76,6 @@ class ParityConfig(Episodes, EnvOptions, Suite, Served, PolicyFiles, RunFolder):
         "--episodes seeds.", panel=EPISODES, names=("--tape",), factory=tuple,
         cli_type=Optional[List[Path]], cli_default=None,
         parse=lambda paths: tuple(str(p) for p in paths))
-    policy: str = flag("random", "random | sb3:PATH.zip | MODULE:ATTR | FILE.py:ATTR | "
-                                 "tape:PATH.npz (replays its actions)", panel=POLICY,
-                       names=("--policy", "-p"))
     local_policy: str | None = flag(
         None, "With --policy ws://HOST:PORT: the same policy loaded here (sb3:PATH.zip, "
         "MODULE:ATTR, ...); compares their actions on the same observations.", panel=POLICY)
@@ -84,6 +90,11 @@ class ParityConfig(Episodes, EnvOptions, Suite, Served, PolicyFiles, RunFolder):
     cameras: tuple[str, ...] = _render_flag("cameras")
     frames: bool = flag(True, "Compare the rendered terminal frames.", panel=VIDEO)
 
+    @property
+    def source(self) -> str:
+        """The policy played on both sides (random unless --policy)."""
+        return self.one_policy("random") or "random"
+
     def __post_init__(self) -> None:
         from rolltape.outputs.artifacts import refuse_existing
         from rolltape.server.frames import check_size
@@ -92,7 +103,7 @@ class ParityConfig(Episodes, EnvOptions, Suite, Served, PolicyFiles, RunFolder):
         for tape in self.tapes:
             if not Path(tape).is_file():
                 raise UsageError(f"--tape '{tape}' does not exist; give a tape file (.npz).")
-        if self.tapes and self.policy != "random":
+        if self.tapes and self.source != "random":
             raise UsageError("--tape replays tapes' actions; drop --policy, or drop --tape.")
         if self.tapes:
             object.__setattr__(self, "episodes", len(self.tapes))
@@ -126,7 +137,7 @@ def check_parity(cfg: ParityConfig, say: Callable[[str], None] = print) -> dict[
     difference. ``say`` hears each episode (unless ``quiet``) and the verdict."""
     from rolltape.policy_server.wire import is_policy_source, with_options
 
-    policy = with_options(cfg.policy, cfg.execute_steps, None)
+    policy = with_options(cfg.source, cfg.execute_steps, None)
     shown = (lambda line: None) if cfg.quiet else say
     if cfg.local_policy is not None or is_policy_source(policy):
         return _policy_parity(cfg, policy, say, shown)
@@ -194,7 +205,7 @@ def _env_parity(cfg: ParityConfig, spec: dict[str, Any], say: Callable[[str], No
         raise DivergenceError(f"parity: {difference_sentence(diff)}; see {out}.")
     backend = described.get("backend") if described.get("physics") else None
     frames = cfg.frames and backend is not None
-    options = {"policy": cfg.policy, "episodes": cfg.episodes, "seed": cfg.seed,
+    options = {"policy": cfg.source, "episodes": cfg.episodes, "seed": cfg.seed,
                "vecnormalize": cfg.vecnormalize, "algo": cfg.algo, "width": cfg.width,
                "height": cfg.height, "camera": cfg.camera, "frames": frames,
                "tapes": list(cfg.tapes) or None}

@@ -16,24 +16,19 @@ from typing import Any, Callable, List, Optional
 
 from rolltape.errors import RunFailed, UsageError, check_choice
 from rolltape.flags import OUTPUT, POLICY, UNTIL, VIDEO, check_flags, flag
-from rolltape.groups import Reference, RunFolder, Sampling
+from rolltape.groups import PolicySource, Reference, RunFolder, Sampling
 
 Say = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalPlan(Sampling, Reference, RunFolder):
+class EvalPlan(PolicySource, Sampling, Reference, RunFolder):
     """Which policies ``rolltape eval`` plays and how it goes on: the choices that pick
     the driver, beside the evaluation's own options."""
 
     env: str | None = flag(
         None, "Gymnasium env id (HalfCheetah-v5), MODULE:EnvId, or FILE.py:CLASS (a class or "
         "factory); leave it out with --suite.", panel=POLICY, argument=True)
-    policy: tuple[str, ...] = flag(  # none given: random (recipes name their own)
-        (), "random | sb3:PATH.zip | zoo:FOLDER (rl-zoo3) | MODULE:ATTR | "
-        "FILE.py:ATTR | tape:PATH.npz; repeat, or a quoted glob of SB3 checkpoints, to "
-        "compare several on the same seeds.", panel=POLICY, names=("--policy", "-p"),
-        cli_type=Optional[List[str]], cli_default=None, parse=tuple)
     checkpoint: str | None = flag(
         None, "With --policy zoo:FOLDER: last (the final model, default), best "
         "(best_model.zip) or N (rl_model_N_steps.zip).", panel=POLICY)
