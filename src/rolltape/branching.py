@@ -38,16 +38,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from rolltape import executors
+from rolltape.config import EvalConfig
 from rolltape.envs.ids import check_tape_env_module
 from rolltape.errors import UsageError
 from rolltape.executors.base import ShareWork
-from rolltape.executors.launch import per_core
+from rolltape.executors.launch import check_worker_count, per_core
 from rolltape.files import atomic_folder, write_json
 from rolltape.flags import EPISODES, POLICY, SCALE, Rule, at_least, check_flags, flag, non_negative
 from rolltape.groups import (
     ExecutorChoice,
     Pick,
     PolicyFiles,
+    PolicySource,
     RunArgument,
     RunFolder,
     declared,
@@ -71,7 +73,7 @@ SCHEMA = 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class BranchConfig(RunArgument, Pick, PolicyFiles, ExecutorChoice, RunFolder):
+class BranchConfig(RunArgument, Pick, PolicySource, PolicyFiles, ExecutorChoice, RunFolder):
     """What ``rolltape branch`` (and :func:`branch`) is asked for: each field checked on
     construction by its own rule. ``out`` defaults to RUN/branch."""
 
@@ -94,10 +96,8 @@ class BranchConfig(RunArgument, Pick, PolicyFiles, ExecutorChoice, RunFolder):
     branch_seed: int = flag(0, "Seeds every branch's sampling and noise (with its episode's "
                             "seed, step and number).", panel=EPISODES,
                             rule=at_least(0, why="numpy's SeedSequence takes no sign"))
-    workers: int = flag(0, "Worker processes (0: one per CPU core).", panel=SCALE,
-                        rule=at_least(0, why="0: one per core"))
-    policy: str | None = flag(None, "The policy, when not the run's own (needed for a module "
-                              "or .py policy).", panel=POLICY, names=("--policy", "-p"))
+    # eval's pass-1 processes; unset here: one per core (branches are many short episodes)
+    workers: int | None = declared(EvalConfig, "workers", None)
     env: str | None = declared(ReplayVerb, "env")  # play the branches on it, not the tapes'
     # The executor's own options (its OPTIONS record: Ray's address, ...). On a cluster the
     # run's tapes and policy files must sit at the same path on every machine.
@@ -106,6 +106,9 @@ class BranchConfig(RunArgument, Pick, PolicyFiles, ExecutorChoice, RunFolder):
     def __post_init__(self) -> None:
         """Refuse, before any work, numbers no branch run can use."""
         check_flags(self)
+        self.one_policy(None)  # one policy (the run's own when none is named)
+        if self.workers is not None:
+            check_worker_count("--workers", self.workers)
         if self.execute_steps is not None:
             raise UsageError("--execute-steps is for a served policy's chunks, which branch "
                              "does not play; drop it.")
@@ -190,18 +193,19 @@ def _policy_of(run: Run, cfg: BranchConfig) -> tuple[dict[str, Any], dict[str, A
     meta: dict[str, Any] = dict(run.metadata) if run.metadata is not None else {}
     config: dict[str, Any] = dict(meta.get("config") or {})
     made: dict[str, Any] = dict(meta.get("policy") or {})
-    source = cfg.policy or config.get("policy")
+    named = cfg.one_policy(None)  # the policy the user named, if any
+    source = named or config.get("policy")
     if isinstance(source, list):
         source = source[0] if len(source) == 1 else None
     if not source:
         raise UsageError(f"'{run.path}' does not say which policy played it (no metadata.json); "
                          "name it with --policy.")
-    if cfg.policy is None and not (source == "random" or source.startswith(("sb3:", "zoo:"))
+    if named is None and not (source == "random" or source.startswith(("sb3:", "zoo:"))
                                    or source.endswith(".zip")):
         raise UsageError(f"The run's policy '{source[:200]}' is code (or a server) named only "
                          "in its files, which rolltape does not run (or connect to) unasked; if "
                          f"you trust it, name it with --policy {source[:200]}.")
-    if cfg.policy is not None:
+    if named is not None:
         made = {"deterministic": config.get("deterministic", True)}
     job = {"policy": source, "vecnormalize": cfg.vecnormalize or config.get("vecnormalize"),
            "algo": cfg.algo or config.get("algo"), "deterministic": bool(config.get("deterministic", True))}
@@ -317,7 +321,7 @@ def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dic
                               success_key=success_keys.get(s.episode.key.task_key,
                                                            "is_success")))
     total = sum(len(m) for m in units)
-    workers = min(per_core(cfg.workers), max(1, total))
+    workers = min(per_core(cfg.workers or 0), max(1, total))  # unset: one per core
     chunks = split_jobs(jobs, workers)
     runner.check()
     dealer = Dealer(chunks) if runner.runs_workers else None

@@ -43,6 +43,10 @@ def test_bad_input_is_one_sentence_and_exit_2(runs, tmp_path, capsys):
     # Issue 40: the branches' seed is --branch-seed (eval's --seed resets episodes).
     assert "--branch-seed must be 0 or more" in refused(ledge, "--branch-seed", "-1")
     assert "no option --episodes" in refused(ledge, "--episodes", "worst:3")  # now --pick
+    # --policy and --workers are eval's declarations: one policy, a count of 1 or more.
+    assert "--policy names one policy here, not 2" in refused(ledge, "-p", "random", "-p",
+                                                              "random")
+    assert "--workers must be at least 1, got 0" in refused(ledge, "--workers", "0")
     assert "--executor must be one of local, ray; got 'nope'" in refused(ledge, "--executor",
                                                                           "nope")
     assert "not a rolltape run" in refused(str(tmp_path / "none"))

@@ -20,7 +20,7 @@ from rolltape.outputs.branch_chart import summary_line
 @takes(options_of(BranchConfig, skip=("execute_steps",)), *map(options_of, option_records()))
 def branch_(**given: Any) -> None:
     """Where was an episode decided? P(success | state at t) from branch rollouts, written
-    to --out (default RUN/branch)."""
+    to --out (default RUN/branch), played by --workers (default one per core)."""
     from rolltape.branching import branch_run
 
     executor_options = {k: v for record in option_records()
