@@ -33,12 +33,11 @@ import math
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from rolltape import executors
-from rolltape.config import EvalConfig
 from rolltape.envs.ids import check_tape_env_module
 from rolltape.errors import UsageError
 from rolltape.executors.base import ShareWork
@@ -52,21 +51,17 @@ from rolltape.groups import (
     PolicySource,
     RunArgument,
     RunFolder,
+    Workers,
     declared,
 )
 from rolltape.interpreter import NO_GL
-from rolltape.outputs.branch_chart import branch_label, draw_branch_chart
-from rolltape.pass1.branches import BranchJob, BranchUnit, branch_refusal
-from rolltape.pass1.dealer import Dealer
-from rolltape.pass1.remote import cut_into_tasks, play_shipped
-from rolltape.pass1.rollout import UNITS, PolicyJob, playing, split_jobs
-from rolltape.pass1.worker import policy_worker
 from rolltape.pass2.request import ReplayVerb
-from rolltape.progress import Progress
-from rolltape.record import Episode, Run
-from rolltape.stats import bootstrap_ci, wilson_interval
-from rolltape.tape import Tape, json_safe, sum_rewards
 from rolltape.video_pick import VideoPick
+
+if TYPE_CHECKING:  # the work's types; the modules load when a branch run starts
+    from rolltape.pass1.branches import BranchUnit
+    from rolltape.record import Episode, Run
+    from rolltape.tape import Tape
 
 DEFAULT_NOISE = 0.1  # of the action range's half-width, for a deterministic policy
 SCHEMA = 1
@@ -97,7 +92,7 @@ class BranchConfig(RunArgument, Pick, PolicySource, PolicyFiles, ExecutorChoice,
                             "seed, step and number).", panel=EPISODES,
                             rule=at_least(0, why="numpy's SeedSequence takes no sign"))
     # eval's pass-1 processes; unset here: one per core (branches are many short episodes)
-    workers: int | None = declared(EvalConfig, "workers", None)
+    workers: int | None = declared(Workers, "workers")
     env: str | None = declared(ReplayVerb, "env")  # play the branches on it, not the tapes'
     # The executor's own options (its OPTIONS record: Ray's address, ...). On a cluster the
     # run's tapes and policy files must sit at the same path on every machine.
@@ -138,13 +133,14 @@ class _Source:
 def branch(run: str, **options: Any) -> BranchResult:
     """Branch the chosen episodes of ``run`` (see the module's docstring); options are
     :class:`BranchConfig`'s fields (the API is quiet unless ``quiet=False``)."""
-    if "episodes" in options:  # eval --branch (cli/eval.py) says episodes= until it says pick=
-        options["pick"] = options.pop("episodes")
     return branch_run(BranchConfig(run=run, **{"quiet": True, **options}))
 
 
 def branch_run(cfg: BranchConfig) -> BranchResult:
     """Do what ``cfg`` asks: branch the chosen episodes of its run."""
+    from rolltape.outputs.branch_chart import draw_branch_chart
+    from rolltape.record import Run
+
     runner = executors.get(cfg.executor, **cfg.executor_options)  # a bad name: before work
     loaded = Run.load(cfg.run)
     policy, made = _policy_of(loaded, cfg)
@@ -217,6 +213,10 @@ def _policy_of(run: Run, cfg: BranchConfig) -> tuple[dict[str, Any], dict[str, A
 
 def _sources(run: Run, cfg: BranchConfig) -> list[_Source]:
     """The chosen policy episodes, their tapes loaded and checked for branching."""
+    from rolltape.outputs.branch_chart import branch_label
+    from rolltape.pass1.branches import branch_refusal
+    from rolltape.tape import Tape
+
     episodes = list(run.results.of_role("policy"))
     if not episodes:
         raise UsageError(f"'{run.path}' has no policy episodes to branch.")
@@ -269,6 +269,8 @@ def _thin(sources: Sequence[_Source], every: int, k: int, budget: int | None
 def _units(sources: Sequence[_Source], tmp: Path, cfg: BranchConfig, noise: float
            ) -> list[list[BranchUnit]]:
     """Every branch of every source, in order of index; one list per source."""
+    from rolltape.pass1.branches import BranchUnit
+
     units: list[list[BranchUnit]] = []
     index = 0
     for s in sources:
@@ -310,6 +312,13 @@ def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dic
     """Play every branch on ``runner``'s workers (Ray's: tasks that read the source tapes
     where they run, and return the branch tapes as bytes); each branch's row (None: it
     failed)."""
+    from rolltape.pass1.branches import BranchJob
+    from rolltape.pass1.dealer import Dealer
+    from rolltape.pass1.remote import cut_into_tasks, play_shipped
+    from rolltape.pass1.rollout import UNITS, PolicyJob, playing, split_jobs
+    from rolltape.pass1.worker import policy_worker
+    from rolltape.progress import Progress
+
     jobs: list[PolicyJob] = []
     for s, mine in zip(sources, units):
         spec = dict(s.tape.env)
@@ -347,6 +356,8 @@ def _play(units: list[list[BranchUnit]], sources: Sequence[_Source], policy: dic
 def _outcome(tape: Tape, start: int, rule: str, has_success: bool) -> float | None:
     """A branch's outcome: success (1.0/0.0) by the run's rule, or its return from the
     branch step on (the recorded step it begins with left out); None when unknown."""
+    from rolltape.tape import sum_rewards
+
     if has_success:
         flag = tape.success_at_end if rule == "at_end" else tape.success_once
         return None if flag is None else float(bool(flag))
@@ -358,6 +369,8 @@ def _record(s: _Source, units: list[list[BranchUnit]], rows: dict[int, dict[str,
             tmp: Path, out: Path, cfg: BranchConfig, rule: str, noise: float,
             deterministic: bool, every: int, thinned: str | None) -> dict[str, Any]:
     """The branch.json record of one source episode."""
+    from rolltape.tape import Tape, json_safe
+
     mine = next(m for m in units if m and m[0].source == s.path)
     recorded = s.episode.success(rule)
     has_success = recorded is not None
@@ -416,6 +429,9 @@ def _record(s: _Source, units: list[list[BranchUnit]], rows: dict[int, dict[str,
 def _point(t: int, outcomes: list[float], failed: int, has_success: bool, tape: Tape,
            seed: int) -> dict[str, Any]:
     """One grid step's estimate and band."""
+    from rolltape.stats import bootstrap_ci, wilson_interval
+    from rolltape.tape import sum_rewards
+
     n = len(outcomes)
     row: dict[str, Any] = {"t": t, "n": n, "failed": failed}
     if not n:

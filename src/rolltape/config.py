@@ -50,6 +50,8 @@ from rolltape.groups import (
     PolicyFiles,
     Served,
     SuiteOptions,
+    Workers,
+    declared,
 )
 from rolltape.interpreter import NO_GL
 from rolltape.limits import check_fps, check_run_counts
@@ -213,8 +215,7 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Execut
     frame_stack: int = flag(0, "Stack N observations for the policy, as SB3's VecFrameStack "
                                "does (0 or 1: none).", panel=POLICY)
     zoo: dict[str, Any] | None = None  # --policy zoo:FOLDER: the folder and the files read
-    workers: int = flag(1, "Pass-1 processes (tapes are identical for any count).",
-                        panel=SCALE, names=("-w",))
+    workers: int = declared(Workers, "workers", 1)  # pass 1: each process loads the policy
     batched_inference: bool = flag(  # one policy process, `workers` env processes (opt-in)
         False, "One policy process acting on --workers env processes (a served env: --workers "
         "sessions of its server's --num-envs) in one forward pass per step; actions can "

@@ -55,7 +55,7 @@ from rolltape.flags import (
     parse_kwargs,
 )
 
-__all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles", "PolicySource", "Sampling",
+__all__ = ["Episodes", "EnvOptions", "Suite", "SuiteOptions", "Served", "PolicyFiles", "PolicySource", "Sampling", "Workers",
            "Listener", "Reference", "ExecutorChoice", "RunFolder", "RunArgument", "Pick",
            "declared"]
 
@@ -186,6 +186,17 @@ class ExecutorChoice:
     """Which registered executor plays the work (``rolltape.executors``)."""
 
     executor: str = flag("local", "local (process pool) or ray.", panel=SCALE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workers:
+    """How many worker processes a verb starts. Unset: one per CPU core (render, verify,
+    export, branch); eval's pass 1 takes 1 unless given (each process loads the policy)."""
+
+    workers: int | None = flag(
+        None, "Worker processes: one per CPU core unless given (eval's pass 1: 1, each loads "
+        "the policy; its replays: --render-workers). Tapes are the same for any count; a "
+        "long video is split across render processes.", panel=SCALE, names=("-w",))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -175,7 +175,7 @@ def _branch_rendered(run: Any, plan: EvalPlan, policy: str, values: dict[str, An
         raise UsageError("--branch draws its curves under the rendered episodes, and none was "
                          "rendered; give --video (worst, for one).")
     own = plan.env if plan.env is not None and ":" in plan.env else None  # a module or file
-    result = branch(str(run.path), episodes=tuple(shown), policy=policy,
+    result = branch(str(run.path), pick=tuple(shown), policy=policy,
                     vecnormalize=values.get("vecnormalize"), env=own, overwrite=True,
                     quiet=plan.quiet, executor=values.get("executor", "local"),
                     executor_options={k: v for k, v in executor_options.items()

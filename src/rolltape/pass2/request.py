@@ -24,7 +24,8 @@ from typing import Any, List, Optional
 import numpy as np
 
 from rolltape.errors import check_choice
-from rolltape.flags import SCALE, VIDEO, above, check_flags, flag, non_negative
+from rolltape.flags import VIDEO, above, check_flags, flag, non_negative
+from rolltape.groups import Workers
 from rolltape.limits import check_frame_size
 from rolltape.pass2 import formats
 from rolltape.pass2.backends import BACKENDS_HELP, DEFAULT_ORDER, parse_backends
@@ -112,16 +113,13 @@ class ReplayOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplayVerb(ReplayOptions, RenderOptions):
+class ReplayVerb(Workers, ReplayOptions, RenderOptions):
     """What ``rolltape render`` and ``verify`` take beside their tapes: the replay and
     drawing choices, an env to replay on, and their processes (unset: one per core)."""
 
     tapes: tuple[str, ...] = flag((), "Tape files (.npz).", panel=VIDEO, argument=True,
                                   cli_type=List[Path], cli_default=..., parse=_strings)
     env: str | None = flag(None, ENV_HELP, panel=VIDEO)
-    workers: int | None = flag(  # unset: one per CPU core, as eval's --render-workers
-        None, "Render processes (default: one per CPU core, as eval's and export's; a long "
-        "video is split across them).", panel=SCALE)  # checked: executors.launch
 
     def __post_init__(self) -> None:
         RenderOptions.__post_init__(self)
