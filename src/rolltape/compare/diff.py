@@ -24,15 +24,15 @@ import os
 from collections import Counter
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from rolltape import stats
-from rolltape.compare.classify import Divergence, classify, first_divergence
-from rolltape.compare.runs import Key, LoadedRun
 from rolltape.errors import UsageError
 from rolltape.flags import EPISODES, OUTPUT, flag
-from rolltape.outputs.protocol import EXECUTION, flatten, read_card
-from rolltape.tape import Tape
+
+if TYPE_CHECKING:  # the reading itself loads when a diff runs (the CLI imports DiffConfig)
+    from rolltape.compare.classify import Divergence
+    from rolltape.compare.runs import Key
+    from rolltape.tape import Tape
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +113,9 @@ class Side:
 
 def run_side(path: str | os.PathLike[str], name: str) -> Side:
     """The run in ``path`` as a side (one UsageError when it is not a whole run)."""
+    from rolltape.compare.runs import LoadedRun
+    from rolltape.outputs.protocol import read_card
+
     run = LoadedRun.load(path, name)
     card, unknown = read_card(run.run)
     episodes = {k: (e.key.label, e.key.index, run.successes([k])[0], e.ret,
@@ -124,6 +127,8 @@ def run_side(path: str | os.PathLike[str], name: str) -> Side:
 
 
 def _tape_of(path: Path) -> Callable[[], Tape]:
+    from rolltape.tape import Tape
+
     return lambda: Tape.load(path)
 
 
@@ -215,6 +220,8 @@ def card_differences(a: dict[str, Any], b: dict[str, Any]
     is one difference for the whole part, not one per leaf; a fact only a pass-1 worker
     reads off its env (control rate, time limit, wrappers) that one card lacks (a served
     env's simulator is on its server; an older run) is not compared, and said so."""
+    from rolltape.outputs.protocol import flatten
+
     fa, fb = dict(flatten(a)), dict(flatten(b))
     out: dict[str, tuple[Any, Any]] = {}
     unknown: list[str] = []
@@ -277,6 +284,8 @@ def _at(card: dict[str, Any], name: str) -> Any:
 
 
 def _pair(a: Side, b: Side, key: Key, card_diffs: dict[str, tuple[Any, Any]]) -> Paired:
+    from rolltape.compare.classify import Divergence, classify, first_divergence
+
     label, index, success_a, ret_a, tape_a = a.episodes[key]
     _, _, success_b, ret_b, tape_b = b.episodes[key]
     ta, tb = tape_a(), tape_b()
@@ -307,6 +316,8 @@ def _outcome(success: bool | None) -> str:
 def _numbers(pairs: list[Paired]) -> dict[str, Any]:
     """What the differences did: episodes whose outcome differs, and the paired change in
     success rate and return (B - A) with their intervals."""
+    from rolltape import stats
+
     both = [p for p in pairs if None not in p.returns]
     differs = [p.label for p in pairs if p.outcome_differs]
     out: dict[str, Any] = {"outcome_differs": len(differs), "outcome_differs_episodes": differs[:20],
@@ -335,6 +346,8 @@ def _numbers(pairs: list[Paired]) -> dict[str, Any]:
 def _verdict(pairs: list[Paired], card_diffs: dict[str, tuple[Any, Any]],
              only: dict[str, list[str]]) -> str:
     """'no difference', 'rounding only', 'protocol only' or 'differs'."""
+    from rolltape.outputs.protocol import EXECUTION
+
     made = [k for k in card_diffs if k.split(".")[0] not in EXECUTION
             and not k.startswith("policy.source")]
     parted = [p for p in pairs if p.divergence]
@@ -357,6 +370,7 @@ def write_page(report: dict[str, Any], path: str | os.PathLike[str],
     import time
 
     from rolltape.files import write_text
+    from rolltape.outputs.protocol import flatten
     from rolltape.outputs.report import render_page
 
     card = report["card"]
