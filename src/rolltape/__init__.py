@@ -27,7 +27,7 @@ _API = {
     "Run": "rolltape.record", "Episode": "rolltape.record", "EpisodeKey": "rolltape.record",
     "RenderRequest": "rolltape.pass2.request", "RenderResult": "rolltape.pass2.request",
     "render": "rolltape.rendering", "export": "rolltape.datasets", "Tape": "rolltape.tape",
-    "RecordTape": "rolltape.training.record",
+    "RecordTape": "rolltape.training.record_tape",
 }
 # name -> a module given as an attribute: ``rolltape.sb3.TapeCallback`` (imports SB3 on use;
 # ``from rolltape.sb3 import TapeCallback`` finds the same module as a file)

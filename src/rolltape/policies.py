@@ -4,7 +4,7 @@ A policy source is a string, as on the command line:
 
 - ``random``: the action space's own sampler, seeded with each episode's seed;
 - ``metaworld-expert``: Meta-World's scripted policy of the task played, run in the
-  benchmark's venv (:mod:`rolltape.metaworld_expert`; the ``metaworld_*`` suites);
+  benchmark's venv (:mod:`rolltape.suites.metaworld_expert`; the ``metaworld_*`` suites);
 - ``sb3:PATH.zip`` (or just ``PATH.zip``): a Stable-Baselines3 checkpoint of any algorithm,
   with optional VecNormalize statistics applied exactly as SB3 applies them at evaluation
   (``training=False``, ``norm_reward=False``);
@@ -125,10 +125,10 @@ class RandomPolicy(Policy):
 
 class MetaWorldExpertPolicy(Policy):
     """Meta-World's scripted policy of the task the env plays (``metaworld-expert``), run in
-    the benchmark's venv (:mod:`rolltape.metaworld_expert`); stateless and deterministic."""
+    the benchmark's venv (:mod:`rolltape.suites.metaworld_expert`); stateless and deterministic."""
 
     def __init__(self, env: Any) -> None:
-        from rolltape.metaworld_expert import SOURCE, ExpertProcess
+        from rolltape.suites.metaworld_expert import SOURCE, ExpertProcess
 
         self.process = ExpertProcess(env)
         self.description = {"kind": "metaworld-expert", "source": SOURCE, "deterministic": True}

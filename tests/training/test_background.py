@@ -35,7 +35,7 @@ from rolltape.training.background import (
     output_paths,
     remove_stale_partials,
 )
-from rolltape.training.record import RecordTape
+from rolltape.training.record_tape import RecordTape
 
 ENV = "InvertedPendulum-v5"  # MuJoCo, tiny, random actions end episodes within ~5-20 steps
 SMALL = {"width": 64, "height": 48}
@@ -133,7 +133,7 @@ def test_the_queue_drops_videos_when_full_and_close_leaves_the_tapes(tmp_path: P
 
 _SCRIPT = """
 import gymnasium as gym, signal, sys
-from rolltape.training.record import RecordTape
+from rolltape.training.record_tape import RecordTape
 signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as in a terminal
 env = RecordTape(gym.make("HalfCheetah-v5", max_episode_steps=1000), sys.argv[1],
                  episode_trigger=lambda e: True)

@@ -22,7 +22,7 @@ from tests.conftest import drive
 from rolltape import RenderRequest, Tape, render
 from rolltape.errors import UsageError
 from rolltape.training.background import RecordingWarning
-from rolltape.training.record import RecordTape, capped_cubic_video_schedule, record_sub_envs
+from rolltape.training.record_tape import RecordTape, capped_cubic_video_schedule, record_sub_envs
 
 ENV = "InvertedPendulum-v5"  # MuJoCo, tiny, random actions end episodes within ~5-20 steps
 SMALL = {"width": 64, "height": 48}

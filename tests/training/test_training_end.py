@@ -23,7 +23,7 @@ import gymnasium as gym
 import pytest
 
 from rolltape.training.background import RecordingWarning
-from rolltape.training.record import RecordTape
+from rolltape.training.record_tape import RecordTape
 
 SMALL = {"width": 64, "height": 48}
 _SCRIPT = """

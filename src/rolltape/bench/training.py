@@ -35,7 +35,7 @@ def train_child(variant: str, steps: int, episode: int, n_steps: int, folder: st
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from rolltape.training.record import RecordTape
+    from rolltape.training.record_tape import RecordTape
 
     torch.set_num_threads(1)
     kept: list[Any] = []
@@ -167,7 +167,7 @@ def bench_record_tape_step_cost(ctx: common.Context) -> dict[str, Any]:
     import gymnasium as gym
     import numpy as np
 
-    from rolltape.training.record import RecordTape
+    from rolltape.training.record_tape import RecordTape
 
     sizes = _sizes(ctx)
     n = sizes["bare_steps"]

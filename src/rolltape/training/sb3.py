@@ -1,7 +1,7 @@
 """``rolltape.sb3``: recording and evaluating inside a Stable-Baselines3 training run.
 
 :class:`TapeCallback` records every Nth training episode of chosen sub-envs as tapes
-(:class:`~rolltape.training.record.RecordTape`; their videos are drawn in background render
+(:class:`~rolltape.training.record_tape.RecordTape`; their videos are drawn in background render
 processes, off the loop) and, every K steps, evaluates the current policy like SB3's
 ``EvalCallback`` but as a rolltape run (its own tapes, seeds ``eval_seed + i``, numbers
 from pass 1, VecNormalize statistics of that moment applied with training and reward
@@ -16,7 +16,7 @@ processes (``SubprocVecEnv``) cannot be wrapped from outside: build them with
 uses their recordings.
 
 May import: SB3 and torch (inside functions, this module is loaded only on use),
-training.record, evaluate, stats, files, errors. Never: pass 2's insides.
+training.record_tape, evaluate, stats, files, errors. Never: pass 2's insides.
 
 Example (not run: it trains):
     >>> model.learn(100_000, callback=TapeCallback(record_every=100, eval_every=10_000,
@@ -36,7 +36,7 @@ import numpy as np
 
 from rolltape.errors import UsageError
 from rolltape.files import atomic_file, write_json, write_text
-from rolltape.training.record import INFO_KEY, RecordTape
+from rolltape.training.record_tape import INFO_KEY, RecordTape
 
 try:  # only for subclassing: this module is imported when SB3 is being used
     from stable_baselines3.common.callbacks import BaseCallback

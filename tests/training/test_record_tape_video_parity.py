@@ -81,7 +81,7 @@ def _scenario(env_id: str, name: str, folder: Path) -> dict[str, Any]:
 
     from rolltape import RenderRequest, render
     from rolltape.pass2.encode import count_frames, read_frames
-    from rolltape.training.record import RecordTape
+    from rolltape.training.record_tape import RecordTape
 
     class Seen(RecordVideo):
         """Gymnasium's RecordVideo, noting each video's frames before it writes them."""
