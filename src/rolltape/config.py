@@ -39,7 +39,6 @@ from rolltape.flags import (
     VIDEO,
     above,
     check_field,
-    check_flags,
     flag,
     parse_kwargs,
 )
@@ -298,7 +297,6 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Execut
         if self.suite is not None and self.env_kwargs:
             raise UsageError("--env-kwargs shapes one env; give a suite's tasks their kwargs "
                              "in its manifest.")
-        check_flags(self)  # each field's own rule (--episodes, --seed, ...)
         local = self.runner.runs_workers  # built here: an unknown name or option is refused
         check_worker_count("--workers", self.workers, local=local)
         check_worker_count("--render-workers", self.render_workers, 0, local)  # 0: per core

@@ -34,7 +34,6 @@ from rolltape.executors.base import Executor, RenderWork
 from rolltape.executors.launch import check_worker_count, stop_workers
 from rolltape.executors.local import Prestart
 from rolltape.files import sha256_of
-from rolltape.flags import check_flags
 from rolltape.groups import RunFolder
 from rolltape.outputs.artifacts import refuse_existing
 from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends, worker_environment
@@ -389,8 +388,7 @@ class RenderJob(ReplayVerb, RunFolder):
     draw: bool = True  # verify: re-simulate and compare, draw nothing
 
     def __post_init__(self) -> None:
-        ReplayVerb.__post_init__(self)
-        check_flags(self)
+        ReplayVerb.__post_init__(self)  # every field's rule (RenderOptions checks them)
         from rolltape.config import check_render_options
         from rolltape.outputs.artifacts import check_output_name
 

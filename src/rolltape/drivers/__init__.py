@@ -16,7 +16,7 @@ from typing import Any, Callable, List, Optional
 
 from rolltape.errors import RunFailed, UsageError, check_choice
 from rolltape.flags import OUTPUT, POLICY, UNTIL, VIDEO, check_flags, flag
-from rolltape.groups import PolicySource, Reference, RunFolder, Sampling
+from rolltape.groups import Episodes, PolicySource, Reference, RunFolder, Sampling
 
 Say = Callable[[str], None]
 
@@ -77,7 +77,7 @@ def run_eval(plan: EvalPlan, values: dict[str, Any], executor_options: dict[str,
     from rolltape.drivers.sweep import wants_sweep
 
     policies, values = list(plan.policy) or ["random"], dict(values)
-    episodes = values.pop("episodes", 10)
+    episodes = values.pop("episodes", Episodes.episodes)
     many = wants_sweep(policies)
     _check(plan, policies, values, many)
     zoo = policies[0][4:].rstrip("/") if policies[0].startswith("zoo:") else None

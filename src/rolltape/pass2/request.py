@@ -78,7 +78,7 @@ class RenderOptions:
         check_choice("quality", self.quality, tuple(QUALITY), "--quality")
         check_layout(self.layout, self.cameras)
         check_frame_size(self.width, self.height)  # before a GL backend tries to allocate it
-        check_flags(self)  # --rtol, --atol (and a request's --fps)
+        check_flags(self)  # every field's rule: this record's and any subclass's
 
     def render_options(self) -> dict[str, Any]:
         """These fields and their values, to make a :class:`RenderRequest` from any
