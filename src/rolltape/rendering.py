@@ -25,7 +25,7 @@ import shutil
 import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from rolltape import executors
 from rolltape.envs.ids import check_tape_env_module
@@ -40,9 +40,12 @@ from rolltape.pass2.backends import DEFAULT_ORDER, parse_backends, worker_enviro
 from rolltape.pass2.formats import TABLE, by_suffix, data_suffixes
 from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import render_worker
-from rolltape.pass2.request import RenderRequest, RenderResult, ReplayVerb
+from rolltape.pass2.request import BatchOptions, RenderRequest, RenderResult, ReplayVerb
 from rolltape.suites.hosted import render_python
 from rolltape.tape import Tape, sum_rewards
+
+if TYPE_CHECKING:
+    from rolltape.pass2.batch import BatchResult
 
 MIN_SEGMENT = 50  # frames; shorter segments cost more in process start-up than they save
 
@@ -377,9 +380,10 @@ _worker_environment = worker_environment
 
 
 @dataclass(frozen=True, kw_only=True)
-class RenderJob(ReplayVerb, RunFolder):
+class RenderJob(ReplayVerb, RunFolder, BatchOptions):
     """What ``rolltape render`` and ``verify`` do, as the Python API takes it: replay
-    ``tapes`` (drawing ``video_format`` files under ``out`` unless ``draw`` is off).
+    ``tapes`` (drawing ``video_format`` files under ``out`` unless ``draw`` is off), or,
+    with ``batch``, draw their recorded states on MuJoCo Warp (:func:`replay_batch`).
 
     ``out``: one tape's output file, or a folder for several (or PNG frames: end it with
     /); unset, each video goes to the run's videos/ folder (else beside its tape)."""
@@ -388,6 +392,9 @@ class RenderJob(ReplayVerb, RunFolder):
     draw: bool = True  # verify: re-simulate and compare, draw nothing
 
     def __post_init__(self) -> None:
+        # --renderer mjwarp's refusals first: a classic one ("2 cameras need a --layout")
+        # would mislead there
+        self.check_batch(self.quality, self.layout, self.cameras)
         ReplayVerb.__post_init__(self)  # every field's rule (RenderOptions checks them)
         from rolltape.config import check_render_options
         from rolltape.outputs.artifacts import check_output_name
@@ -458,3 +465,27 @@ def replay_tapes(job: RenderJob) -> list[RenderResult | None]:
                                           f"{len(requests)} tape(s) were finished and their "
                                           "files kept; the others wrote nothing. Rerun with "
                                           "the other tapes (or --overwrite).") from None
+
+
+def replay_batch(job: RenderJob) -> BatchResult:
+    """``rolltape render --renderer mjwarp``: draw the job's tapes all at once on MuJoCo
+    Warp's batch renderer (:mod:`rolltape.pass2.batch`) under a progress bar, then write
+    each output's sidecar (which says a ray tracer drew it) and the data formats (npz,
+    jsonl) asked for."""
+    from rolltape.pass2.batch import BatchRequest, render_batch
+    from rolltape.progress import Progress
+
+    requests = job.requests()
+    pixels = [tuple(o for o in r.outputs if not o.endswith(data_suffixes())) for r in requests]
+    batch = BatchRequest(tapes=tuple(r.tape for r in requests), outputs=tuple(pixels),
+                         env_ids=tuple(r.env_id for r in requests), width=job.width,
+                         height=job.height, camera=job.cameras[0] if job.cameras else None,
+                         depth=job.depth, segmentation=job.segmentation, fps=job.fps,
+                         overlay=job.overlay, overwrite=job.overwrite)
+    total = sum(stop - first for first, stop in (Tape.load(t).frame_range for t in batch.tapes))
+    with Progress(not job.quiet) as bar:
+        task = bar.add(f"batch-rendering {len(requests)} tape(s)", total, "frames")
+        done = render_batch(batch, on_progress=lambda frames: bar.update(task, frames))
+    written = tuple(_write_records(req, result)
+                    for req, result in zip(requests, done.results))
+    return replace(done, results=written)

@@ -16,21 +16,28 @@ from rolltape.cli.show import replays, say
 from rolltape.compare.flips import FlipOptions
 from rolltape.errors import DivergenceError
 from rolltape.groups import RunFolder
-from rolltape.pass2.request import RenderRequest, ReplayVerb
+from rolltape.pass2.request import BatchOptions, RenderRequest, ReplayVerb
 
 VERIFY = ("tapes", "env", "trust_module", "workers", "quiet", "rtol", "atol")
 
 
-@takes(options_of(ReplayVerb), options_of(RunFolder), options_of(RenderRequest, only=("fps",)))
+@takes(options_of(ReplayVerb), options_of(RunFolder), options_of(RenderRequest, only=("fps",)),
+       options_of(BatchOptions))
 def render(**given: Any) -> None:
     """Replay tapes in isolated render processes, verify them and write videos.
 
     --out: one tape's output file, or a folder for several (or PNG frames: end it with /);
-    by default each video goes to its run's videos/ folder, else beside its tape."""
-    from rolltape.rendering import RenderJob, replay_tapes
+    by default each video goes to its run's videos/ folder, else beside its tape.
+    --renderer mjwarp: all tapes at once on MuJoCo Warp (GPU or CPU), from recorded states."""
+    from rolltape.rendering import RenderJob, replay_batch, replay_tapes
 
     job = RenderJob(fps=given.get("fps"), **config_values(ReplayVerb, given),
-                    **config_values(RunFolder, given))
+                    **config_values(RunFolder, given), **config_values(BatchOptions, given))
+    if job.batch:
+        done = replay_batch(job)
+        replays(list(done.results))
+        say(done.summary())
+        return
     diverged = replays(replay_tapes(job))
     if diverged and job.on_divergence == "fail":
         raise DivergenceError(f"{diverged} replay(s) diverged from pass 1.")

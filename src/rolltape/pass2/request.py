@@ -1,6 +1,7 @@
 """The render side's request and result types: what a replay is asked to do
-(:class:`RenderOptions`, :class:`RenderRequest`) and what it did (:class:`RenderResult`,
-:class:`Divergence`).
+(:class:`RenderOptions`, :class:`RenderRequest`; :class:`BatchOptions` for ``render
+--renderer mjwarp``, drawn by :mod:`rolltape.pass2.batch`) and what it did
+(:class:`RenderResult`, :class:`Divergence`).
 
 They live apart from the worker (:mod:`rolltape.pass2.replay`) so that whoever only builds
 requests or reads results (the CLI, the config, the orchestrator's pass 2, training,
@@ -19,11 +20,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from rolltape.errors import check_choice
+from rolltape.errors import UsageError, check_choice
 from rolltape.flags import VIDEO, above, check_flags, flag, non_negative
 from rolltape.groups import Workers
 from rolltape.limits import check_frame_size
@@ -124,6 +125,63 @@ class ReplayVerb(Workers, ReplayOptions, RenderOptions):
     def __post_init__(self) -> None:
         RenderOptions.__post_init__(self)
         ReplayOptions.__post_init__(self)
+
+
+#: What draws a render's frames: MuJoCo's OpenGL renderer as env.render() uses it, in render
+#: processes (the classic path), or MuJoCo Warp's batch renderer, every tape at once.
+RENDERERS = ("opengl", "mjwarp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOptions:
+    """The flags of ``rolltape render --renderer mjwarp``: draw every tape at once on MuJoCo
+    Warp's batch renderer (:mod:`rolltape.pass2.batch`), and what else to write.
+
+    (Named ``--renderer``, not ``--batch``: eval's ``--batch`` already counts episodes per
+    look with ``--until``, and an option name means one thing in rolltape.)
+
+    >>> BatchOptions(depth=True).check_batch("full", "single", ())
+    Traceback (most recent call last):
+    rolltape.errors.UsageError: --depth is drawn only with --renderer mjwarp; add it or drop --depth.
+    """
+
+    renderer: str = flag("opengl", "opengl (env.render()'s, in render processes) or mjwarp "
+                         "(every tape at once on MuJoCo Warp's batch renderer: a ray tracer, "
+                         "not env.render()'s images; recorded states, nothing verified; one "
+                         "model camera).", panel=VIDEO)
+    depth: bool = flag(False, "With --renderer mjwarp: also write each tape's depth, metres "
+                       "(NAME.depth.npy).", panel=VIDEO)
+    segmentation: bool = flag(False, "With --renderer mjwarp: also write each tape's geom id "
+                              "per pixel (NAME.seg.npy).", panel=VIDEO)
+
+    @property
+    def batch(self) -> bool:
+        """True when MuJoCo Warp draws every tape at once."""
+        return self.renderer == "mjwarp"
+
+    def check_batch(self, quality: str, layout: str, cameras: Sequence[str]) -> None:
+        """Refuse, in one sentence, what a batch render cannot do (the render options it
+        shares with the classic renderer are given)."""
+        check_choice("renderer", self.renderer, RENDERERS, "--renderer")
+        if not self.batch:
+            asked = [n for n, on in (("--depth", self.depth),
+                                     ("--segmentation", self.segmentation)) if on]
+            if asked:
+                one = len(asked) == 1
+                raise UsageError(f"{' and '.join(asked)} {'is' if one else 'are'} drawn only "
+                                 "with --renderer mjwarp; add it or drop "
+                                 f"{' and '.join(asked)}.")
+            return
+        if len(cameras) > 1:
+            raise UsageError(f"--renderer mjwarp draws one model camera, not {len(cameras)}; "
+                             "give --camera once.")
+        if layout != "single":
+            raise UsageError(f"--renderer mjwarp draws one camera, so --layout {layout} has "
+                             "nothing to lay out; drop --layout.")
+        if quality in QUALITY and quality != "full":  # an unknown one: RenderOptions says so
+            raise UsageError(f"--quality {quality} is a preset of the OpenGL renderer and "
+                             "means nothing to --renderer mjwarp (a ray tracer); drop "
+                             "--quality.")
 
 
 @dataclass(frozen=True)
