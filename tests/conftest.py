@@ -331,3 +331,20 @@ def rewrite_tape(src: Path, dst: Path, edit: Callable[[dict, dict], None]) -> Pa
     with open(dst, "wb") as f:
         np.savez_compressed(f, **arrays)
     return dst
+
+
+@pytest.fixture(scope="session")
+def warp_kernels(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Warp's kernel cache in a fresh folder for the session, for this process and the ones
+    it starts (WARP_CACHE_PATH): each run compiles MuJoCo Warp's kernels cold once (a
+    bounded, measured cost, ~30 s on two cores), later tests and subprocesses load them, and
+    nothing is written into ~/.cache."""
+    import warp as wp
+
+    folder = tmp_path_factory.mktemp("warp-kernels")
+    os.environ["WARP_CACHE_PATH"] = str(folder)
+    wp.config.kernel_cache_dir = str(folder)
+    wp.config.log_level = wp.LOG_WARNING
+    wp.init()
+    yield folder
+    os.environ.pop("WARP_CACHE_PATH", None)

@@ -219,6 +219,10 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Execut
         False, "One policy process acting on --workers env processes (a served env: --workers "
         "sessions of its server's --num-envs) in one forward pass per step; actions can "
         "differ in the last bits from per-row inference.", panel=SCALE)
+    simulator: str = flag(  # what pass 1 steps: the env's own, or MuJoCo Warp (pass1.mjwarp)
+        "env", "What pass 1 steps: env (the env's own simulator) or mjwarp (MuJoCo Warp: "
+        "every episode a world of one batch, on the GPU when there is one; HalfCheetah-v5 and "
+        "Ant-v5). GL libraries are --backends.", panel=SCALE)
     executor_options: dict[str, Any] = field(default_factory=dict)  # e.g. Ray's address
     video: VideoPick = flag(  # the API's count, text or indices become a record (post_init)
         VideoPick(0), "Episodes to render: N, all, best, worst, median (best:3: several), "
@@ -332,14 +336,47 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Execut
                          "in one forward pass, which can round differently from one at a time; "
                          "tapes may differ in the last bits of their actions from a run "
                          "without it (they still replay exactly).")
+        if self.simulator != "env":
+            notes.extend(self.check_simulator())
         if self.render_early and self.wants_video and not self.renders_early:
             notes.append("--render-early needs one env (not a suite), the local executor and "
                          "videos picked by count or index (best/worst/median wait for every "
                          "return); pass 2 started after pass 1.")
-        if self.workers > self.episodes and self.suite is None:
+        if self.workers > self.episodes and self.suite is None and self.simulator == "env":
             notes.append(f"--workers {self.workers} is more than the {self.episodes} episodes; "
                          f"using {self.episodes}.")
         return notes
+
+    def check_simulator(self) -> list[str]:
+        """Refuse what ``--simulator mjwarp`` cannot do (one env it models, one local process,
+        the policy acting on the whole batch); return its notes."""
+        if self.simulator != "mjwarp":
+            raise UsageError(f"--simulator '{self.simulator}' is not one rolltape steps; "
+                             "use env (the env's own, the default) or mjwarp (GL libraries "
+                             "go in --backends).")
+        from rolltape.envs.mjwarp import SUPPORTED
+
+        if self.env not in SUPPORTED:
+            raise UsageError(f"--simulator mjwarp steps {', '.join(SUPPORTED)}, not "
+                             f"{self.env or 'a suite'!r}; evaluate that with its own "
+                             "simulator (drop --simulator).")
+        for given, name in ((self.batched_inference, "--batched-inference"),
+                            (self.wrappers or self.frame_stack > 1, "--wrapper/--frame-stack"),
+                            (self.latency is not None, "--latency")):
+            if given:
+                raise UsageError(f"--simulator mjwarp plays every episode in one batch of "
+                                 f"worlds; drop {name}.")
+        if not self.runner.runs_workers:
+            raise UsageError(f"--simulator mjwarp runs on this machine (the local executor); "
+                             f"drop --executor {self.executor}.")
+        try:
+            import mujoco_warp  # noqa: F401  (the optional extra)
+        except ImportError:
+            raise UsageError("--simulator mjwarp needs MuJoCo Warp; install it with pip install "
+                             "'rolltape[mjwarp]'.") from None
+        return [f"--simulator mjwarp: {self.episodes} worlds stepped at once in one process "
+                "(--workers is not used); MJWarp computes in float32, so its tapes verify on "
+                "MJWarp, and `rolltape verify --flips` says how CPU MuJoCo would differ."]
 
     @cached_property
     def runner(self) -> Executor:
@@ -368,7 +405,8 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Execut
         inference its policy process, take one each): pass 2 starts on them beside pass 1
         by itself when the videos are picked without returns, so a small job does not wait
         for its video after its numbers; ``render_early`` takes every core instead."""
-        busy = self.workers + (1 if self.batched_inference else 0)
+        busy = (1 if self.simulator == "mjwarp" else
+                self.workers + (1 if self.batched_inference else 0))
         return max(0, (os.cpu_count() or 1) - busy)
 
 

@@ -389,26 +389,38 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     extra_meta={} if task is None else {"suite": task.suite, "task": task.name},
                     success_key="is_success" if task is None else task.success_key,
                     wrappers=wrapper_entries(cfg.wrappers, cfg.frame_stack) if mine else (),
-                    in_flight=in_flight, clock=cfg.clock_request() if mine else None))
+                    in_flight=in_flight, clock=cfg.clock_request() if mine else None,
+                    simulator=cfg.simulator))
     # Kept in the run so that a resumed run still knows what produced its tapes.
     described = root / "policies.json"
     descriptions = json.loads(described.read_text()) if described.is_file() else {}
     failed: list[dict[str, Any]] = []
     if jobs:
         total = sum(len(j.episodes) for j in jobs)
-        how = (f"{cfg.workers} env process(es), batched inference" if cfg.batched_inference
+        mjwarp = cfg.simulator == "mjwarp"
+        how = ("MuJoCo Warp, every episode a world of one batch" if mjwarp else
+               f"{cfg.workers} env process(es), batched inference" if cfg.batched_inference
                else f"{cfg.workers} worker(s)")
         task = bar.add(f"pass 1 (rendering off, {how})", total, "episodes")
-        # Batched inference is a pass-1 variant: one worker, --workers env processes.
-        chunks = [jobs] if cfg.batched_inference else split_jobs(jobs, cfg.workers)
+        # MJWarp's worlds all end at the time limit: its steps show progress meanwhile.
+        steps_task = None
+        if mjwarp:
+            from rolltape.envs.mjwarp import time_limit
+
+            steps_task = bar.add("MuJoCo Warp steps", sum(time_limit(j.env) for j in jobs),
+                                 "steps")
+        # Batched inference and MJWarp are pass-1 variants: one worker (with its own env
+        # processes, or the batch of worlds), not shares dealt to several.
+        one = cfg.batched_inference or mjwarp
+        chunks = [jobs] if one else split_jobs(jobs, cfg.workers)
         # Local workers are dealt their shares a piece at a time (pass1.dealer).
-        dealer = None if cfg.batched_inference else Dealer(chunks)
+        dealer = None if one else Dealer(chunks)
         work = ShareWork(worker=policy_worker,
                          args=(cfg.workers if cfg.batched_inference else 0, dealer is not None),
                          env=NO_GL,
-                         # Batched inference keeps env processes of its own: workers only.
-                         task=None if cfg.batched_inference else play_shipped,
-                         cut=cut_into_tasks, timeout=cfg.episode_timeout, units=UNITS,
+                         task=None if one else play_shipped,
+                         cut=cut_into_tasks, timeout=cfg.episode_timeout,
+                         units=(*UNITS, "stepped") if mjwarp else UNITS,
                          stalled=lambda k, n: playing(dealer.playing[k] if dealer else chunks[k], n),
                          timeout_name="--episode-timeout", deal=dealer)
         messages = cfg.runner.run_shares(work, chunks)
@@ -421,6 +433,8 @@ def _pass1(root: Path, targets: list[Target], cfg: EvalConfig, warnings: list[st
                     bar.advance(task)
                     if on_row is not None:
                         on_row(payload)
+                elif kind == "stepped":
+                    bar.advance(steps_task, payload)
                 elif kind == "episode_failed":
                     failed.append(payload)
                     bar.advance(task)

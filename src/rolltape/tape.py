@@ -37,6 +37,9 @@ from rolltape.errors import UsageError
 from rolltape.files import atomic_file
 
 SCHEMA_VERSION = 1
+#: ``meta["backend"]`` of a tape MuJoCo Warp made (pass 1's ``--simulator mjwarp``): pass 2
+#: re-simulates it on MJWarp, ``verify --flips`` compares it with CPU MuJoCo
+MJWARP = "mjwarp"
 _RECENT: OrderedDict[tuple[Any, ...], Tape] = OrderedDict()  # see Tape.load
 _RECENT_TAPES = 16
 _REQUIRED_ARRAYS = ("actions", "rewards", "terminated", "truncated")

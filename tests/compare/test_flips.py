@@ -7,8 +7,8 @@ constructed by editing a tape's flags is reported whatever the machine's roundin
 MJWarp did not make is refused in one sentence, before any replay or report; the verb runs
 once in a real subprocess.
 
-Warp compiles its kernels once for this module into a fresh folder (~30 s of CPU cold; in
-the whole suite the kernels loaded here are reused by tests/pass1/test_mjwarp.py).
+Warp's kernels are compiled once per test session into a fresh folder (tests/conftest.py's
+``warp_kernels``).
 """
 
 from __future__ import annotations
@@ -37,28 +37,23 @@ STEPS = 20
 
 
 @pytest.fixture(scope="module")
-def tapes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A folder of MJWarp tapes per env (seeds 500 + i), Warp's kernels compiled into a
-    fresh folder so nothing is left in ~/.cache."""
-    import warp as wp
+def tapes(tmp_path_factory: pytest.TempPathFactory, warp_kernels: Path) -> dict[str, Path]:
+    """A folder of MJWarp tapes per env (seeds 500 + i)."""
+    from rolltape.envs.mjwarp import MJWarpEnv
+    from rolltape.pass1.mjwarp import play, world_tapes
 
-    from rolltape.pass1.mjwarp import MJWarpEnv, play, world_tapes
-
-    wp.config.kernel_cache_dir = str(tmp_path_factory.mktemp("warp-kernels"))
-    wp.config.quiet = True
-    wp.init()
     folders = {}
     for env_id, worlds in WORLDS.items():
         env = MJWarpEnv(env_id, worlds, device="cpu")
-        obs_dim = env.reset(seed=0).shape[1]
+        obs_dim = env.reset(seeds=range(worlds)).shape[1]
         weights = np.random.default_rng(7).normal(0.0, 0.1, (env.action_dim, obs_dim))
 
         def act(obs: np.ndarray) -> np.ndarray:
             return np.clip(obs @ weights.T, -1, 1).astype(np.float32)
 
-        steps = play(env, act, seed=500, max_steps=STEPS)
+        steps = play(env, act, seeds=range(500, 500 + worlds), max_steps=STEPS)
         folder = folders[env_id] = tmp_path_factory.mktemp(env_id)
-        for world, tape in enumerate(world_tapes(env, steps, seed=500, max_steps=STEPS)):
+        for world, tape in enumerate(world_tapes(env, steps, max_steps=STEPS)):
             tape.save(folder / f"world-{world:03d}.npz")
         env.close()
     return folders

@@ -1,158 +1,36 @@
-"""MuJoCo Warp pass 1's batched env (issue 41) against Gymnasium's own HalfCheetah-v5 and
-Ant-v5, on the CPU (Warp's "cpu" device; no GPU anywhere).
+"""Pass 1 on MuJoCo Warp (issue 41) on the CPU (Warp's "cpu" device; no GPU anywhere).
 
-- the formulas: rewards, terminations and observations computed from Gymnasium's own MjData
-  quantities equal Gymnasium's, bit for bit, on 200 states per env;
-- the physics: MJWarp stepped from the same 200 states stays within a measured float32
-  tolerance of Gymnasium (HalfCheetah), and with the same terminations (Ant, whose contact
-  forces and RK4 steps differ more: the numbers are in the assertions' messages);
-- the reset distribution: world i's state is Gymnasium's ``reset(seed=seed + i)``;
 - 64 worlds under a fixed linear policy: per-world returns and lengths equal those of a plain
   MJWarp stepping loop whose rewards come from Gymnasium's own reward code; each world is an
-  ordinary tape (HalfCheetah's replay on CPU MuJoCo with Gymnasium stays close to it).
+  ordinary tape (HalfCheetah's replay on CPU MuJoCo with Gymnasium stays close to it);
+- ``rolltape eval --simulator mjwarp`` (a real subprocess): a tape per episode, numbers as the
+  tapes say, every tape verified exactly by ``rolltape verify`` (re-simulated on MJWarp:
+  observations and states), a tape whose state was edited is caught at that step, and
+  ``verify --flips`` reports the same tapes against CPU MuJoCo;
+- what ``--simulator mjwarp`` cannot do is refused in one sentence before any work.
 
-Warp compiles its kernels into a fresh folder per run (cold, ~30 s for both envs on two
-cores, paid once by the module's first MJWarp test), so nothing is left in the user's cache.
+Warp's kernels are compiled once per test session into a fresh folder (tests/conftest.py's
+``warp_kernels``, passed to subprocesses as WARP_CACHE_PATH).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from rolltape.pass1.mjwarp import (
-    MJWarpEnv,
-    Physics,
-    observe,
-    play,
-    score,
-    terms_of,
-    world_tapes,
-)
+from conftest import run_cli
+from rolltape.envs.mjwarp import MJWarpEnv
+from rolltape.pass1.mjwarp import play, world_tapes
 from rolltape.tape import Tape
 
+pytestmark = pytest.mark.usefixtures("warp_kernels")
+
 ENVS = ("HalfCheetah-v5", "Ant-v5")
-STATES = 200
-
-
-@pytest.fixture(scope="module", autouse=True)
-def warp_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Warp's kernel cache in a fresh folder: every run compiles cold (a bounded, measured
-    cost) and writes nothing into ~/.cache."""
-    import warp as wp
-
-    folder = tmp_path_factory.mktemp("warp-kernels")
-    wp.config.kernel_cache_dir = str(folder)
-    wp.config.quiet = True
-    wp.init()
-    return folder
-
-
-@dataclass
-class Visited:
-    """States an env really visits, and what Gymnasium's step did from each."""
-
-    qpos: np.ndarray
-    qvel: np.ndarray
-    actions: np.ndarray
-    before: Physics  # after Gymnasium's set_state (a fresh reset's warm start)
-    after: Physics  # after Gymnasium's step
-    obs: np.ndarray
-    rewards: np.ndarray
-    terminated: np.ndarray
-
-
-def visited(env_id: str) -> Visited:
-    """200 states from Gymnasium episodes under uniform random actions (seeded), each then
-    set on a freshly reset env and stepped once. Ant: every 10th state is lifted to a torso
-    height of 1.2 (above healthy_z_range), so terminations are among them."""
-    env = gym.make(env_id)
-    base = env.unwrapped
-    rng = np.random.default_rng(41)
-    states = []
-    for episode in range(STATES // 40):
-        env.reset(seed=episode)
-        for _ in range(40):
-            action = rng.uniform(-1, 1, base.model.nu).astype(np.float32)
-            states.append((base.data.qpos.copy(), base.data.qvel.copy(), action))
-            env.step(action)
-    rows = []
-    for i, (qpos, qvel, action) in enumerate(states):
-        if env_id == "Ant-v5" and i % 10 == 0:
-            qpos[2] = 1.2
-        env.reset(seed=0)
-        base.set_state(qpos, qvel)
-        before = Physics.of(base.data)
-        obs, reward, terminated, _, _ = env.step(action)
-        rows.append((qpos, qvel, action, before, Physics.of(base.data), obs, reward, terminated))
-    env.close()
-    columns = list(zip(*rows))
-    return Visited(np.stack(columns[0]), np.stack(columns[1]), np.stack(columns[2]),
-                   Physics.stack(list(columns[3])), Physics.stack(list(columns[4])),
-                   np.stack(columns[5]), np.array(columns[6]), np.array(columns[7]))
-
-
-@pytest.fixture(scope="module", params=ENVS)
-def states(request: pytest.FixtureRequest) -> tuple[str, Visited]:
-    return request.param, visited(request.param)
-
-
-def test_formulas_equal_gymnasium_bit_for_bit(states: tuple[str, Visited]) -> None:
-    env_id, seen = states
-    terms = terms_of(gym.make(env_id))
-    rewards, terminated = score(terms, seen.before, seen.after, seen.actions)
-    assert np.array_equal(rewards, seen.rewards)
-    assert np.array_equal(terminated, seen.terminated)
-    assert np.array_equal(observe(terms, seen.after), seen.obs)
-    if env_id == "Ant-v5":  # both outcomes are among the states
-        assert 0 < seen.terminated.sum() < STATES
-
-
-def test_mjwarp_steps_close_to_gymnasium_from_the_same_states(
-        states: tuple[str, Visited]) -> None:
-    env_id, seen = states
-    env = MJWarpEnv(env_id, STATES, device="cpu")
-    env.set_state(seen.qpos, seen.qvel)
-    obs, rewards, terminated = env.step(seen.actions)
-    env.close()
-    assert np.array_equal(terminated, seen.terminated)
-    positions = env.model.nq - env.terms.skipped_qpos  # obs: qpos[skipped:], qvel, (forces)
-    velocities = positions + env.model.nv
-    position_error = np.abs(obs[:, :positions] - seen.obs[:, :positions]).max()
-    velocity_error = np.abs(obs[:, positions:velocities] - seen.obs[:, positions:velocities]).max()
-    reward_errors = np.abs(rewards - seen.rewards)
-    message = (f"{env_id}: positions off by {position_error:.3g}, velocities by "
-               f"{velocity_error:.3g}, rewards by {reward_errors.max():.3g} (median "
-               f"{np.median(reward_errors):.3g})")
-    # bounds about 4x what was measured on these states (deterministic: same states, same
-    # kernels); measured HalfCheetah 4.1e-6, 4.5e-4, 4.5e-6 (float32 physics); Ant 0.013,
-    # 0.82, 0.085, median 3.7e-7: its contacts and RK4 substeps round otherwise on MJWarp
-    bounds = {"HalfCheetah-v5": (2e-5, 2e-3, 2e-5, 1e-6), "Ant-v5": (0.05, 3.0, 0.35, 1e-5)}
-    most = bounds[env_id]
-    assert position_error < most[0] and velocity_error < most[1], message
-    assert reward_errors.max() < most[2] and np.median(reward_errors) < most[3], message
-
-
-@pytest.mark.parametrize("env_id", ENVS)
-def test_reset_draws_gymnasium_reset_distribution(env_id: str) -> None:
-    env = MJWarpEnv(env_id, 8, device="cpu")
-    obs = env.reset(seed=100)
-    reference = gym.make(env_id)  # a separate env: its own reset, seed by seed
-    for i in range(8):
-        expected_obs, _ = reference.reset(seed=100 + i)
-        data = reference.unwrapped.data
-        # MJWarp holds the state Gymnasium drew, in float32
-        assert np.array_equal(env.current.qpos[i], data.qpos.astype(np.float32))
-        assert np.array_equal(env.current.qvel[i], data.qvel.astype(np.float32))
-        np.testing.assert_allclose(obs[i], expected_obs, rtol=1e-6, atol=1e-6)
-    assert not np.array_equal(env.current.qpos[0], env.current.qpos[1])  # seeds differ
-    env.close()
-    reference.close()
 
 
 def linear_policy(obs_dim: int, action_dim: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -225,10 +103,10 @@ def plain_loop(env_id: str, act: Callable[[np.ndarray], np.ndarray], seed: int, 
 def test_64_worlds_return_what_a_plain_mjwarp_loop_returns_as_tapes(
         env_id: str, tmp_path: Path) -> None:
     env = MJWarpEnv(env_id, 64, device="cpu")
-    obs_dim = env.reset(seed=0).shape[1]
+    obs_dim = env.reset(seeds=range(64)).shape[1]
     act = linear_policy(obs_dim, env.action_dim)
-    steps = play(env, act, seed=500, max_steps=20)
-    tapes = world_tapes(env, steps, seed=500, max_steps=20)
+    steps = play(env, act, seeds=range(500, 564), max_steps=20)
+    tapes = world_tapes(env, steps, max_steps=20)
     env.close()
     returns, lengths = plain_loop(env_id, act, seed=500, worlds=64, steps=20)
     assert np.array_equal(steps.lengths, lengths)
@@ -258,8 +136,87 @@ def test_64_worlds_return_what_a_plain_mjwarp_loop_returns_as_tapes(
         reference.close()
 
 
-def test_an_env_it_does_not_support_is_refused_in_one_sentence() -> None:
-    from rolltape.errors import UsageError
 
-    with pytest.raises(UsageError, match="supports HalfCheetah-v5, Ant-v5, not 'Hopper-v5'"):
-        MJWarpEnv("Hopper-v5", 4)
+
+@pytest.fixture(scope="module")
+def mjwarp_run(tmp_path_factory: pytest.TempPathFactory,
+               ppo_checkpoint: tuple[Path, Path]) -> Path:
+    """``rolltape eval HalfCheetah-v5 --simulator mjwarp`` of the session's real SB3 PPO (its
+    VecNormalize too) against the random baseline: 6 episodes of 30 steps each."""
+    model, stats = ppo_checkpoint
+    out = tmp_path_factory.mktemp("mjwarp-run") / "run"
+    done = run_cli("eval", "HalfCheetah-v5", "--simulator", "mjwarp", "--policy", f"sb3:{model}",
+                   "--vecnormalize", str(stats), "--baseline", "random", "--episodes", "6",
+                   "--max-episode-steps", "30", "--no-report", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "MuJoCo Warp" in done.stderr and "Traceback" not in done.stderr
+    return out
+
+
+def test_eval_on_mjwarp_writes_a_tape_per_episode_and_numbers_from_them(
+        mjwarp_run: Path) -> None:
+    rows = [json.loads(line) for line in (mjwarp_run / "episodes.jsonl").read_text().splitlines()]
+    assert sorted((r["role"], r["seed"]) for r in rows) == sorted(
+        (role, seed) for role in ("policy", "baseline") for seed in range(6))
+    for row in rows:
+        tape = Tape.load(mjwarp_run / row["tape"])
+        assert tape.meta["backend"] == "mjwarp" and tape.meta["device"] == "cpu"
+        assert tape.meta["role"] == row["role"] and tape.seed == row["seed"]
+        assert row["return"] == pytest.approx(tape.total_return, rel=0, abs=0)
+        assert tape.length == 30 and tape.truncated[-1] and tape.qpos.shape == (31, 9)
+        assert "mujoco_warp" in tape.env["versions"]
+    policies = json.loads((mjwarp_run / "policies.json").read_text())
+    assert policies["policy"]["inference"] == "batched (6 MJWarp worlds)"
+    # the policy and the random baseline really acted differently on the same seeds
+    first = {r["role"]: Tape.load(mjwarp_run / r["tape"]) for r in rows if r["seed"] == 0}
+    assert not np.array_equal(first["policy"].actions, first["baseline"].actions)
+
+
+def test_verify_re_simulates_mjwarp_tapes_on_mjwarp_exactly(mjwarp_run: Path,
+                                                            tmp_path: Path) -> None:
+    tapes = sorted((mjwarp_run / "tapes").glob("*.npz"))
+    done = run_cli("verify", *map(str, tapes))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("verified: observations and states on MJWarp (cpu)") == 12
+    # a state edited at frame 10 is caught at the step that made it, as a state
+    tape = Tape.load(tapes[0])
+    qpos = tape.qpos.copy()
+    qpos[10, 3] += 1e-6
+    edited = tmp_path / "edited.npz"
+    import dataclasses
+
+    dataclasses.replace(tape, qpos=qpos).save(edited)
+    done = run_cli("verify", str(edited))
+    assert done.returncode == 1
+    assert "DIVERGED" in done.stdout and "step 9: qpos was 'pass-1 state'" in done.stdout
+
+
+def test_verify_flips_reports_the_run_against_cpu_mujoco(mjwarp_run: Path,
+                                                         tmp_path: Path) -> None:
+    done = run_cli("verify", str(mjwarp_run / "tapes"), "--flips",
+                   "--out", str(tmp_path / "flips.json"))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "flips.json").read_text())
+    assert report["episodes"] == 12 and report["replayed_on"] == "mujoco"
+    rows = {Path(row["tape"]).name: row for row in report["rows"]}
+    assert report["flipped"] == sum(bool(row["flipped"]) for row in rows.values())
+    # measured: the PPO's gentle actions keep CPU MuJoCo within 3.4e-5 of MJWarp, no flip;
+    # the random baseline's drift past 2.0 in 30 steps and 2 of 6 returns move by >1%
+    policy = [row for name, row in rows.items() if name.startswith("policy")]
+    assert all(0 < row["max_divergence"] < 1e-4 and not row["flipped"] for row in policy)
+    assert {tuple(row["flipped"]) for row in rows.values()} <= {(), ("return",)}
+    assert all(row["end"] == row["cpu_end"] == "truncated" for row in rows.values())
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("Hopper-v5",), "--simulator mjwarp steps HalfCheetah-v5, Ant-v5, not 'Hopper-v5'"),
+    (("Ant-v5", "--batched-inference"), "drop --batched-inference"),
+    (("Ant-v5", "--latency", "2"), "drop --latency"),
+    (("Ant-v5", "--simulator", "egl"), "--simulator 'egl' is not one rolltape steps"),
+])
+def test_what_mjwarp_cannot_do_is_refused_in_one_sentence(args: tuple[str, ...], says: str,
+                                                          tmp_path: Path) -> None:
+    simulator = () if "--simulator" in args else ("--simulator", "mjwarp")
+    done = run_cli("eval", *args, *simulator, "--episodes", "2", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()

@@ -46,10 +46,8 @@ import numpy as np
 from rolltape.errors import UsageError
 from rolltape.files import write_json
 from rolltape.flags import VIDEO, above, check_flags, flag
-from rolltape.tape import Tape
+from rolltape.tape import MJWARP, Tape
 
-#: The ``meta["backend"]`` of a tape made by MuJoCo Warp (``rolltape.pass1.mjwarp``).
-MJWARP = "mjwarp"
 REPORT = "flips.json"
 
 
@@ -175,7 +173,7 @@ def mjwarp_tape(path: Path) -> Tape:
                          "MJWarp tapes with CPU MuJoCo, verify this one without --flips.")
     if tape.qpos is None or tape.qvel is None:
         raise UsageError(f"Tape '{path}' has no physics states to compare; re-record it with "
-                         "`rolltape eval --backend mjwarp`.")
+                         "`rolltape eval --simulator mjwarp`.")
     from rolltape.envs.ids import check_tape_env_module
 
     check_tape_env_module(tape.env_id, str(path))

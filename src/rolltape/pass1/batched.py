@@ -79,7 +79,7 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
         wrapped = WrappedEnv.build(probe, job.wrappers) if job.wrappers else None
         envs = open_vector(job.env, num_envs, tuple(job.wrappers), job.success_key)
         try:
-            act_batch, description = _batch_actor(job, wrapped.env if wrapped else probe,
+            act_batch, description = batch_actor(job, wrapped.env if wrapped else probe,
                                                   envs.num_envs)
             # The protocol card's facts (the probe is built here even for a served env).
             facts = env_facts(probe, wrapped.env if wrapped else None)
@@ -181,11 +181,12 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
         envs.close()
 
 
-def _batch_actor(job: PolicyJob, env: Any, num_envs: int
-                 ) -> tuple[Callable[..., np.ndarray], dict[str, Any]]:
+def batch_actor(job: PolicyJob, env: Any, num_envs: int, needs: str = "--batched-inference"
+                ) -> tuple[Callable[..., np.ndarray], dict[str, Any]]:
     """``act(obs, rows, active, playing) -> actions`` for all sub-envs, and the description
     stored in each tape. SB3 policies run one forward pass; others act row by row with one
-    instance per sub-env (so per-episode state such as a random seed stays per episode)."""
+    instance per sub-env (so per-episode state such as a random seed stays per episode).
+    ``needs``: the option that asked for a batch, named when a policy cannot act in one."""
     def load() -> Policy:
         # Each instance gets its own copy of the spaces: a random policy seeds its action
         # space per episode, and sub-envs must not reseed each other's.
@@ -198,9 +199,9 @@ def _batch_actor(job: PolicyJob, env: Any, num_envs: int
     first = load()
     if isinstance(first, SB3Policy):
         if not first.deterministic:
-            raise UsageError("--batched-inference needs deterministic actions: sampled actions "
-                             "for a batch draw from one generator, so an episode could not be "
-                             "played again alone; drop --stochastic or --batched-inference.")
+            raise UsageError(f"{needs} needs deterministic actions: sampled actions for a "
+                             "batch draw from one generator, so an episode could not be "
+                             f"played again alone; drop --stochastic or {needs}.")
         description = {**first.description, "inference": f"batched ({num_envs} envs)"}
 
         def act_sb3(obs: Any, rows: list[Any], active: np.ndarray, playing: list[Any]

@@ -97,6 +97,7 @@ class PolicyJob:
     wrappers: tuple[dict[str, Any], ...] = ()  # policy-side wrappers (pass1.wrappers entries)
     in_flight: int = 1  # a served env or policy: episodes played at once (pass1.inflight)
     clock: dict[str, Any] | None = None  # inference latency (pass1.clock.Clock.describe())
+    simulator: str = "env"  # "mjwarp": every episode a world of one batch (pass1.mjwarp)
 
     def play(self, opened: Opened, ep: EpisodeJob) -> dict[str, Any]:
         """Play episode ``ep`` on ``opened``'s env and policy; return its tape's fields (a

@@ -1,5 +1,6 @@
-"""The pass-1 worker process: runs policy jobs per row (:mod:`rolltape.pass1.rollout`) or
-batched (:mod:`rolltape.pass1.batched`) and reports each episode to its parent.
+"""The pass-1 worker process: runs policy jobs per row (:mod:`rolltape.pass1.rollout`),
+batched (:mod:`rolltape.pass1.batched`) or as worlds of MuJoCo Warp
+(:mod:`rolltape.pass1.mjwarp`) and reports each episode to its parent.
 
 May import: pass 1, envs, errors. Never: an executor, the render side, outputs.
 """
@@ -16,6 +17,7 @@ from rolltape.envs.build import mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass1.batched import run_batched_job
+from rolltape.pass1.mjwarp import run_mjwarp_job
 from rolltape.pass1.rollout import OpenJobs, PolicyJob, last_line, run_policy_job
 
 
@@ -33,7 +35,11 @@ def policy_worker(jobs: list[PolicyJob], batch_envs: int, pulls: bool, conn: Any
     # of holding a --max-sessions slot until the server's idle timeout.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        if batch_envs:
+        if any(job.simulator == "mjwarp" for job in jobs):
+            for job in jobs:
+                run_mjwarp_job(job, conn.send)
+            conn.send(("done", []))
+        elif batch_envs:
             run_batched_job(jobs, batch_envs, conn.send)
             conn.send(("done", mujoco_warnings()))
         else:

@@ -57,7 +57,7 @@ from rolltape.pass2.request import (  # the types: their own module, for whoever
     RenderRequest,
     RenderResult,
 )
-from rolltape.tape import Tape, sum_rewards
+from rolltape.tape import MJWARP, Tape, sum_rewards
 
 if TYPE_CHECKING:
     from rolltape.pass2.encode import BackgroundWriter, FrameWriter
@@ -232,9 +232,16 @@ class Replayer:
             if (index + 1) % 25 == 0:
                 self.progress(index + 1 - first)
 
+        checked = None if req.mode == "restore" else apart.what if apart else checked_by(tape, req)
         try:
             divergence, rewards = None, None
-            if mode in ("resim", "auto"):
+            if mode in ("resim", "auto") and tape.meta.get("backend") == MJWARP:
+                # MuJoCo Warp made it: re-simulated there, drawn from the states it recorded
+                divergence, rewards, checked = self.resim_mjwarp(tape, req, stop)
+                if draw:
+                    self._restore(tape, env, first, stop, reset, emit)
+                mode = "restore" if draw else "verify"
+            elif mode in ("resim", "auto"):
                 divergence, rewards = self.resim(tape, env, req, first, stop, reset, emit,
                                                  view=apart.view if apart else None)
                 if divergence is not None and mode == "auto" and tape.can_restore and draw:
@@ -263,7 +270,7 @@ class Replayer:
             backend=self.backend if draw and may_load_mujoco(spec["id"]) else None,
             steps=tape.length, frames=frames,
             verified=None if req.mode == "restore" else divergence is None,
-            checked=None if req.mode == "restore" else apart.what if apart else checked_by(tape, req),
+            checked=checked,
             divergence=divergence,
             replay_return=None if rewards is None else sum_rewards(rewards),
             seconds=time.perf_counter() - start, warnings=tuple(mujoco_warnings()),
@@ -349,6 +356,47 @@ class Replayer:
             divergence = pending.flush()
         return divergence, rewards
 
+    def resim_mjwarp(self, tape: Tape, req: RenderOptions, stop: int
+                     ) -> tuple[Divergence | None, list[float], str]:
+        """(divergence, rewards, what was compared) of a MuJoCo Warp tape re-simulated on
+        MJWarp, one world, from the reset of its seed up to frame ``stop - 1``: rewards and
+        flags as :func:`compare_step` judges them, each observation's digest and each
+        state (qpos, qvel), exactly. On the device the tape was made on when this machine
+        has it, else the CPU (where a GPU's tape may round otherwise: said in the result)."""
+        from rolltape.envs.digests import obs_digest
+        from rolltape.envs.mjwarp import MJWarpEnv, time_limit, warp_device
+
+        recorded = tape.meta.get("device")
+        device = warp_device(recorded if isinstance(recorded, str) else None)
+        key = json.dumps(["mjwarp", tape.env, device], sort_keys=True)
+        if key not in self._envs:
+            self._envs[key] = MJWarpEnv(tape.env_id, 1, device=device,
+                                        **(tape.env.get("kwargs") or {}))
+        sim = self._envs[key]
+        limit = time_limit(tape.env)
+        exact = req.rtol == 0 and req.atol == 0
+        checked = (f"{'observations and states' if exact else 'rewards'} on MJWarp ({device}"
+                   f"{f'; made on {recorded}' if recorded != device else ''})")
+        obs = sim.reset([tape.seed])
+        divergence = first_wrong_state(tape, 0, sim.current) if exact else None
+        if divergence is None and exact and tape.obs_digest is not None:
+            if obs_digest(obs[0]) != int(tape.obs_digest[0]):
+                divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
+        rewards: list[float] = []
+        for t in range(stop - 1):
+            if divergence is not None:
+                break
+            obs, reward, terminated = sim.step(np.asarray(tape.actions[t])[None])
+            rewards.append(float(reward[0]))
+            ended = bool(terminated[0])
+            divergence = compare_step(tape, t, rewards[-1], ended, t + 1 == limit and not ended,
+                                      obs[0], req.rtol, req.atol)
+            if divergence is None and exact:
+                divergence = first_wrong_state(tape, t + 1, sim.current)
+            if t % 25 == 24:
+                self.progress(t + 1)
+        return divergence, rewards, checked
+
     def _restore(self, tape: Tape, env: Any, first: int, stop: int,
                  reset: Callable[[int], Any], emit: Callable[[int], None]) -> None:
         """Draw the recorded states themselves, no simulation. An Atari screen is not part of
@@ -368,6 +416,17 @@ class Replayer:
         for t in range(first, stop):
             restore_state(env, tape.qpos[t], tape.qvel[t])
             emit(t)
+
+
+def first_wrong_state(tape: Tape, frame: int, physics: Any) -> Divergence | None:
+    """Frame ``frame``'s recorded qpos/qvel against a re-simulation's ``physics`` (a batch
+    of one world: :class:`rolltape.envs.mjwarp.Physics`), exactly; the first that differs."""
+    for name in ("qpos", "qvel"):
+        recorded, got = getattr(tape, name)[frame], getattr(physics, name)[0]
+        if not np.array_equal(recorded, got):
+            return Divergence(max(frame - 1, 0), name, "pass-1 state", "another state",
+                              float(np.nanmax(np.abs(recorded - got))))
+    return None
 
 
 def checked_by(tape: Tape, req: RenderOptions) -> str:
