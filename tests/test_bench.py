@@ -50,7 +50,7 @@ def _halves() -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def quick_bench(tmp_path_factory: pytest.TempPathFactory) -> QuickBench:
+def quick_bench(tmp_path_factory: pytest.TempPathFactory, warp_kernels: Path) -> QuickBench:
     halves = _halves()
     root = tmp_path_factory.mktemp("bench")
     outs = [root / f"out{i}" for i in range(len(halves))]
@@ -126,6 +126,14 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(quick_bench: QuickB
         assert ray["gating"] is False  # Ray's start-up dominates a tiny run
         assert ray["raw"]["same_returns_and_lengths"] is True
         assert ray["raw"]["ray"]["wall_s"] > 0 and ray["raw"]["local"]["wall_s"] > 0
+
+    warp = b["mjwarp_pass1"]  # pass 1 on MuJoCo Warp vs CPU workers, same policy and seeds
+    episodes, steps = bench.pass1.MJWARP_WORK["quick"]
+    assert (warp["raw"]["episodes"], warp["raw"]["steps"]) == (episodes, steps)
+    assert warp["target"] == 20.0 and warp["gating"] is False  # --quick: informational
+    assert warp["ratio"] == pytest.approx(warp["raw"]["pass1_s_cpu"][0]
+                                          / warp["raw"]["pass1_s_mjwarp"][0])
+    assert warp["raw"]["flip_tapes"] == episodes and 0 <= warp["raw"]["flipped"] <= episodes
 
     gif = b["gif_vs_mp4"]
     assert gif["raw"]["frames"] == quick.gif_frames

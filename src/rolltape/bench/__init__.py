@@ -25,6 +25,10 @@ Benchmarks, in the order they run and are reported (module in brackets):
 - ``pass1_video_requested`` [pass1]: pass-1 time of :func:`rolltape.evaluate` with
   ``video=0`` vs ``video=1`` (target: speed ratio >= 0.97); for contrast, rendering inline
   every step.
+- ``mjwarp_pass1`` [pass1]: episodes/s of pass 1 on MuJoCo Warp (``--simulator mjwarp``,
+  every episode a world of one batch) vs rolltape's CPU workers, one per core, same PPO,
+  seeds and steps (target: >= 20x on 4,096 episodes on a GPU; informational on the CPU),
+  with the flip report of the MJWarp tapes against CPU MuJoCo beside it.
 - ``pass1_workers`` [scale]: pass-1 time with ``workers=1`` vs ``workers=2`` (target:
   speed-up >= 1.7); the tapes of both must be bitwise identical (checked, an error otherwise).
 - ``ray_vs_local`` [scale]: a fresh process running :func:`rolltape.evaluate` with
@@ -124,7 +128,11 @@ from rolltape.bench.atari import bench_atari_pass1, bench_atari_pass2
 from rolltape.bench.branch import bench_branch_step_cost
 from rolltape.bench.common import ENV_ID, FULL, POLICY_NOTE, QUICK, SEED, Config, Context
 from rolltape.bench.export import bench_export_camera, bench_export_obs, bench_export_rss
-from rolltape.bench.pass1 import bench_pass1_overhead, bench_pass1_video_requested
+from rolltape.bench.pass1 import (
+    bench_mjwarp_pass1,
+    bench_pass1_overhead,
+    bench_pass1_video_requested,
+)
 from rolltape.bench.pass2 import bench_pass2_throughput, bench_render_quality, bench_render_rss
 from rolltape.bench.scale import (
     bench_pass1_workers,
@@ -158,6 +166,7 @@ BENCH_SCHEMA_VERSION = 1
 BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "pass1_overhead": bench_pass1_overhead,
     "pass1_video_requested": bench_pass1_video_requested,
+    "mjwarp_pass1": bench_mjwarp_pass1,
     "pass1_workers": bench_pass1_workers,
     "ray_vs_local": bench_ray_vs_local,
     "pass2_throughput": bench_pass2_throughput,

@@ -1,5 +1,6 @@
-"""Pass 1 alone: what recording costs a policy loop (``pass1_overhead``) and what asking
-for a video costs pass 1 (``pass1_video_requested``, against rendering inline every step).
+"""Pass 1 alone: what recording costs a policy loop (``pass1_overhead``), what asking for a
+video costs pass 1 (``pass1_video_requested``, against rendering inline every step), and
+pass 1 on MuJoCo Warp against the CPU workers (``mjwarp_pass1``).
 
 May import: bench.common; rolltape inside functions. Never: bench itself, a sibling module.
 """
@@ -190,3 +191,73 @@ def inline_render_child(checkpoint: str, vecnormalize: str, steps: int, width: i
     return {"bare_s": bare_s, "inline_s": inline_s, "steps": n, "frames": kept,
             "label": label, "moviepy": moviepy,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+# --------------------------------------------------------------------------------------
+# 3. mjwarp_pass1
+# --------------------------------------------------------------------------------------
+
+#: (episodes, steps) of mjwarp_pass1: a GPU gets issue 41's 4,096 episodes; Warp's CPU device
+#: steps worlds one after another, so there the row is small and informational
+MJWARP_WORK = {"gpu": (4096, 1000), "cpu": (64, 200), "quick": (8, 30)}
+FLIP_TAPES = 256  # at most this many of the MJWarp tapes are replayed on CPU MuJoCo
+
+
+def bench_mjwarp_pass1(ctx: common.Context) -> dict[str, Any]:
+    """Episodes/s of pass 1 on MuJoCo Warp (``--simulator mjwarp``: every episode a world of
+    one batch) vs rolltape's CPU workers (one per core), same PPO policy, seeds and steps;
+    then the flip report of the MJWarp tapes against CPU MuJoCo. Gating only on a GPU."""
+    import os
+
+    from rolltape.compare.flips import FlipOptions, flip_report
+    from rolltape.envs.mjwarp import warp_device
+    from rolltape.evaluation import evaluate
+
+    cfg = ctx.config
+    device = warp_device("cuda:0")
+    on_gpu = device != "cpu"
+    episodes, steps = MJWARP_WORK["quick" if cfg.quick else "gpu" if on_gpu else "cpu"]
+    ckpt, vecnorm = ctx.checkpoint()
+    workers = min(os.cpu_count() or 1, episodes)
+
+    def run(name: str, count: int, **how: Any) -> Any:
+        return evaluate(common.ENV_ID, f"sb3:{ckpt}", vecnormalize=vecnorm, episodes=count,
+                        seed=common.SEED, max_episode_steps=steps, out=ctx.dir(name),
+                        overwrite=True, report=False, **how)
+
+    started = time.perf_counter()  # Warp compiles (or loads) its kernels: once, untimed
+    run("mjwarp-warm", 1, simulator="mjwarp")
+    warm_s = time.perf_counter() - started
+    seconds: dict[str, list[float]] = {"cpu": [], "mjwarp": []}
+    runs: dict[str, Any] = {}
+    setups: dict[str, dict[str, Any]] = {"cpu": {"workers": workers},
+                                         "mjwarp": {"simulator": "mjwarp"}}
+    for _, name in common.interleaved(1, list(setups)):
+        runs[name] = run(f"mjwarp-pass1-{name}", episodes, **setups[name])
+        seconds[name].append(common.run_seconds(runs[name], "pass1_s"))
+    cpu_s, warp_s = common.median(seconds["cpu"]), common.median(seconds["mjwarp"])
+    warp_run = runs["mjwarp"]
+    tapes = [warp_run.tape_path(e) for e in warp_run.results.episodes][:FLIP_TAPES]
+    report = flip_report(tapes, FlipOptions(flips=True))
+    returns = {name: common.median([e.ret or 0.0 for e in r.results.episodes])
+               for name, r in runs.items()}
+    return common.result(
+        title="pass 1 on MuJoCo Warp", ratio=cpu_s / warp_s, target=20.0, op=">=",
+        gating=on_gpu and not cfg.quick,
+        ratio_of=f"pass1_s of {workers} CPU worker(s) / pass1_s of one MJWarp batch (a "
+                 "speed-up; same policy, seeds and steps)",
+        baseline=f"{workers} CPU workers: {episodes / cpu_s:.1f} episodes/s",
+        measured=f"MuJoCo Warp on {device}: {episodes / warp_s:.1f} episodes/s",
+        raw={"episodes": episodes, "steps": steps, "device": device, "workers": workers,
+             "warm_s": warm_s, "pass1_s_cpu": seconds["cpu"],
+             "pass1_s_mjwarp": seconds["mjwarp"], "median_return": returns,
+             "flip_tapes": len(report.rows), "flipped": report.flipped,
+             "largest_divergence": max((r.max_divergence for r in report.rows), default=0.0)},
+        notes=[f"{episodes} episodes x {steps} steps of {common.ENV_ID}, report=False; Warp's "
+               f"first call (kernels compiled or loaded, untimed): {warm_s:.1f} s",
+               f"flips: {report.summary()}",
+               "MJWarp's physics is float32: its median return "
+               f"{returns['mjwarp']:.2f} vs {returns['cpu']:.2f} on CPU MuJoCo"
+               + ("" if on_gpu else "; on the CPU this row is informational (issue 41's "
+                  "target, >= 20x, is for a GPU)"),
+               common.POLICY_NOTE])
