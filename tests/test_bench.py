@@ -127,6 +127,13 @@ def test_quick_bench_new_benchmarks_report_what_they_promise(quick_bench: QuickB
         assert ray["raw"]["same_returns_and_lengths"] is True
         assert ray["raw"]["ray"]["wall_s"] > 0 and ray["raw"]["local"]["wall_s"] > 0
 
+    batch = b["batch_render"]  # MuJoCo Warp vs OpenGL workers, the same tapes and size
+    assert batch["raw"]["size"] == [128, 128] and batch["target"] == 10.0
+    assert batch["gating"] is (batch["raw"]["device"] != "cpu")  # informational on a CPU
+    assert batch["raw"]["fps"] > 0 and batch["raw"]["classic_fps"] > 0
+    assert batch["raw"]["batch"][0]["frames"] == batch["raw"]["classic"][0]["frames"] == \
+        bench.pass2.BATCH_WORK[True][0] * (bench.pass2.BATCH_WORK[True][1] + 1)
+
     warp = b["mjwarp_pass1"]  # pass 1 on MuJoCo Warp vs CPU workers, same policy and seeds
     episodes, steps = bench.pass1.MJWARP_WORK["quick"]
     assert (warp["raw"]["episodes"], warp["raw"]["steps"]) == (episodes, steps)

@@ -43,6 +43,9 @@ Benchmarks, in the order they run and are reported (module in brackets):
   joined (target: >= 1.6; the joined video must have steps + 1 frames).
 - ``render_rss`` [pass2]: peak RSS of the render worker for a short vs a long episode
   (target: difference <= 50 MB).
+- ``batch_render`` [pass2]: frames/s of ``render --renderer mjwarp`` (every tape at once on
+  MuJoCo Warp's batch renderer) vs :func:`rolltape.render` with one render worker per core,
+  the same tapes at 128x128 (target: >= 10x on a GPU; informational on the CPU).
 - ``gif_vs_mp4`` [artifacts]: writing the same real frames as gif vs mp4 (target: <= 2.0).
 - ``report_build`` [artifacts]: :func:`rolltape.outputs.report.build_report` on a
   100-episode run with 3 videos (target: <= 10 s, an absolute budget, not a ratio).
@@ -133,7 +136,12 @@ from rolltape.bench.pass1 import (
     bench_pass1_overhead,
     bench_pass1_video_requested,
 )
-from rolltape.bench.pass2 import bench_pass2_throughput, bench_render_quality, bench_render_rss
+from rolltape.bench.pass2 import (
+    bench_batch_render,
+    bench_pass2_throughput,
+    bench_render_quality,
+    bench_render_rss,
+)
 from rolltape.bench.scale import (
     bench_pass1_workers,
     bench_pass2_segments,
@@ -174,6 +182,7 @@ BENCHMARKS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "pass2_workers": bench_pass2_workers,
     "pass2_segments": bench_pass2_segments,
     "render_rss": bench_render_rss,
+    "batch_render": bench_batch_render,
     "gif_vs_mp4": bench_gif_vs_mp4,
     "report_build": bench_report_build,
     "suite_workers": bench_suite_workers,

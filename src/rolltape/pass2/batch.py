@@ -308,7 +308,12 @@ class _Batch:
 def _quiet_warp() -> Any:
     """Warp, initialized, saying warnings and errors only (not a line per kernel module).
     (envs/mjwarp.py, being written beside this, has the same three lines: one to share.)"""
-    import warp as wp
+    try:
+        import mujoco_warp  # noqa: F401  (the optional extra: is it there?)
+        import warp as wp
+    except ImportError:
+        raise UsageError("--renderer mjwarp needs MuJoCo Warp, which is not installed; "
+                         "pip install 'rolltape[mjwarp]'.") from None
 
     wp.config.log_level = wp.LOG_ERROR
     wp.init()
@@ -329,6 +334,7 @@ def render_batch(req: BatchRequest,
     unless ``overwrite``), before anything is drawn. Tapes are drawn ``req.worlds`` at a
     time; each tape's outputs appear whole when its round ends, or not at all."""
     started = time.perf_counter()
+    _quiet_warp()  # a missing extra is refused before anything else
     loaded = _load(req)
     try:
         return _render(req, loaded, started, on_progress)
