@@ -9,7 +9,8 @@
   which OpenGL draws as polygons where the ray tracer hits the exact surface (Ant's depth:
   98% of hit pixels within 0.1%, 99.9% within 0.5%).
 - tapes of different lengths: each gets its own frames, the shorter ones held at their
-  last state; a tape drawn in a batch is drawn exactly as alone;
+  last state; a tape drawn in a batch is drawn exactly as alone, and as in rounds of fewer
+  worlds;
 - ``rolltape render --renderer mjwarp`` (a real subprocess): PNG frames, depth and segmentation
   arrays, sidecars and the printed line say a ray tracer drew them;
 - what --renderer mjwarp cannot do is refused in one sentence, before anything is written.
@@ -209,6 +210,21 @@ def test_each_tape_gets_its_own_frames_and_a_batch_draws_as_alone(tapes, drawn, 
     np.testing.assert_array_equal(np.load(f"{alone}.seg.npy"), np.load(f"{stems[-1]}.seg.npy"))
     np.testing.assert_array_equal(np.load(f"{alone}.depth.npy"),
                                   np.load(f"{stems[-1]}.depth.npy"))
+
+
+def test_rounds_of_fewer_worlds_draw_the_same(tapes, drawn, tmp_path):
+    """3 tapes on 2 worlds: two rounds, the second with an idle world."""
+    _, stems = drawn["HalfCheetah-v5"]
+    picked = [3, 4, 7]  # a long tape, then two short ones
+    outs = [str(tmp_path / f"{i}") for i in picked]
+    done = render_batch(BatchRequest(
+        tapes=tuple(tapes["HalfCheetah-v5"][i] for i in picked),
+        outputs=tuple((f"{o}.mp4",) for o in outs), width=SIZE, height=SIZE, depth=True,
+        worlds=2))
+    assert [r.frames for r in done.results] == [10, 6, 6]
+    for i, out in zip(picked, outs):
+        np.testing.assert_array_equal(np.load(f"{out}.depth.npy"),
+                                      np.load(f"{stems[i]}.depth.npy"))
 
 
 def test_cli_renderer_mjwarp_writes_frames_arrays_and_says_what_drew_them(tapes, tmp_path):

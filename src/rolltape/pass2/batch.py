@@ -283,11 +283,12 @@ class _Batch:
 
     def draw(self, qpos: np.ndarray, qvel: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """Put each world into its state and draw them all: (RGB uint8 (N, H, W, 3), depth
-        in metres (N, H, W) or None, segmentation int32 (N, H, W, 2) or None)."""
+        """Put each world into its state (float32 arrays, a row per world) and draw them all:
+        (RGB uint8 (N, H, W, 3), depth in metres (N, H, W) or None, segmentation int32
+        (N, H, W, 2) or None)."""
         mjw = self.mjw
-        self.d.qpos.assign(qpos.astype(np.float32))
-        self.d.qvel.assign(qvel.astype(np.float32))
+        self.d.qpos.assign(qpos)
+        self.d.qvel.assign(qvel)
         mjw.kinematics(self.m, self.d)
         mjw.com_pos(self.m, self.d)  # a tracking camera follows the subtree's centre of mass
         mjw.camlight(self.m, self.d)
@@ -407,21 +408,23 @@ def _round(batch: _Batch, tapes: list[Tape], ranges: list[tuple[int, int]],
     worlds = batch.d.nworld
     longest = max(stop - first for first, stop in ranges)
     returns = [np.concatenate([[0.0], np.cumsum(t.rewards)]) for t in tapes] if overlay else []
+    # Every world's state at every frame of the round, in the float32 MuJoCo Warp computes
+    # in: a finished tape repeats its last state; idle worlds (the last round's) the first's.
+    rows = [np.minimum(np.arange(first, first + longest), stop - 1) for first, stop in ranges]
+    states = []
+    for name in ("qpos", "qvel"):
+        per_world = [getattr(t, name)[r] for t, r in zip(tapes, rows)]
+        per_world += per_world[:1] * (worlds - len(tapes))
+        states.append(np.stack(per_world, axis=1).astype(np.float32))  # (frames, worlds, n)
     draw_s = 0.0
     for k in range(longest):
-        index = [min(first + k, stop - 1) for first, stop in ranges]
-        qpos = np.stack([t.qpos[i] for t, i in zip(tapes, index)])  # type: ignore[index]
-        qvel = np.stack([t.qvel[i] for t, i in zip(tapes, index)])  # type: ignore[index]
-        if len(tapes) < worlds:  # the last round: idle worlds repeat the first one's state
-            pad = worlds - len(tapes)
-            qpos = np.concatenate([qpos, np.repeat(qpos[:1], pad, 0)])
-            qvel = np.concatenate([qvel, np.repeat(qvel[:1], pad, 0)])
+        index = [int(r[k]) for r in rows]
         t0 = time.perf_counter()
-        rgb, depth, seg = batch.draw(qpos, qvel)
+        rgb, depth, seg = batch.draw(states[0][k], states[1][k])
         draw_s += time.perf_counter() - t0
         live = [w for w, (first, stop) in enumerate(ranges) if first + k < stop]
 
-        def write(w: int, k: int = k) -> None:
+        def write(w: int) -> None:
             frame = rgb[w]
             if overlay:
                 i = index[w]
