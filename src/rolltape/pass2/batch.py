@@ -51,7 +51,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -114,7 +114,6 @@ class BatchResult:
     device: str
     seconds: float  # the whole call: model, kernels (compiled or cached), drawing, encoding
     draw_seconds: float  # setting states, kinematics and drawing only
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:
@@ -126,12 +125,6 @@ class BatchResult:
         return (f"{self.frames} frames of {len(self.results)} tape(s) of {self.env_id} at "
                 f"{self.width}x{self.height}, camera '{self.camera}', on Warp's {self.device} "
                 f"device in {self.seconds:.1f} s ({rate:.0f} frames/s): {RAY_TRACED}.")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"renderer": "mujoco_warp", "note": RAY_TRACED, "env": self.env_id,
-                "camera": self.camera, "size": [self.width, self.height],
-                "device": self.device, "frames": self.frames, "seconds": self.seconds,
-                "draw_seconds": self.draw_seconds, **self.extra}
 
 
 def _state_problem(tape: Tape, path: str) -> str | None:
