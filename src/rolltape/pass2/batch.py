@@ -300,19 +300,17 @@ class _Batch:
 
 
 def _quiet_warp() -> Any:
-    """Warp, initialized, saying warnings and errors only (not a line per kernel module).
-    (envs/mjwarp.py, being written beside this, has the same three lines: one to share.)"""
+    """Warp, initialized and quiet (:func:`rolltape.envs.mjwarp.quiet_warp`), or a
+    one-sentence refusal where the optional extra is not installed."""
     try:
         import mujoco_warp  # noqa: F401  (the optional extra: is it there?)
-        import warp as wp
+        import warp  # noqa: F401
     except ImportError:
         raise UsageError("--renderer mjwarp needs MuJoCo Warp, which is not installed; "
                          "pip install 'rolltape[mjwarp]'.") from None
+    from rolltape.envs.mjwarp import quiet_warp
 
-    wp.config.log_level = wp.LOG_ERROR
-    wp.init()
-    wp.config.log_level = wp.LOG_WARNING
-    return wp
+    return quiet_warp()
 
 
 def _warp_device() -> str:
