@@ -15,8 +15,8 @@
   arrays, sidecars and the printed line say a ray tracer drew them;
 - what --renderer mjwarp cannot do is refused in one sentence, before anything is written.
 
-Warp's kernels are compiled once per module into a fresh folder (also given to
-subprocesses as WARP_CACHE_PATH).
+Warp's kernels are compiled once per test session into a fresh folder (tests/conftest.py's
+``warp_kernels``, passed to subprocesses as WARP_CACHE_PATH): ~10 s on two cores.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,23 +42,7 @@ AGREE = 0.99  # the share of pixels that must agree
 DEPTH_RTOL = 0.01  # depth agrees within this relative difference
 
 
-@pytest.fixture(scope="module", autouse=True)
-def warp_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Warp's kernel cache in a fresh folder: this module compiles cold (a bounded cost,
-    ~10 s on two cores), its subprocesses load what it compiled, nothing goes to ~/.cache."""
-    import warp as wp
-
-    folder = tmp_path_factory.mktemp("warp-kernels")
-    before = os.environ.get("WARP_CACHE_PATH")
-    os.environ["WARP_CACHE_PATH"] = str(folder)
-    wp.config.kernel_cache_dir = str(folder)
-    wp.config.log_level = wp.LOG_WARNING
-    wp.init()
-    yield folder
-    if before is None:
-        os.environ.pop("WARP_CACHE_PATH", None)
-    else:
-        os.environ["WARP_CACHE_PATH"] = before
+pytestmark = pytest.mark.usefixtures("warp_kernels")
 
 
 def _tapes(root: Path, env_id: str, episodes: int, steps: int, seed: int) -> list[str]:
