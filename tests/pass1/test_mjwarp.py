@@ -2,7 +2,8 @@
 
 - 64 worlds under a fixed linear policy: per-world returns and lengths equal those of a plain
   MJWarp stepping loop whose rewards come from Gymnasium's own reward code; each world is an
-  ordinary tape (HalfCheetah's replay on CPU MuJoCo with Gymnasium stays close to it);
+  ordinary tape that pass 2 verifies exactly on MJWarp (HalfCheetah's replay on CPU MuJoCo
+  with Gymnasium stays close to it);
 - ``rolltape eval --simulator mjwarp`` (a real subprocess): a tape per episode, numbers as the
   tapes say, every tape verified exactly by ``rolltape verify`` (re-simulated on MJWarp:
   observations and states), a tape whose state was edited is caught at that step, and
@@ -26,6 +27,8 @@ import pytest
 from conftest import run_cli
 from rolltape.envs.mjwarp import MJWarpEnv
 from rolltape.pass1.mjwarp import play, world_tapes
+from rolltape.pass2.replay import Replayer
+from rolltape.pass2.request import RenderRequest
 from rolltape.tape import Tape
 
 pytestmark = pytest.mark.usefixtures("warp_kernels")
@@ -124,6 +127,15 @@ def test_64_worlds_return_what_a_plain_mjwarp_loop_returns_as_tapes(
         assert np.array_equal(tape.qpos, steps.qpos[:length + 1, world])
         assert tape.terminated[-1] == (length < 20) and tape.truncated[-1] == (length == 20)
         assert not tape.terminated[:-1].any() and not tape.truncated[:-1].any()
+    # tapes of the batch verify on MJWarp: re-simulated alone, rewards, flags, observation
+    # digests and states exactly (pass 2's check, in this process; four worlds of 64, as
+    # one world alone steps ~20 ms on Warp's CPU device)
+    replayer = Replayer(None, lambda n: None)
+    for world in sorted({0, 31, 63, int(np.argmin(lengths))}):
+        path = tapes[world].save(tmp_path / f"verify-{world}.npz")
+        result = replayer.run(RenderRequest(str(path)))
+        assert result.verified and result.checked == "observations and states on MJWarp (cpu)"
+    replayer.close()
     if env_id == "HalfCheetah-v5":
         # replayed on CPU MuJoCo through Gymnasium: the first step from each world's reset
         # state within float32 (as test_mjwarp_steps_close...), and no outcome flips

@@ -237,7 +237,8 @@ class Replayer:
             divergence, rewards = None, None
             if mode in ("resim", "auto") and tape.meta.get("backend") == MJWARP:
                 # MuJoCo Warp made it: re-simulated there, drawn from the states it recorded
-                divergence, rewards, checked = self.resim_mjwarp(tape, req, stop)
+                divergence, rewards, checked = self.resim_mjwarp(
+                    tape, req, stop, None if draw else emit)
                 if draw:
                     self._restore(tape, env, first, stop, reset, emit)
                 mode = "restore" if draw else "verify"
@@ -356,13 +357,15 @@ class Replayer:
             divergence = pending.flush()
         return divergence, rewards
 
-    def resim_mjwarp(self, tape: Tape, req: RenderOptions, stop: int
+    def resim_mjwarp(self, tape: Tape, req: RenderOptions, stop: int,
+                     emit: Callable[[int], None] | None = None
                      ) -> tuple[Divergence | None, list[float], str]:
         """(divergence, rewards, what was compared) of a MuJoCo Warp tape re-simulated on
         MJWarp, one world, from the reset of its seed up to frame ``stop - 1``: rewards and
         flags as :func:`compare_step` judges them, each observation's digest and each
         state (qpos, qvel), exactly. On the device the tape was made on when this machine
-        has it, else the CPU (where a GPU's tape may round otherwise: said in the result)."""
+        has it, else the CPU (where a GPU's tape may round otherwise: said in the result).
+        ``emit(index)`` hears of each frame re-simulated (progress, when nothing is drawn)."""
         from rolltape.envs.digests import obs_digest
         from rolltape.envs.mjwarp import MJWarpEnv, time_limit, warp_device
 
@@ -378,6 +381,8 @@ class Replayer:
         checked = (f"{'observations and states' if exact else 'rewards'} on MJWarp ({device}"
                    f"{f'; made on {recorded}' if recorded != device else ''})")
         obs = sim.reset([tape.seed])
+        if emit is not None:
+            emit(0)
         divergence = first_wrong_state(tape, 0, sim.current) if exact else None
         if divergence is None and exact and tape.obs_digest is not None:
             if obs_digest(obs[0]) != int(tape.obs_digest[0]):
@@ -393,8 +398,8 @@ class Replayer:
                                       obs[0], req.rtol, req.atol)
             if divergence is None and exact:
                 divergence = first_wrong_state(tape, t + 1, sim.current)
-            if t % 25 == 24:
-                self.progress(t + 1)
+            if emit is not None:
+                emit(t + 1)
         return divergence, rewards, checked
 
     def _restore(self, tape: Tape, env: Any, first: int, stop: int,
