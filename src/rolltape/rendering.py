@@ -42,7 +42,7 @@ from rolltape.pass2.remote import replay_shipped
 from rolltape.pass2.replay import render_worker
 from rolltape.pass2.request import BatchOptions, RenderRequest, RenderResult, ReplayVerb
 from rolltape.suites.hosted import render_python
-from rolltape.tape import Tape, sum_rewards
+from rolltape.tape import MJWARP, Tape, sum_rewards
 
 if TYPE_CHECKING:
     from rolltape.pass2.batch import BatchResult
@@ -444,7 +444,15 @@ def replay_tapes(job: RenderJob) -> list[RenderResult | None]:
 
     requests = job.requests()
     # Loading every tape first also reports a bad one before any work or progress bar.
-    totals = [stop - first for first, stop in (Tape.load(r.tape).frame_range for r in requests)]
+    tapes = [Tape.load(r.tape) for r in requests]
+    totals = [stop - first for first, stop in (tape.frame_range for tape in tapes)]
+    if not job.draw and tapes and all(t.meta.get("backend") == MJWARP for t in tapes):
+        # MuJoCo Warp tapes: verified many at once as the worlds of one batch, no GL
+        from rolltape.pass2.replay import verify_mjwarp
+
+        with Progress(not job.quiet) as bar:
+            on_progress, _ = bar.frames(f"verifying {len(requests)} MJWarp tape(s)", totals)
+            return list(verify_mjwarp(requests, on_progress))
     backends = job.backends if job.draw else DEFAULT_ORDER
     workers = per_core(job.workers or 0)
     check_requests(requests, backends, workers)

@@ -27,7 +27,7 @@ import pytest
 from conftest import run_cli
 from rolltape.envs.mjwarp import MJWarpEnv
 from rolltape.pass1.mjwarp import play, world_tapes
-from rolltape.pass2.replay import Replayer
+from rolltape.pass2.replay import Replayer, verify_mjwarp
 from rolltape.pass2.request import RenderRequest
 from rolltape.tape import Tape
 
@@ -127,14 +127,19 @@ def test_64_worlds_return_what_a_plain_mjwarp_loop_returns_as_tapes(
         assert np.array_equal(tape.qpos, steps.qpos[:length + 1, world])
         assert tape.terminated[-1] == (length < 20) and tape.truncated[-1] == (length == 20)
         assert not tape.terminated[:-1].any() and not tape.truncated[:-1].any()
-    # tapes of the batch verify on MJWarp: re-simulated alone, rewards, flags, observation
-    # digests and states exactly (pass 2's check, in this process; four worlds of 64, as
-    # one world alone steps ~20 ms on Warp's CPU device)
+    # every tape verifies on MJWarp, rewards, flags, observation digests and states exactly:
+    # all 64 as the worlds of one batch (verify's way), four of them alone (a render
+    # worker's way, one world; ~20 ms a step on Warp's CPU device), with the same rewards
+    requests = [RenderRequest(str(t.save(tmp_path / f"verify-{w}.npz"))) for w, t in
+                enumerate(tapes)]
+    together = verify_mjwarp(requests)
+    assert [r.verified for r in together] == [True] * 64
+    assert {r.checked for r in together} == {"observations and states on MJWarp (cpu)"}
     replayer = Replayer(None, lambda n: None)
     for world in sorted({0, 31, 63, int(np.argmin(lengths))}):
-        path = tapes[world].save(tmp_path / f"verify-{world}.npz")
-        result = replayer.run(RenderRequest(str(path)))
-        assert result.verified and result.checked == "observations and states on MJWarp (cpu)"
+        alone = replayer.run(requests[world])
+        assert alone.verified and alone.checked == together[world].checked
+        assert alone.rewards == together[world].rewards
     replayer.close()
     if env_id == "HalfCheetah-v5":
         # replayed on CPU MuJoCo through Gymnasium: the first step from each world's reset
@@ -186,21 +191,21 @@ def test_eval_on_mjwarp_writes_a_tape_per_episode_and_numbers_from_them(
 
 def test_verify_re_simulates_mjwarp_tapes_on_mjwarp_exactly(mjwarp_run: Path,
                                                             tmp_path: Path) -> None:
+    """The run's 12 tapes and one whose state was edited at frame 10, verified together as
+    the worlds of one batch: the 12 exactly, the edited one caught at the step that made
+    that frame, as a state (its reward and observation there are still pass 1's)."""
+    import dataclasses
+
     tapes = sorted((mjwarp_run / "tapes").glob("*.npz"))
-    done = run_cli("verify", *map(str, tapes))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.count("verified: observations and states on MJWarp (cpu)") == 12
-    # a state edited at frame 10 is caught at the step that made it, as a state
     tape = Tape.load(tapes[0])
     qpos = tape.qpos.copy()
     qpos[10, 3] += 1e-6
     edited = tmp_path / "edited.npz"
-    import dataclasses
-
     dataclasses.replace(tape, qpos=qpos).save(edited)
-    done = run_cli("verify", str(edited))
-    assert done.returncode == 1
-    assert "DIVERGED" in done.stdout and "step 9: qpos was 'pass-1 state'" in done.stdout
+    done = run_cli("verify", *map(str, tapes), str(edited))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.count("verified: observations and states on MJWarp (cpu)") == 12
+    assert f"DIVERGED {edited}: first at step 9: qpos was 'pass-1 state'" in done.stdout
 
 
 def test_verify_flips_reports_the_run_against_cpu_mujoco(mjwarp_run: Path,

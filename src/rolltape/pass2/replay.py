@@ -34,6 +34,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -361,46 +362,16 @@ class Replayer:
                      emit: Callable[[int], None] | None = None
                      ) -> tuple[Divergence | None, list[float], str]:
         """(divergence, rewards, what was compared) of a MuJoCo Warp tape re-simulated on
-        MJWarp, one world, from the reset of its seed up to frame ``stop - 1``: rewards and
-        flags as :func:`compare_step` judges them, each observation's digest and each
-        state (qpos, qvel), exactly. On the device the tape was made on when this machine
-        has it, else the CPU (where a GPU's tape may round otherwise: said in the result).
-        ``emit(index)`` hears of each frame re-simulated (progress, when nothing is drawn)."""
-        from rolltape.envs.digests import obs_digest
-        from rolltape.envs.mjwarp import MJWarpEnv, time_limit, warp_device
-
-        recorded = tape.meta.get("device")
-        device = warp_device(recorded if isinstance(recorded, str) else None)
-        key = json.dumps(["mjwarp", tape.env, device], sort_keys=True)
+        MJWarp as one world (:func:`resim_worlds`) up to frame ``stop - 1``; ``emit(index)``
+        hears of each frame re-simulated (progress, when nothing is drawn)."""
+        device = mjwarp_device(tape)
+        key = json.dumps(["mjwarp", tape.env, device, 1], sort_keys=True)
         if key not in self._envs:
-            self._envs[key] = MJWarpEnv(tape.env_id, 1, device=device,
-                                        **(tape.env.get("kwargs") or {}))
-        sim = self._envs[key]
-        limit = time_limit(tape.env)
-        exact = req.rtol == 0 and req.atol == 0
-        checked = (f"{'observations and states' if exact else 'rewards'} on MJWarp ({device}"
-                   f"{f'; made on {recorded}' if recorded != device else ''})")
-        obs = sim.reset([tape.seed])
-        if emit is not None:
-            emit(0)
-        divergence = first_wrong_state(tape, 0, sim.current) if exact else None
-        if divergence is None and exact and tape.obs_digest is not None:
-            if obs_digest(obs[0]) != int(tape.obs_digest[0]):
-                divergence = Divergence(0, "reset observation", "pass-1 digest", "another digest")
-        rewards: list[float] = []
-        for t in range(stop - 1):
-            if divergence is not None:
-                break
-            obs, reward, terminated = sim.step(np.asarray(tape.actions[t])[None])
-            rewards.append(float(reward[0]))
-            ended = bool(terminated[0])
-            divergence = compare_step(tape, t, rewards[-1], ended, t + 1 == limit and not ended,
-                                      obs[0], req.rtol, req.atol)
-            if divergence is None and exact:
-                divergence = first_wrong_state(tape, t + 1, sim.current)
-            if emit is not None:
-                emit(t + 1)
-        return divergence, rewards, checked
+            self._envs[key] = mjwarp_worlds(tape, device, 1)
+        [(divergence, rewards)] = resim_worlds(
+            self._envs[key], [tape], [stop], req.rtol, req.atol,
+            None if emit is None else lambda world, index: emit(index))
+        return divergence, rewards, mjwarp_checked(tape, device, req)
 
     def _restore(self, tape: Tape, env: Any, first: int, stop: int,
                  reset: Callable[[int], Any], emit: Callable[[int], None]) -> None:
@@ -423,11 +394,131 @@ class Replayer:
             emit(t)
 
 
-def first_wrong_state(tape: Tape, frame: int, physics: Any) -> Divergence | None:
-    """Frame ``frame``'s recorded qpos/qvel against a re-simulation's ``physics`` (a batch
-    of one world: :class:`rolltape.envs.mjwarp.Physics`), exactly; the first that differs."""
+def mjwarp_device(tape: Tape) -> str:
+    """The Warp device that re-simulates an MJWarp ``tape``: the one that made it when this
+    machine has it, else the CPU (:func:`rolltape.envs.mjwarp.warp_device`)."""
+    from rolltape.envs.mjwarp import warp_device
+
+    recorded = tape.meta.get("device")
+    return warp_device(recorded if isinstance(recorded, str) else None)
+
+
+def mjwarp_worlds(tape: Tape, device: str, worlds: int) -> Any:
+    """An :class:`rolltape.envs.mjwarp.MJWarpEnv` of ``worlds`` worlds of ``tape``'s env."""
+    from rolltape.envs.mjwarp import MJWarpEnv
+
+    return MJWarpEnv(tape.env_id, worlds, device=device, **(tape.env.get("kwargs") or {}))
+
+
+def mjwarp_checked(tape: Tape, device: str, req: RenderOptions) -> str:
+    """What a re-simulation on MJWarp compared, and where (RenderResult.checked)."""
+    recorded = tape.meta.get("device")
+    what = "observations and states" if req.rtol == 0 and req.atol == 0 else "rewards"
+    return f"{what} on MJWarp ({device}{f'; made on {recorded}' if recorded != device else ''})"
+
+
+def resim_worlds(sim: Any, tapes: Sequence[Tape], stops: Sequence[int], rtol: float,
+                 atol: float, emit: Callable[[int, int], None] | None = None
+                 ) -> list[tuple[Divergence | None, list[float]]]:
+    """(divergence, rewards) of each of ``tapes`` (MuJoCo Warp tapes of one env, actions of
+    one dtype) re-simulated as world i of ``sim`` (an MJWarpEnv of ``len(tapes)`` worlds),
+    from the reset of its seed up to its frame ``stops[i] - 1``: rewards and flags as
+    :func:`compare_step` judges them (the time limit from the tape's env), and, without a
+    tolerance, each observation's digest and each state (qpos, qvel), exactly. A world that
+    diverged or ended steps on with zero actions, unjudged: worlds do not touch each other.
+    ``emit(i, index)`` hears of each frame of tape i re-simulated."""
+    from rolltape.envs.digests import obs_digest
+    from rolltape.envs.mjwarp import time_limit
+
+    exact = rtol == 0 and atol == 0
+    obs = sim.reset([tape.seed for tape in tapes])
+    divergences: list[Divergence | None] = []
+    for i, tape in enumerate(tapes):
+        wrong = first_wrong_state(tape, 0, sim.current, i) if exact else None
+        if wrong is None and exact and tape.obs_digest is not None \
+                and obs_digest(obs[i]) != int(tape.obs_digest[0]):
+            wrong = Divergence(0, "reset observation", "pass-1 digest", "another digest")
+        divergences.append(wrong)
+        if emit is not None:
+            emit(i, 0)
+    rewards: list[list[float]] = [[] for _ in tapes]
+    limits = [time_limit(tape.env) for tape in tapes]
+    actions = np.zeros((len(tapes), sim.action_dim), dtype=tapes[0].actions.dtype)
+    for t in range(max(stops) - 1):
+        live = [i for i, tape in enumerate(tapes) if t < stops[i] - 1 and divergences[i] is None]
+        if not live:
+            break
+        actions[:] = 0
+        for i in live:
+            actions[i] = tapes[i].actions[t]
+        obs, reward, terminated = sim.step(actions)
+        for i in live:
+            tape, ended = tapes[i], bool(terminated[i])
+            rewards[i].append(float(reward[i]))
+            wrong = compare_step(tape, t, rewards[i][-1], ended, t + 1 == limits[i] and not ended,
+                                 obs[i], rtol, atol)
+            if wrong is None and exact:
+                wrong = first_wrong_state(tape, t + 1, sim.current, i)
+            divergences[i] = wrong
+            if emit is not None:
+                emit(i, t + 1)
+    return list(zip(divergences, rewards))
+
+
+#: worlds of one MJWarp batch when ``verify`` re-simulates many tapes at once
+VERIFY_WORLDS = 1024
+
+
+def verify_mjwarp(requests: Sequence[RenderRequest],
+                  on_progress: Callable[[int, int], None] | None = None) -> list[RenderResult]:
+    """``rolltape verify`` of MuJoCo Warp tapes, many at once: the tapes of one env, device
+    and action type re-simulated as the worlds of one batch (up to :data:`VERIFY_WORLDS`),
+    each judged as :meth:`Replayer.resim_mjwarp` judges one. Nothing is drawn, so no GL
+    and no render process: it runs here. ``on_progress(i, frames)`` per request."""
+    from rolltape.envs.build import mujoco_warnings
+
+    tapes = [Tape.load(r.tape) for r in requests]
+    groups: dict[str, list[int]] = {}
+    for i, tape in enumerate(tapes):
+        device = mjwarp_device(tape)
+        key = json.dumps([tape.env, device, str(tape.actions.dtype)], sort_keys=True)
+        groups.setdefault(key, []).append(i)
+    results: list[RenderResult | None] = [None] * len(requests)
+    for members in groups.values():
+        for start in range(0, len(members), VERIFY_WORLDS):
+            chunk = members[start:start + VERIFY_WORLDS]
+            began = time.perf_counter()
+            device = mjwarp_device(tapes[chunk[0]])
+            sim = mjwarp_worlds(tapes[chunk[0]], device, len(chunk))
+            try:
+                judged = resim_worlds(
+                    sim, [tapes[i] for i in chunk],
+                    [tapes[i].frame_range[1] for i in chunk], requests[chunk[0]].rtol,
+                    requests[chunk[0]].atol,
+                    None if on_progress is None else
+                    lambda world, index: on_progress(chunk[world], index + 1))
+            finally:
+                sim.close()
+            seconds = (time.perf_counter() - began) / len(chunk)
+            for i, (divergence, rewards) in zip(chunk, judged):
+                req, tape = requests[i], tapes[i]
+                results[i] = RenderResult(
+                    tape=req.tape, outputs=(), mode="verify", backend=None,
+                    steps=tape.length, frames=0, verified=divergence is None,
+                    checked=mjwarp_checked(tape, device, req), divergence=divergence,
+                    replay_return=sum_rewards(rewards), seconds=seconds,
+                    warnings=tuple(mujoco_warnings()), torch_loaded="torch" in sys.modules,
+                    forbidden_loaded=forbidden_modules(), rewards=tuple(rewards), fps=0.0,
+                    niceness=os.nice(0))
+    return [r for r in results if r is not None]
+
+
+def first_wrong_state(tape: Tape, frame: int, physics: Any, world: int = 0
+                      ) -> Divergence | None:
+    """Frame ``frame``'s recorded qpos/qvel against world ``world`` of a re-simulation's
+    ``physics`` (:class:`rolltape.envs.mjwarp.Physics`), exactly; the first that differs."""
     for name in ("qpos", "qvel"):
-        recorded, got = getattr(tape, name)[frame], getattr(physics, name)[0]
+        recorded, got = getattr(tape, name)[frame], getattr(physics, name)[world]
         if not np.array_equal(recorded, got):
             return Divergence(max(frame - 1, 0), name, "pass-1 state", "another state",
                               float(np.nanmax(np.abs(recorded - got))))
