@@ -225,6 +225,26 @@ def test_verify_flips_reports_the_run_against_cpu_mujoco(mjwarp_run: Path,
     assert all(row["end"] == row["cpu_end"] == "truncated" for row in rows.values())
 
 
+def test_env_kwargs_reach_the_worlds_and_their_verification(tmp_path: Path) -> None:
+    """Ant with a tuple kwarg (kept apart from a list in the tape) and another reset noise:
+    the worlds are that env (its healthy range ends episodes early), and verify rebuilds it."""
+    out = tmp_path / "run"
+    done = run_cli("eval", "Ant-v5", "--simulator", "mjwarp", "--episodes", "3",
+                   "--max-episode-steps", "20", "--env-kwargs", "reset_noise_scale=0.5",
+                   "--env-kwargs", "healthy_z_range=(0.3,0.9)", "--no-report", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    tapes = sorted((out / "tapes").glob("*.npz"))
+    reference = gym.make("Ant-v5", reset_noise_scale=0.5, healthy_z_range=(0.3, 0.9))
+    for path in tapes:
+        tape = Tape.load(path)
+        reference.reset(seed=tape.seed)
+        assert np.array_equal(tape.qpos[0], reference.unwrapped.data.qpos.astype(np.float32))
+        assert tape.length < 20 and tape.terminated[-1]  # z above 0.9 is unhealthy here
+    reference.close()
+    done = run_cli("verify", *map(str, tapes))
+    assert done.returncode == 0 and done.stdout.count("on MJWarp (cpu)") == 3, done.stderr
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (("Hopper-v5",), "--simulator mjwarp steps HalfCheetah-v5, Ant-v5, not 'Hopper-v5'"),
     (("Ant-v5", "--batched-inference"), "drop --batched-inference"),

@@ -253,6 +253,15 @@ class MJWarpEnv:
             self.data = mjwarp.make_data(mjm, nworld=num_worlds)
         self._physics: Physics | None = None
 
+    @classmethod
+    def of(cls, spec: dict[str, Any], num_worlds: int, device: str | None = None) -> MJWarpEnv:
+        """The worlds of the env a run or tape names (``{"id", "kwargs", ...}``, its kwargs
+        as :func:`rolltape.envs.ids.encode_kwargs` keeps them)."""
+        from rolltape.envs.ids import decode_kwargs
+
+        return cls(spec["id"], num_worlds, device=device,
+                   **decode_kwargs(dict(spec.get("kwargs") or {})))
+
     @property
     def current(self) -> Physics:
         """The worlds' quantities after the last reset or step (float64 copies)."""

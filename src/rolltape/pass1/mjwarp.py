@@ -128,7 +128,7 @@ def run_mjwarp_job(job: PolicyJob, send: Callable[[Any], None]) -> None:
     episodes = list(job.episodes)
     if not episodes:
         return
-    env = MJWarpEnv(job.env["id"], len(episodes), **(job.env.get("kwargs") or {}))
+    env = MJWarpEnv.of(job.env, len(episodes))
     try:
         act_batch, description = batch_actor(job, env.host, env.num_worlds,
                                              needs="--simulator mjwarp")

@@ -407,7 +407,7 @@ def mjwarp_worlds(tape: Tape, device: str, worlds: int) -> Any:
     """An :class:`rolltape.envs.mjwarp.MJWarpEnv` of ``worlds`` worlds of ``tape``'s env."""
     from rolltape.envs.mjwarp import MJWarpEnv
 
-    return MJWarpEnv(tape.env_id, worlds, device=device, **(tape.env.get("kwargs") or {}))
+    return MJWarpEnv.of(tape.env, worlds, device=device)
 
 
 def mjwarp_checked(tape: Tape, device: str, req: RenderOptions) -> str:
