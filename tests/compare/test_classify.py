@@ -55,6 +55,17 @@ def test_a_closed_loop_policy_one_step_late_is_a_time_shift_at_its_first_action(
     assert "acts 1 step(s) late" in d.sentence and "policy.latency" in d.sentence
 
 
+def test_tapes_of_another_simulator_part_by_it_whatever_else_differs():
+    """A MuJoCo Warp tape (its meta says so) against the env's own: named by that, even
+    where the first difference would pass for rounding or another reset."""
+    nudged = ACTIONS.copy()
+    nudged[4, 1] = np.nextafter(nudged[4, 1], np.float32(2))
+    d = judged(tape(), tape(nudged, meta={"backend": "mjwarp", "device": "cpu"}))
+    assert (d.kind, d.step, d.field) == ("simulator", 4, "action")
+    assert d.sentence.startswith("A was simulated by the env's own simulator, B by MuJoCo Warp")
+    assert d.detail["simulators"] == ["the env's own simulator", "MuJoCo Warp"]
+
+
 def test_float_epsilon_differences_are_rounding():
     nudged = ACTIONS.copy()
     nudged[4, 1] = np.nextafter(nudged[4, 1], np.float32(2))

@@ -22,6 +22,7 @@ def test_a_run_writes_its_card_and_reads_it_back(random_run):
     assert card["seeds"]["base"] == run.results.seed
     assert card["policy"]["kind"] == "random"
     assert card["execution"]["batch_size"] == 1 and card["execution"]["executor"] == "local"
+    assert card["simulator"] == "env"  # the env's own physics (not MuJoCo Warp's worlds)
 
 
 def test_an_older_run_is_described_from_its_metadata(random_run, tmp_path):

@@ -182,6 +182,9 @@ def test_eval_on_mjwarp_writes_a_tape_per_episode_and_numbers_from_them(
         assert row["return"] == pytest.approx(tape.total_return, rel=0, abs=0)
         assert tape.length == 30 and tape.truncated[-1] and tape.qpos.shape == (31, 9)
         assert "mujoco_warp" in tape.env["versions"]
+    card = json.loads((mjwarp_run / "protocol.json").read_text())  # what rolltape diff reads
+    assert card["simulator"] == "mjwarp" and card["execution"]["batch_size"] == 6
+    assert card["envs"]["env"]["horizon"] == 30  # the run's time limit, not the env's 1000
     policies = json.loads((mjwarp_run / "policies.json").read_text())
     assert policies["policy"]["inference"] == "batched (6 MJWarp worlds)"
     # the policy and the random baseline really acted differently on the same seeds

@@ -37,7 +37,8 @@ from rolltape.pass1.fields import digest_all, kept_obs, key_digests
 from rolltape.tape import Tape
 
 _NOT_SAID = ("package versions", "success key and rule", "control rate", "observation keys, shapes and ranges", "action space",
-             "env wrappers", "policy-side wrappers", "policy", "executor and batch size")
+             "env wrappers", "policy-side wrappers", "policy", "executor and batch size",
+             "simulator (the env's own or MuJoCo Warp)")
 
 
 def dataset_side(path: str | os.PathLike[str], card: dict[str, Any], order: list[Any],
@@ -98,7 +99,8 @@ def dataset_side(path: str | os.PathLike[str], card: dict[str, Any], order: list
     unknown = [f"{what} (a dataset does not record it)" for what in _NOT_SAID]
     task = "env" if where[0] is None else f"{where[0]}/{where[1]}"
     return {"path": str(path), "card": said, "unknown": unknown, "episodes": episodes,
-            "order": walk, "silent": ("policy", "execution", f"envs.{task}.versions",
+            "order": walk, "silent": ("policy", "execution", "simulator",
+                                      f"envs.{task}.versions",
                                       f"envs.{task}.success_key", f"envs.{task}.success_rule")}
 
 
@@ -229,7 +231,7 @@ def _lerobot_side(data: Path, card: dict[str, Any], order: list[Any],
     return {"path": str(data), "card": said_card,
             "unknown": [f"{what} (a LeRobotDataset does not record it)" for what in _NOT_SAID]
             + list(_LEROBOT_NOT_SAID), "episodes": episodes, "order": walk,
-            "silent": ("policy", "execution", *(f"envs.{task}.{f}" for f in (
+            "silent": ("policy", "execution", "simulator", *(f"envs.{task}.{f}" for f in (
                 "versions", "success_key", "success_rule", "kwargs", "max_episode_steps")))}
 
 

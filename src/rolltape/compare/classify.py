@@ -12,6 +12,8 @@ names the difference only where the tapes show it:
 - an action whose differing dimensions are the other's times one constant (-1: a sign
   flip; else a scale); actions equal to the other's shifted by k steps (a time shift);
 - float-epsilon action or reward differences (rounding);
+- tapes made by different simulators (``meta["backend"]``: MuJoCo Warp's float32 worlds,
+  or the env's own), which part from the reset on;
 - the same actions but another observation after them (the dynamics, or the control rate
   when the cards say dt differs), the same everything but another reward (the reward
   function), one episode cut by its time limit where the other plays on (the horizon).
@@ -29,10 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from rolltape.tape import Tape
+from rolltape.tape import MJWARP, Tape
 
 # Differences this small, relative to the values, are float rounding (float32's epsilon
 # is 1.2e-7; batched inference differs from per-row inference by a few of them).
+#: a tape's ``meta["backend"]`` as a sentence names it
+SIMULATORS = {MJWARP: "MuJoCo Warp"}
 ROUNDING_RTOL = 1e-5
 ROUNDING_ATOL = 1e-7
 _MAX_SHIFT = 5  # time shifts looked for: 1..5 steps
@@ -116,6 +120,14 @@ def classify(d: Divergence, a: Tape, b: Tape, card_diffs: dict[str, tuple[Any, A
     (card field -> (A, B)) is quoted where a difference of the data points at it."""
     if d.field.startswith("policy input"):
         return d  # named where found (_policy_input)
+    made_by = [str(t.meta.get("backend") or "") for t in (a, b)]
+    simulators = [SIMULATORS.get(m, m) or "the env's own simulator" for m in made_by]
+    if simulators[0] != simulators[1]:
+        return _named(d, "simulator", f"A was simulated by {simulators[0]}, B by "
+                                      f"{simulators[1]} (MuJoCo Warp computes in float32, so "
+                                      "its states part from CPU MuJoCo's from the reset on; "
+                                      "`rolltape verify --flips` says how far, episode by "
+                                      "episode)", simulators=simulators)
     if d.field.startswith("obs") and d.step is None:
         return _reset_obs(d, a, b)
     if d.field == "action":

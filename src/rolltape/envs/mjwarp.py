@@ -222,12 +222,13 @@ def reset_state(host: Any, seed: int) -> tuple[np.ndarray, np.ndarray]:
 class MJWarpEnv:
     """``num_worlds`` copies of a Gymnasium MuJoCo env stepped together on MuJoCo Warp.
 
-    No autoreset and no time limit: :func:`play` keeps count of which world has finished.
+    The worlds have no autoreset and no time limit (``max_episode_steps`` is the host's, for
+    the facts read from it): :func:`play` keeps count of which world has finished.
     ``device`` is Warp's (``"cpu"``, ``"cuda:0"``); None: Warp's default.
     """
 
     def __init__(self, env_id: str, num_worlds: int, *, device: str | None = None,
-                 **kwargs: Any) -> None:
+                 max_episode_steps: int | None = None, **kwargs: Any) -> None:
         if env_id not in SUPPORTED:
             _refuse(env_id)
         if num_worlds < 1:
@@ -239,7 +240,8 @@ class MJWarpEnv:
         self._wp, self._mjwarp = wp, mjwarp
         # the host: Gymnasium's own env, the one definition of model, terms and reset noise
         self.env_id, self.kwargs = env_id, dict(kwargs)
-        self.host = gymnasium.make(env_id, **kwargs)
+        # (its time limit too, so that the facts read from it are the run's)
+        self.host = gymnasium.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
         base: Any = self.host.unwrapped  # a MujocoEnv: its model and frame_skip
         self.terms = terms_of(self.host)
         self.num_worlds = num_worlds
@@ -260,6 +262,7 @@ class MJWarpEnv:
         from rolltape.envs.ids import decode_kwargs
 
         return cls(spec["id"], num_worlds, device=device,
+                   max_episode_steps=spec.get("max_episode_steps"),
                    **decode_kwargs(dict(spec.get("kwargs") or {})))
 
     @property

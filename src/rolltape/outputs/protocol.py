@@ -72,6 +72,8 @@ def build_card(*, specs: dict[str, dict[str, Any]], rules: dict[str, dict[str, A
         "schema_version": CARD_VERSION,
         "envs": envs,
         "seeds": {"scheme": SEED_SCHEME, "base": config.seed},
+        # what stepped the physics: the env's own, or MuJoCo Warp's float32 worlds
+        "simulator": getattr(config, "simulator", "env"),
         "policy": {
             "kind": policy.get("kind"), "source": policy.get("source"),
             "sha256": policy.get("sha256"), "algo": policy.get("algo", config.algo),
@@ -83,7 +85,8 @@ def build_card(*, specs: dict[str, dict[str, Any]], rules: dict[str, dict[str, A
             **{k: getattr(config, k) for k in _TIMING if getattr(config, k, None) is not None},
         },
         "execution": {
-            "batch_size": config.workers if config.batched_inference else 1,
+            "batch_size": (config.episodes if getattr(config, "simulator", "env") == "mjwarp"
+                           else config.workers if config.batched_inference else 1),
             "executor": config.executor,
             "env_process": "served (rolltape serve)" if served else "local",
             "gl_backend": {"pass1": "none (rendering off)", "pass2": gl_backend},
@@ -158,6 +161,7 @@ def _from_metadata(run: Run) -> tuple[dict[str, Any], list[str]]:
         "schema_version": None,
         "envs": envs,
         "seeds": {"scheme": SEED_SCHEME, "base": results.seed},
+        "simulator": (config.get("simulator") or "env") if config else "env",
         "policy": {"kind": policy.get("kind"), "source": policy.get("source"),
                    "sha256": policy.get("sha256"), "algo": config.get("algo"),
                    "deterministic": policy.get("deterministic"),
@@ -166,8 +170,10 @@ def _from_metadata(run: Run) -> tuple[dict[str, Any], list[str]]:
                    "frame_stack": config.get("frame_stack") or None,
                    "action_postprocess": action_postprocess(policy),
                    **{k: config[k] for k in _TIMING if config.get(k) is not None}},
-        "execution": {"batch_size": (config.get("workers") if config.get("batched_inference")
-                                     else 1) if config else None,
+        "execution": {"batch_size": (config.get("episodes") if config.get("simulator") ==
+                                     "mjwarp" else config.get("workers")
+                                     if config.get("batched_inference") else 1)
+                                    if config else None,
                       "executor": config.get("executor"),
                       "gl_backend": {"pass1": "none (rendering off)",
                                      "pass2": render.get("backend_used")}},
