@@ -9,6 +9,9 @@ segmentation on request. A tape that has ended holds its last state (and gets no
 frames) while the longer ones go on. Nothing is re-simulated or verified: these are the
 recorded states, drawn as they were.
 
+``rolltape export --renderer mjwarp`` takes the very same frames (:func:`draw_batch`, each
+frame handed to the caller) into its dataset's camera videos.
+
 The pictures are a ray tracer's (MuJoCo Warp's), not ``env.render()``'s (MuJoCo's OpenGL
 renderer): no shadows, reflections or multisampling, and curved geoms are exact where
 OpenGL draws them as polygons. Every output says so (the printed summary, and each tape's
@@ -49,7 +52,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +65,7 @@ from rolltape.errors import UsageError
 from rolltape.files import atomic_file
 from rolltape.limits import check_frame_size
 from rolltape.pass2.cameras import draw_overlay
-from rolltape.pass2.encode import FrameWriter, open_writer
+from rolltape.pass2.encode import open_writer
 from rolltape.pass2.request import RenderResult
 from rolltape.tape import Tape
 
@@ -202,6 +205,10 @@ def _load(req: BatchRequest) -> _Loaded:
     camera = req.camera or names[0]
     if camera not in names:
         env.close()
+        if camera == "default" or camera == "free" or camera.startswith("track:"):
+            raise UsageError(f"--camera {camera} is a view of env.render()'s renderer, and "
+                             "MuJoCo Warp draws only the model's own cameras; give one of "
+                             f"{keys[0][0]}'s: {', '.join(names)}.")
         raise UsageError(f"--camera '{camera}' is not one of {keys[0][0]}'s model cameras "
                          f"({', '.join(names)}), which are all MuJoCo Warp draws.")
     base = env.unwrapped
@@ -299,6 +306,20 @@ class _Batch:
         return rgb, depth, seg
 
 
+#: The refusal where the optional extra is missing (render's and export's).
+MISSING_EXTRA = ("--renderer mjwarp needs MuJoCo Warp, which is not installed; "
+                 "pip install 'rolltape[mjwarp]'.")
+
+
+def check_installed() -> None:
+    """Refuse, without importing Warp (a process that only orchestrates may ask), where
+    the mjwarp extra is not installed."""
+    from importlib.util import find_spec
+
+    if find_spec("mujoco_warp") is None or find_spec("warp") is None:
+        raise UsageError(MISSING_EXTRA)
+
+
 def _quiet_warp() -> Any:
     """Warp, initialized and quiet (:func:`rolltape.envs.mjwarp.quiet_warp`), or a
     one-sentence refusal where the optional extra is not installed."""
@@ -306,8 +327,7 @@ def _quiet_warp() -> Any:
         import mujoco_warp  # noqa: F401  (the optional extra: is it there?)
         import warp  # noqa: F401
     except ImportError:
-        raise UsageError("--renderer mjwarp needs MuJoCo Warp, which is not installed; "
-                         "pip install 'rolltape[mjwarp]'.") from None
+        raise UsageError(MISSING_EXTRA) from None
     from rolltape.envs.mjwarp import quiet_warp
 
     return quiet_warp()
@@ -315,6 +335,11 @@ def _quiet_warp() -> Any:
 
 def _warp_device() -> str:
     return str(_quiet_warp().get_device().alias)
+
+
+#: Where one tape's frames go, called with (the tape's frame index, RGB (H, W, 3) uint8,
+#: depth (H, W) or None, segmentation (H, W, 2) or None), on one thread at a time per tape.
+Sink = Callable[[int, np.ndarray, "np.ndarray | None", "np.ndarray | None"], None]
 
 
 def render_batch(req: BatchRequest,
@@ -334,9 +359,61 @@ def render_batch(req: BatchRequest,
         loaded.env.close()
 
 
+def draw_batch(req: BatchRequest,
+               open_sink: Callable[[int, int], contextlib.AbstractContextManager[Sink]],
+               last_frame: bool = True,
+               on_progress: Callable[[int], None] | None = None) -> BatchResult:
+    """Draw every tape of ``req`` (its outputs unused) and hand each frame to the tape's
+    :data:`Sink`, for a caller that encodes the frames its own way (``rolltape export
+    --renderer mjwarp``): the very frames :func:`render_batch` writes. ``open_sink(i, frames)``
+    (tape ``i`` and how many frames it gets) is entered when its round begins and left when it ends (with the error, if one
+    stops the drawing). ``last_frame=False``: each tape's frames stop before its last one
+    (a dataset's frames are the observations its actions were taken on). The result holds
+    no per-tape results."""
+    started = time.perf_counter()
+    _quiet_warp()
+    loaded = _load(req)
+    try:
+        ranges = [(first, stop if last_frame else stop - 1)
+                  for first, stop in (t.frame_range for t in loaded.tapes)]
+        device, draw_s = _draw(req, loaded, ranges, open_sink, on_progress)
+    finally:
+        loaded.env.close()
+    return BatchResult((), loaded.env_id, loaded.camera, loaded.width, loaded.height, device,
+                       time.perf_counter() - started, draw_s)
+
+
+def _draw(req: BatchRequest, loaded: _Loaded, ranges: list[tuple[int, int]],
+          open_sink: Callable[[int, int], contextlib.AbstractContextManager[Sink]],
+          on_progress: Callable[[int], None] | None) -> tuple[str, float]:
+    """Draw the tapes ``req.worlds`` at a time, frames ``ranges[i]`` of tape ``i`` into
+    the sink ``open_sink(i, frames)`` gives (entered for that tape's round); returns (Warp's
+    device, the drawing seconds)."""
+    tapes, n = loaded.tapes, len(loaded.tapes)
+    batch = _Batch(loaded.env.unwrapped.model, min(n, req.worlds), loaded.camera,
+                   loaded.width, loaded.height, req.depth, req.segmentation)
+    device = _warp_device()
+    draw_s, done = 0.0, 0
+
+    def progress(frames: int) -> None:
+        if on_progress is not None:
+            on_progress(done + frames)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as encoders:
+        for lo in range(0, n, batch.d.nworld):
+            chunk = range(lo, min(n, lo + batch.d.nworld))
+            with contextlib.ExitStack() as this_round:  # left: the round's outputs published
+                sinks = [this_round.enter_context(open_sink(i, ranges[i][1] - ranges[i][0]))
+                         for i in chunk]
+                draw_s += _round(batch, [tapes[i] for i in chunk], [ranges[i] for i in chunk],
+                                 sinks, encoders, progress)
+            done += sum(stop - first for first, stop in (ranges[i] for i in chunk))
+    return device, draw_s
+
+
 def _render(req: BatchRequest, loaded: _Loaded, started: float,
             on_progress: Callable[[int], None] | None) -> BatchResult:
-    tapes, n = loaded.tapes, len(loaded.tapes)
+    tapes = loaded.tapes
     arrays = array_paths(req)
     frame_ranges = [t.frame_range for t in tapes]
     with contextlib.ExitStack() as opened:
@@ -352,24 +429,27 @@ def _render(req: BatchRequest, loaded: _Loaded, started: float,
                             for p in outs])
             files.append([_ArrayFile(stack, p, _array_shape(p, stop - first, loaded),
                                      _array_dtype(p), req.overwrite) for p in paths])
-        batch = _Batch(loaded.env.unwrapped.model, min(n, req.worlds), loaded.camera,
-                       loaded.width, loaded.height, req.depth, req.segmentation)
-        device = _warp_device()
-        draw_s, done = 0.0, 0
 
-        def progress(frames: int) -> None:
-            if on_progress is not None:
-                on_progress(done + frames)
+        @contextlib.contextmanager
+        def outputs(i: int, frames: int) -> Iterator[Sink]:
+            tape = tapes[i]
+            returns = np.concatenate([[0.0], np.cumsum(tape.rewards)]) if req.overlay else None
 
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as encoders:
-            for lo in range(0, n, batch.d.nworld):
-                chunk = range(lo, min(n, lo + batch.d.nworld))
-                draw_s += _round(batch, [tapes[i] for i in chunk],
-                                 [frame_ranges[i] for i in chunk], [writers[i] for i in chunk],
-                                 [files[i] for i in chunk], req.overlay, encoders, progress)
-                done += sum(stop - first for first, stop in (frame_ranges[i] for i in chunk))
-                for i in chunk:
-                    stacks[i].close()  # this round's outputs are published
+            def write(index: int, rgb: np.ndarray, depth: np.ndarray | None,
+                      seg: np.ndarray | None) -> None:
+                frame = rgb
+                if returns is not None:
+                    reward = float(tape.rewards[index - 1]) if index else None
+                    frame = draw_overlay(frame, index, reward, float(returns[index]))
+                for writer in writers[i]:
+                    writer.write(frame)
+                for f in files[i]:
+                    f.write(seg if f.path.endswith(".seg.npy") else depth)  # type: ignore[arg-type]
+
+            with stacks[i]:  # left when the round ends: published, or aborted on an error
+                yield write
+
+        device, draw_s = _draw(req, loaded, frame_ranges, outputs, on_progress)
     seconds = time.perf_counter() - started
     results = tuple(
         RenderResult(tape=path, outputs=(*outs, *paths), mode="restore", backend=BACKEND,
@@ -392,13 +472,13 @@ def _array_dtype(path: str) -> np.dtype[Any]:
 
 
 def _round(batch: _Batch, tapes: list[Tape], ranges: list[tuple[int, int]],
-           writers: list[list[FrameWriter]], files: list[list[_ArrayFile]], overlay: bool,
-           encoders: ThreadPoolExecutor, progress: Callable[[int], None]) -> float:
-    """Draw one round of tapes (a world each), frame by frame; returns the drawing seconds.
-    Frame k of the round is each tape's frame ``first + k``, held at its last one."""
+           sinks: list[Sink], encoders: ThreadPoolExecutor,
+           progress: Callable[[int], None]) -> float:
+    """Draw one round of tapes (a world each), frame by frame, into their sinks; returns
+    the drawing seconds. Frame k of the round is each tape's frame ``first + k``, held at
+    its last one."""
     worlds = batch.d.nworld
     longest = max(stop - first for first, stop in ranges)
-    returns = [np.concatenate([[0.0], np.cumsum(t.rewards)]) for t in tapes] if overlay else []
     # Every world's state at every frame of the round, in the float32 MuJoCo Warp computes
     # in: a finished tape repeats its last state; idle worlds (the last round's) the first's.
     rows = [np.minimum(np.arange(first, first + longest), stop - 1) for first, stop in ranges]
@@ -416,17 +496,10 @@ def _round(batch: _Batch, tapes: list[Tape], ranges: list[tuple[int, int]],
         live = [w for w, (first, stop) in enumerate(ranges) if first + k < stop]
 
         def write(w: int) -> None:
-            frame = rgb[w]
-            if overlay:
-                i = index[w]
-                reward = float(tapes[w].rewards[i - 1]) if i else None
-                frame = draw_overlay(frame, i, reward, float(returns[w][i]))
-            for writer in writers[w]:
-                writer.write(frame)
-            for f in files[w]:
-                f.write(seg[w] if f.path.endswith(".seg.npy") else depth[w])  # type: ignore[index]
+            sinks[w](index[w], rgb[w], None if depth is None else depth[w],
+                     None if seg is None else seg[w])
 
-        list(encoders.map(write, live))  # each tape's writers on one thread at a time
+        list(encoders.map(write, live))  # each tape's sink on one thread at a time
         if (k + 1) % 10 == 0 or k + 1 == longest:
             progress(sum(min(k + 1, stop - first) for first, stop in ranges))
     return draw_s

@@ -147,8 +147,8 @@ class BatchOptions:
 
     renderer: str = flag("opengl", "opengl (env.render()'s, in render processes) or mjwarp "
                          "(every tape at once on MuJoCo Warp's batch renderer: a ray tracer, "
-                         "not env.render()'s images; recorded states, nothing verified; one "
-                         "model camera).", panel=VIDEO)
+                         "not env.render()'s images, of the recorded states, not a replay's; "
+                         "one model camera).", panel=VIDEO)
     depth: bool = flag(False, "With --renderer mjwarp: also write each tape's depth, metres "
                        "(NAME.depth.npy).", panel=VIDEO)
     segmentation: bool = flag(False, "With --renderer mjwarp: also write each tape's geom id "
