@@ -31,6 +31,8 @@ def export(**given: Any) -> None:
         notes.append(f"resumed after {outcome.resumed} replayed episodes")
     say(f"wrote {outcome.path} ({outcome.format}: {outcome.episodes} episodes, "
         f"{outcome.steps} steps{''.join(', ' + n for n in notes)})")
+    if outcome.drawn_by:  # --renderer mjwarp: the frames are not env.render()'s
+        say(f"its {outcome.drawn_by}.")
 
 
 VERBS = {"export": export}

@@ -7,9 +7,16 @@ not, and writes the dataset in a staging folder beside its destination, which is
 into place when it is whole. An interrupted export keeps its staging folder; the same
 command resumes it.
 
+With ``renderer="mjwarp"`` (``--renderer mjwarp``) the camera frames are not the replays'
+``env.render()``: every chosen episode's recorded states are drawn at once by MuJoCo Warp's
+batch renderer (a ray tracer, one model camera; the frames ``render --renderer mjwarp``
+draws), in a process of its own, before the replays, which then only regenerate and verify
+the observations; the dataset's metadata says what drew the frames.
+
 May import: record, files, errors, executors (through episodes), outputs' artifact
-helpers, the export writers. Never: policies, pass 1, torch; gymnasium or mujoco only as
-data types of the probe's answer (spaces), never an env.
+helpers, the export writers, the batch renderer's checks and sentence (lazily). Never:
+policies, pass 1, torch; gymnasium or mujoco only as data types of the probe's answer
+(spaces), never an env.
 
 Example (not run: it replays a run's tapes):
     >>> out = export("runs/pusher", to="minari", dataset_id="rolltape/pusher-expert-v0",
@@ -35,7 +42,7 @@ from rolltape.flags import EPISODES, OUTPUT, check_flags, flag
 from rolltape.groups import Pick, RunArgument, RunFolder, declared
 from rolltape.limits import check_folder_name, check_fps
 from rolltape.outputs.artifacts import check_writable_folder
-from rolltape.pass2.request import RenderRequest, ReplayVerb
+from rolltape.pass2.request import BatchOptions, RenderRequest, ReplayVerb
 from rolltape.record import Run
 from rolltape.video_pick import VideoPick
 
@@ -56,6 +63,8 @@ class ExportOutcome:
     resumed: int = 0  # episodes an interrupted export had replayed already
     # Chosen episodes with no tape to replay (label, why: none recorded, missing, a folder)
     without_tape: list[tuple[str, str]] = field(default_factory=list)
+    # What drew the camera frames, when not the replays' env.render() (--renderer mjwarp)
+    drawn_by: str | None = None
 
 
 #: ReplayVerb's fields an export has no use for: it draws each camera as env.render()
@@ -85,6 +94,7 @@ class ExportConfig(RunArgument, Pick, ReplayVerb, RunFolder):
     min_return: float | None = flag(None, "Only episodes with at least this return.",
                                     panel=EPISODES)
     fps: float | None = declared(RenderRequest, "fps")  # the env's by default
+    renderer: str = declared(BatchOptions, "renderer")  # what draws --camera's frames
     layout: str = "separate"  # each camera a video of its own
 
     def __post_init__(self) -> None:
@@ -101,6 +111,7 @@ class ExportConfig(RunArgument, Pick, ReplayVerb, RunFolder):
                 raise UsageError(f"export takes no {name} (it draws each camera as "
                                  "env.render() does, into a video of its own, from the run's "
                                  "tapes, and leaves out what did not replay exactly); drop it.")
+        _check_renderer(self.to, self.renderer, self.cameras)
         _check_video_flags(self.to, self.cameras, self.fps, self.width, self.height)
         VideoPick.of(self.pick, "--pick").picks  # what it does not understand: now
 
@@ -143,6 +154,11 @@ def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = 
                          "export extra: pip install 'rolltape[export]'.")
     workers = per_core(cfg.workers or 0)  # unset: a worker per core, as eval's pass 2
     backends = cfg.backends
+    batch = cfg.renderer == "mjwarp"  # camera frames from MuJoCo Warp, not the replays
+    if batch:
+        from rolltape.pass2.batch import check_installed
+
+        check_installed()
     record = cfg.run if isinstance(cfg.run, Run) else Run.load(cfg.run)
     selection = {"role": role, "success_only": cfg.success_only, "min_return": cfg.min_return,
                  "pick": cfg.pick}
@@ -163,7 +179,8 @@ def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = 
     # while this one imports the dataset's writer (minari, pyarrow) and reads the run; the
     # first one builds the envs to check them (eps.probe). Stopped however the export ends.
     try:
-        started = eps.start_workers(min(workers, len(chosen)), backends, draw=bool(cameras),
+        started = eps.start_workers(min(workers, len(chosen)), backends,
+                                    draw=bool(cameras) and not batch,
                                     trusted=bool(trust_module or env))
     except BaseException:
         _unlock(staging, lock, remove=fresh)
@@ -197,7 +214,7 @@ def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = 
                    "results_sha256": sha256_of(record.path / "results.json"), "role": role,
                    "episodes": [c.episode.key.to_json() for c in chosen],
                    "cameras": list(cameras), "fps": frame_rate, "width": width,
-                   "height": height, "mode": mode}
+                   "height": height, "mode": mode, "renderer": cfg.renderer}
         resumed = eps.prepare_staging(staging, choices)
         prepared = True
         try:
@@ -210,12 +227,23 @@ def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = 
                     if on_episode is not None:
                         on_episode(r)
 
+                drawn_by = None
+                if batch:  # every episode's frames first: a refusal comes before any replay
+                    drawing = bar.add("export: drawing frames on MuJoCo Warp",
+                                      total=len(chosen), unit="episodes")
+                    drawn = eps.draw_all(chosen, staging, camera=cameras[0], width=width,
+                                         height=height, fps=frame_rate,
+                                         env_ids=lambda c: trusted[c.episode.key.task_key],
+                                         trusted=bool(trust_module or env))
+                    bar.update(drawing, len(chosen))
+                    drawn_by = _drawn_by(cameras[0], drawn)
                 steps, kept, diverged = _replay_and_write(
                     writer, record, chosen, staging, final, dataset_id, env_of,
                     cameras=list(cameras), width=width, height=height, fps=frame_rate,
                     workers=workers, backends=backends, started=started, on_episode=counted,
                     overwrite=overwrite, last_frame=to == "minari",
-                    env_ids=lambda c: trusted[c.episode.key.task_key], mode=mode)
+                    env_ids=lambda c: trusted[c.episode.key.task_key], mode=mode,
+                    drawn_by=drawn_by)
         except (KeyboardInterrupt, Interrupted):
             raise  # the staging folder stays: the same command resumes from it
         except OSError as exc:  # a full disk, most likely: say where, in one line
@@ -234,7 +262,8 @@ def export_run(config: ExportConfig, on_episode: Callable[[Any], None] | None = 
     finally:
         stop_workers(started)
         _unlock(staging, lock, remove=False)
-    return ExportOutcome(final, to, len(kept), steps, diverged, resumed, absent)
+    return ExportOutcome(final, to, len(kept), steps, diverged, resumed, absent,
+                         drawn_by["images"] if drawn_by else None)
 
 
 #: SVT-AV1 (LeRobot's encoder) takes at most 240 frames per second.
@@ -255,6 +284,34 @@ def _check_video_flags(to: str, cameras: Sequence[str], fps: float | None,
     if (width is not None or height is not None) and not cameras:
         raise UsageError("--width and --height size the camera videos; give --camera too, or "
                          "drop them.")
+
+
+def _check_renderer(to: str, renderer: str, cameras: Sequence[str]) -> None:
+    """Refuse, before any worker starts, a --renderer no export can use: mjwarp draws one
+    model camera's video, which only LeRobot stores (which camera the model has is checked
+    where the model is built)."""
+    if renderer != "mjwarp":
+        BatchOptions(renderer=renderer).check_batch("full", "single", cameras)  # the choice
+        return
+    if to != "lerobot":
+        raise UsageError("--renderer mjwarp draws camera videos, which only --to lerobot "
+                         "stores; drop --renderer for Minari.")
+    if not cameras:
+        raise UsageError("--renderer mjwarp draws a model camera's frames, and no --camera "
+                         "was given; name one of the env model's cameras (like 'track' on "
+                         "HalfCheetah and Ant) with --camera.")
+    BatchOptions(renderer=renderer).check_batch("full", "single", cameras)  # one camera
+
+
+def _drawn_by(camera: str, drawn: Any) -> dict[str, Any]:
+    """What the dataset's metadata says drew its frames (``drawn``: the batch's result, None
+    when a resumed export had drawn every episode already)."""
+    from rolltape.pass2.batch import RAY_TRACED
+
+    facts = {"device": drawn.device, "width": drawn.width, "height": drawn.height} if drawn \
+        else {}
+    return {"name": "mujoco_warp", "cameras": [camera], "images": f"camera '{camera}' "
+            f"{RAY_TRACED}", **facts}
 
 
 def _lock_staging(staging: Path, final: Path) -> int:
@@ -298,16 +355,21 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
                       backends: str | Sequence[str], started: Sequence[Any],
                       on_episode: Callable[[Any], None] | None, overwrite: bool,
                       last_frame: bool, env_ids: Callable[[Any], str | None],
-                      mode: str) -> tuple[int, list[Any], list[tuple[str, str]]]:
+                      mode: str, drawn_by: dict[str, Any] | None = None
+                      ) -> tuple[int, list[Any], list[tuple[str, str]]]:
     """Replay the chosen episodes, write the dataset in the staging folder and move it into
-    place; (steps, episodes kept, episodes left out and why)."""
+    place; (steps, episodes kept, episodes left out and why). ``drawn_by``: the cameras'
+    frames were drawn already (:func:`rolltape.datasets.episodes.draw_all`), the replays
+    draw nothing; what drew them goes into the dataset's metadata."""
     from rolltape.datasets import episodes as eps
 
     success_keys = _success_keys(record)
     built = staging / "dataset"
     if built.exists():
         shutil.rmtree(built)
-    origin = {**_origin(record), "mode": mode}
+    origin: dict[str, Any] = {**_origin(record), "mode": mode}
+    if cameras:  # what drew the camera frames (Minari's datasets have none)
+        origin["renderer"] = drawn_by or {"name": "env.render()", "cameras": cameras}
     # A writer that streams stores each verified episode on a thread of its own as soon as
     # it and those before it have replayed: the dataset is written while the workers replay.
     stream = _WriterFeed(len(chosen), lambda feed: writer.write(
@@ -323,7 +385,8 @@ def _replay_and_write(writer: Any, record: Run, chosen: Sequence[Any],
 
     try:
         replayed = eps.replay_all(
-            chosen, staging, cameras=cameras, width=width, height=height, fps=fps,
+            chosen, staging, cameras=[] if drawn_by else cameras, width=width,
+            height=height, fps=fps,
             success_keys=lambda c: success_keys.get(c.episode.key.task_key, "is_success"),
             workers=workers, backends=backends, last_frame=last_frame, started=started,
             on_done=done, env_ids=env_ids, mode=mode)

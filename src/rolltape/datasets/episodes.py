@@ -338,3 +338,46 @@ def _export_environment(backend: str | None, workers: int) -> dict[str, str]:
 
 def episode_file(staging: Path, chosen: Chosen) -> Path:
     return staging / "episodes" / f"{chosen.stem}.npz"
+
+
+def frames_file(staging: Path, chosen: Chosen) -> Path:
+    """The image statistics of an episode's frames drawn on MuJoCo Warp (:func:`draw_all`),
+    written after its video: its presence says the video is whole."""
+    return staging / "episodes" / f"{chosen.stem}.frames.npz"
+
+
+def draw_all(chosen: Sequence[Chosen], staging: Path, *, camera: str, width: int | None,
+             height: int | None, fps: float, env_ids: Callable[[Chosen], str | None],
+             trusted: bool = False) -> Any:
+    """``--renderer mjwarp``: every chosen episode's camera video (the one a render worker
+    would have drawn, same name) drawn from its tape's recorded states on MuJoCo Warp's
+    batch renderer (:func:`rolltape.pass2.export.draw_videos`), in a process of its own
+    (this one never builds an env); those a resumed export had drawn are kept. Returns the
+    batch's result, or None when every episode was drawn already. What MuJoCo Warp cannot
+    draw (a tape without states, a camera the model lacks) is a UsageError."""
+    import os
+
+    from rolltape.interpreter import NO_GL, ChildFailed, run_once
+    from rolltape.pass2.cameras import separate_path
+    from rolltape.pass2.export import BatchVideos, draw_videos
+
+    todo = [c for c in chosen if not frames_file(staging, c).is_file()]
+    if not todo:
+        return None
+    job = BatchVideos(
+        tapes=tuple(str(c.tape) for c in todo),
+        videos=tuple(separate_path(str(staging / "episodes" / f"{c.stem}.mp4"), camera)
+                     for c in todo),
+        stats=tuple(str(frames_file(staging, c)) for c in todo),
+        env_ids=tuple(env_ids(c) for c in todo), camera=camera, width=width, height=height,
+        fps=fps)
+    quiet = {} if "SVT_LOG" in os.environ else {"SVT_LOG": "1"}  # SVT-AV1's banner per video
+    try:  # what the child prints (Warp's "no CUDA driver" on a CPU machine) stays off the
+        # terminal; a failure carries it
+        return run_once(draw_videos, job, env={**NO_GL, **quiet}, cwd_on_path=trusted,
+                        capture=True)
+    except ChildFailed as exc:
+        if exc.exception == "UsageError":
+            raise UsageError(str(exc)) from None
+        raise RunFailed(f"Drawing the episodes on MuJoCo Warp failed ({exc}); nothing was "
+                        "exported.") from None

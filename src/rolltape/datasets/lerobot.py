@@ -143,7 +143,7 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
     import pyarrow.parquet as pq
     from gymnasium import spaces
 
-    from rolltape.datasets.episodes import episode_file
+    from rolltape.datasets.episodes import episode_file, frames_file
     from rolltape.pass2.cameras import separate_path
     from rolltape.pass2.export import feature_stats, nest
 
@@ -157,7 +157,8 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
     sizes = {k: _video_size(separate_path(str(staging / "episodes" /
                                               f"{kept[0].chosen.stem}.mp4"), c))
              for k, c in zip(keys, cameras)}
-    features = _features(first_obs, state_dim, action_dim, keys, sizes, fps)
+    features = _features(first_obs, state_dim, action_dim, keys, sizes, fps,
+                         provenance.get("renderer"))
     built.mkdir(parents=True)
     schema = _data_schema(state_dim, action_dim)
     data_path = built / DATA_PATH.format(chunk_index=0, file_index=0)
@@ -173,6 +174,9 @@ def write(built: Path, *, dataset_id: str, run: Any, replayed: Sequence[Any], st
         for k, r in enumerate(kept):
             with np.load(episode_file(staging, r.chosen)) as npz:
                 arrays = {name: npz[name] for name in npz.files}
+            if frames_file(staging, r.chosen).is_file():  # drawn apart (--renderer mjwarp)
+                with np.load(frames_file(staging, r.chosen)) as npz:
+                    arrays.update({name: npz[name] for name in npz.files})
             obs_space = env_of[r.chosen.episode.key.task_key][0]
             observed = nest(arrays, obs_space)
             steps = int(arrays["rewards"].shape[0])
@@ -265,7 +269,8 @@ def _flat_states(space: Any, observed: Any, steps: int) -> np.ndarray:
 
 
 def _features(obs_space: Any, state_dim: int, action_dim: int, keys: list[str],
-              sizes: dict[str, tuple[int, int]], fps: float) -> dict[str, Any]:
+              sizes: dict[str, tuple[int, int]], fps: float,
+              renderer: dict[str, Any] | None = None) -> dict[str, Any]:
     scalar = {"shape": [1], "names": None}
     features: dict[str, Any] = {
         "observation.state": {"dtype": "float32", "shape": [state_dim],
@@ -281,13 +286,26 @@ def _features(obs_space: Any, state_dim: int, action_dim: int, keys: list[str],
         features[key] = {"dtype": "video", "shape": [height, width, 3],
                          "names": ["height", "width", "channels"],
                          "info": {"video.height": height, "video.width": width,
-                                  "video.fps": int(fps), **VIDEO_INFO}}
+                                  "video.fps": int(fps), **VIDEO_INFO,
+                                  **_drawn_by(renderer)}}
     features.update({"timestamp": {"dtype": "float32", **scalar},
                      "frame_index": {"dtype": "int64", **scalar},
                      "episode_index": {"dtype": "int64", **scalar},
                      "index": {"dtype": "int64", **scalar},
                      "task_index": {"dtype": "int64", **scalar}})
     return features
+
+
+def _drawn_by(renderer: dict[str, Any] | None) -> dict[str, str]:
+    """What a camera feature's info says drew its frames: ``rolltape.renderer``
+    ('env.render()', or 'mujoco_warp': MuJoCo Warp's ray tracer) and, for the ray tracer,
+    ``rolltape.images``, the sentence that says they are not env.render()'s."""
+    if not renderer:
+        return {}
+    said = {"rolltape.renderer": str(renderer["name"])}
+    if "images" in renderer:
+        said["rolltape.images"] = str(renderer["images"])
+    return said
 
 
 def _data_schema(state_dim: int, action_dim: int) -> Any:

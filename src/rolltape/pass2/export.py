@@ -16,8 +16,14 @@ process of its own): it builds each env without drawing and sends back its space
 and frame rate, so the orchestrator (which never imports MuJoCo) can refuse what a dataset
 cannot hold before any episode is played.
 
-May import: envs, tape, errors, files, the render side (replay, cameras, encode). Never:
-policies, pass 1, torch or SB3, the orchestrator, an executor, outputs.
+With ``--renderer mjwarp`` the episodes' camera videos are drawn apart, all at once, by
+:func:`draw_videos` (in a process of its own): MuJoCo Warp's batch renderer draws each
+tape's recorded states (:func:`rolltape.pass2.batch.draw_batch`, the frames ``render
+--renderer mjwarp`` writes), encoded as the replay's own would be, with their image
+statistics; the replays then only regenerate and verify the observations.
+
+May import: envs, tape, errors, files, the render side (replay, cameras, encode, batch).
+Never: policies, pass 1, torch or SB3, the orchestrator, an executor, outputs.
 """
 
 from __future__ import annotations
@@ -150,6 +156,64 @@ class ExportJob(RenderOptions):
         return ExportResult(self.tape, True, None, tape.length, time.perf_counter() - start,
                             files=(self.out, *self.videos), torch_loaded="torch" in sys.modules,
                             forbidden_loaded=forbidden_modules())
+
+
+#: Episodes drawn at once by an export on MuJoCo Warp: each holds an AV1 encoder while its
+#: round is drawn (SVT-AV1 at LeRobot's settings: 7 MB at 64x64, 8 MB at 128x128, measured),
+#: so a round of 256 costs ~2 GB of encoders; render's rounds (PNGs, H.264) are larger.
+EXPORT_WORLDS = 256
+
+
+@dataclass(frozen=True)
+class BatchVideos:
+    """The camera videos of an export's episodes, drawn on MuJoCo Warp: for tape ``i``,
+    ``videos[i]`` (one AV1 mp4 of its first ``length`` frames: a dataset's frames are the
+    observations its actions were taken on) and then ``stats[i]`` (an ``.npz`` of the
+    frames' :class:`ImageStats` as ``image_stats/0/NAME``, as an :class:`ExportJob` stores
+    them; written last, its presence says the episode's video is whole)."""
+
+    tapes: tuple[str, ...]
+    videos: tuple[str, ...]
+    stats: tuple[str, ...]
+    env_ids: tuple[str | None, ...]
+    camera: str
+    width: int | None
+    height: int | None
+    fps: float
+    video_options: dict[str, str] = field(default_factory=dict)
+    worlds: int = EXPORT_WORLDS
+
+
+def draw_videos(job: BatchVideos) -> Any:
+    """Draw and encode ``job``'s videos (:class:`BatchVideos`); returns the batch's
+    :class:`rolltape.pass2.batch.BatchResult` (its env, camera, size, Warp's device)."""
+    import contextlib
+
+    from rolltape.pass2.batch import BatchRequest, draw_batch
+    from rolltape.pass2.encode import open_av1_writer
+
+    request = BatchRequest(tapes=job.tapes, outputs=((),) * len(job.tapes),
+                           env_ids=job.env_ids, width=job.width, height=job.height,
+                           camera=job.camera, fps=job.fps, worlds=job.worlds)
+
+    @contextlib.contextmanager
+    def episode(i: int, frames: int) -> Any:
+        sampled, stats = set(sample_indices(frames)), ImageStats()
+        with open_av1_writer(job.videos[i], job.fps, overwrite=True,
+                             options=job.video_options or None) as writer:
+            def write(index: int, rgb: np.ndarray, *_: Any) -> None:
+                writer.write(rgb)
+                if index in sampled:
+                    stats.add(rgb)
+
+            yield write
+        arrays: dict[str, Any] = {f"image_stats/0/{name}": value
+                                  for name, value in stats.result().items()}
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        write_bytes(job.stats[i], buffer.getvalue())
+
+    return draw_batch(request, episode, last_frame=False)
 
 
 def _step_from_states(tape: Any, env: Any, job: ExportJob, reset: Callable[[], Any],
