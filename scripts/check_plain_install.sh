@@ -58,6 +58,11 @@ expect 2 1 "$rt" eval ALE/Pong-v5 --episodes 1 --out "$tmp/ale"
 grep -q "rolltape\[atari\]" "$tmp/err" || { echo "plain install: ALE names no extra" >&2; failures=$((failures + 1)); }
 expect 2 1 "$rt" export "$tmp/run" --to minari --id rolltape/plain-v0
 grep -q "rolltape\[export\]" "$tmp/err" || { echo "plain install: export names no extra" >&2; failures=$((failures + 1)); }
+# MuJoCo Warp is an extra (rolltape[mjwarp]): pass 1 on it, and drawing on it, say so.
+expect 2 1 "$rt" eval HalfCheetah-v5 --simulator mjwarp --episodes 1 --out "$tmp/mjwarp"
+grep -q "rolltape\[mjwarp\]" "$tmp/err" || { echo "plain install: --simulator mjwarp names no extra" >&2; failures=$((failures + 1)); }
+[ ! -e "$tmp/mjwarp" ] || { echo "plain install: a refused --simulator mjwarp left a run" >&2; failures=$((failures + 1)); }
+expect 2 1 "$rt" render "$tmp"/run/tapes/policy-0000.npz --renderer mjwarp --out "$tmp/batch/"
 # Anytime-valid stopping needs numpy only.
 expect 0 9 "$rt" eval CartPole-v1 --until 'width<400' --max-episodes 20 --return-bounds 0,500 --out "$tmp/until" --quiet
 
