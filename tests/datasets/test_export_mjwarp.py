@@ -9,6 +9,7 @@ recorded states, on Warp's CPU device here.
   per-episode image statistics, taken before encoding, are equal number for number; the
   decoded AV1 frames are within the codec's noise of them), and the metadata
   (info.json's feature, rolltape.json) says a ray tracer drew them, not env.render();
+- an interrupted export resumes without drawing again, to the same files;
 - what it cannot do is refused in one sentence, exit 2, with nothing written.
 
 Warp's kernels: the session's cache (tests/conftest.py's ``warp_kernels``), which the
@@ -176,3 +177,34 @@ def test_a_missing_extra_is_refused_before_any_work(cheetah_run, tmp_path, monke
                renderer="mjwarp")
     assert str(info.value) == MISSING_EXTRA
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_export_resumes_without_drawing_again(cheetah_run, exported, tmp_path,
+                                                             monkeypatch):
+    """Stopped after its first replay, the export keeps its staging folder with every
+    episode's video drawn; the same call resumes, draws nothing again (no drawing process
+    is started) and writes the dataset an uninterrupted export writes."""
+    _, whole, _, _ = exported
+    out = tmp_path / "ds"
+    options = dict(to="lerobot", out=out, cameras=("track",), width=SIZE, height=SIZE,
+                   renderer="mjwarp", workers=1)
+
+    def stop(_: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export(cheetah_run, on_episode=stop, **options)
+    staging = tmp_path / ".ds.export-partial"
+    assert len(list((staging / "episodes").glob("*.frames.npz"))) == 3 and not out.exists()
+
+    def no_drawing(*_: object, **__: object) -> None:
+        raise AssertionError("the episodes were drawn again")
+
+    monkeypatch.setattr("rolltape.interpreter.run_once", no_drawing)
+    outcome = export(cheetah_run, **options)
+    assert outcome.resumed >= 1 and outcome.episodes == 3 and not staging.exists()
+    for k in range(3):
+        video = Path("videos") / KEY / "chunk-000" / f"file-{k:03d}.mp4"
+        assert (out / video).read_bytes() == (whole / video).read_bytes()
+    data = "data/chunk-000/file-000.parquet"
+    assert pq.read_table(out / data).equals(pq.read_table(whole / data))
