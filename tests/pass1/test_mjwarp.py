@@ -187,6 +187,7 @@ def test_eval_on_mjwarp_writes_a_tape_per_episode_and_numbers_from_them(
     assert card["envs"]["env"]["horizon"] == 30  # the run's time limit, not the env's 1000
     policies = json.loads((mjwarp_run / "policies.json").read_text())
     assert policies["policy"]["inference"] == "batched (6 MJWarp worlds)"
+    assert policies["policy"]["device"] == "cpu"  # torch's "auto": no GPU on this machine
     # the policy and the random baseline really acted differently on the same seeds
     first = {r["role"]: Tape.load(mjwarp_run / r["tape"]) for r in rows if r["seed"] == 0}
     assert not np.array_equal(first["policy"].actions, first["baseline"].actions)

@@ -181,12 +181,13 @@ def _run_one(job: PolicyJob, num_envs: int, send: Callable[[Any], None]) -> None
         envs.close()
 
 
-def batch_actor(job: PolicyJob, env: Any, num_envs: int, needs: str = "--batched-inference"
-                ) -> tuple[Callable[..., np.ndarray], dict[str, Any]]:
+def batch_actor(job: PolicyJob, env: Any, num_envs: int, needs: str = "--batched-inference",
+                device: str = "cpu") -> tuple[Callable[..., np.ndarray], dict[str, Any]]:
     """``act(obs, rows, active, playing) -> actions`` for all sub-envs, and the description
-    stored in each tape. SB3 policies run one forward pass; others act row by row with one
-    instance per sub-env (so per-episode state such as a random seed stays per episode).
-    ``needs``: the option that asked for a batch, named when a policy cannot act in one."""
+    stored in each tape. SB3 policies run one forward pass (on torch's ``device``: "auto",
+    a GPU when there is one); others act row by row with one instance per sub-env (so
+    per-episode state such as a random seed stays per episode). ``needs``: the option that
+    asked for a batch, named when a policy cannot act in one."""
     def load() -> Policy:
         # Each instance gets its own copy of the spaces: a random policy seeds its action
         # space per episode, and sub-envs must not reseed each other's.
@@ -194,7 +195,7 @@ def batch_actor(job: PolicyJob, env: Any, num_envs: int, needs: str = "--batched
                                observation_space=env.observation_space, spec=env.spec,
                                metadata=env.metadata, unwrapped=env.unwrapped)
         return load_policy(job.policy, view, vecnormalize=job.vecnormalize, algo=job.algo,
-                           deterministic=job.deterministic)
+                           deterministic=job.deterministic, device=device)
 
     first = load()
     if isinstance(first, SB3Policy):
@@ -202,7 +203,8 @@ def batch_actor(job: PolicyJob, env: Any, num_envs: int, needs: str = "--batched
             raise UsageError(f"{needs} needs deterministic actions: sampled actions for a "
                              "batch draw from one generator, so an episode could not be "
                              f"played again alone; drop --stochastic or {needs}.")
-        description = {**first.description, "inference": f"batched ({num_envs} envs)"}
+        description = {**first.description, "inference": f"batched ({num_envs} envs)",
+                       "device": str(first.model.device)}
 
         def act_sb3(obs: Any, rows: list[Any], active: np.ndarray, playing: list[Any]
                     ) -> np.ndarray:

@@ -130,8 +130,9 @@ def run_mjwarp_job(job: PolicyJob, send: Callable[[Any], None]) -> None:
         return
     env = MJWarpEnv.of(job.env, len(episodes))
     try:
+        # the policy's forward pass on a GPU when torch has one, as the worlds' physics
         act_batch, description = batch_actor(job, env.host, env.num_worlds,
-                                             needs="--simulator mjwarp")
+                                             needs="--simulator mjwarp", device="auto")
         description = {**description, "inference": f"batched ({env.num_worlds} MJWarp worlds)"}
         role = episodes[0].role
         send(("policy", {"role": role, **description}))
