@@ -57,9 +57,10 @@ def test_importing_the_types_loads_no_worker_code_and_outside_pass2_only_the_wor
                             check=True, timeout=60).stdout
     assert "rolltape.pass2.request" in loaded
     assert "rolltape.pass2.replay" not in loaded and "mujoco" not in loaded
-    # Outside the render side, replay.py is imported only for the worker's entry point.
+    # Outside the render side, replay.py is imported only for its entry points: the
+    # worker's, and verify's batch of MuJoCo Warp tapes (which needs no worker: no GL).
     taken = {alias.name for path in PACKAGE.rglob("*.py") if path.parent.name != "pass2"
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.ImportFrom) and node.module == "rolltape.pass2.replay"
              for alias in node.names}
-    assert taken == {"render_worker"}
+    assert taken == {"render_worker", "verify_mjwarp"}
