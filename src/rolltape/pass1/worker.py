@@ -17,7 +17,6 @@ from rolltape.envs.build import mujoco_warnings
 from rolltape.errors import UsageError
 from rolltape.interpreter import GL_VARIABLES
 from rolltape.pass1.batched import run_batched_job
-from rolltape.pass1.mjwarp import run_mjwarp_job
 from rolltape.pass1.rollout import OpenJobs, PolicyJob, last_line, run_policy_job
 
 
@@ -36,6 +35,10 @@ def policy_worker(jobs: list[PolicyJob], batch_envs: int, pulls: bool, conn: Any
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         if any(job.simulator == "mjwarp" for job in jobs):
+            # imported here: MuJoCo Warp's env imports mujoco, which the orchestrator
+            # (importing this module for its entry point) must not load
+            from rolltape.pass1.mjwarp import run_mjwarp_job
+
             for job in jobs:
                 run_mjwarp_job(job, conn.send)
             conn.send(("done", []))
