@@ -451,8 +451,8 @@ def replay_tapes(job: RenderJob) -> list[RenderResult | None]:
         from rolltape.pass2.replay import verify_mjwarp
 
         with Progress(not job.quiet) as bar:
-            on_progress, _ = bar.frames(f"verifying {len(requests)} MJWarp tape(s)", totals)
-            return list(verify_mjwarp(requests, on_progress))
+            task = bar.add(f"verifying {len(requests)} MJWarp tape(s)", sum(totals), "frames")
+            return list(verify_mjwarp(requests, tapes, lambda n: bar.update(task, n)))
     backends = job.backends if job.draw else DEFAULT_ORDER
     workers = per_core(job.workers or 0)
     check_requests(requests, backends, workers)

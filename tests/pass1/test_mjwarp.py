@@ -212,6 +212,34 @@ def test_verify_re_simulates_mjwarp_tapes_on_mjwarp_exactly(mjwarp_run: Path,
     assert f"DIVERGED {edited}: first at step 9: qpos was 'pass-1 state'" in done.stdout
 
 
+@pytest.mark.parametrize("rtol", [0.0, 1e-6])
+def test_a_batch_judges_each_tape_as_a_render_worker_judges_it_alone(
+        mjwarp_run: Path, tmp_path: Path, rtol: float) -> None:
+    """verify's batch (every world compared at once) and one world alone give the same
+    verdicts, rewards and sentences: three tapes as recorded, one with a reward off by 1e-9
+    (caught exactly, let through by a tolerance) and one with a state off at frame 3 (only
+    observations and states tell, so only without a tolerance)."""
+    import dataclasses
+
+    tapes = sorted((mjwarp_run / "tapes").glob("*.npz"))[:3]
+    tape = Tape.load(tapes[0])
+    rewards, qpos = tape.rewards.copy(), tape.qpos.copy()
+    rewards[5] += 1e-9
+    qpos[3, 0] += 1e-7
+    edited = [dataclasses.replace(tape, rewards=rewards).save(tmp_path / "reward.npz"),
+              dataclasses.replace(tape, qpos=qpos).save(tmp_path / "state.npz")]
+    requests = [RenderRequest(str(p), rtol=rtol) for p in [*tapes, *edited]]
+    together = verify_mjwarp(requests)
+    replayer = Replayer(None, lambda n: None)
+    alone = [replayer.run(r) for r in requests]
+    replayer.close()
+    seen = [(r.verified, r.rewards, r.checked, r.divergence and r.divergence.describe())
+            for r in together]
+    assert seen == [(r.verified, r.rewards, r.checked, r.divergence and r.divergence.describe())
+                    for r in alone]
+    assert [r.verified for r in together] == [True] * 3 + [rtol > 0] * 2
+
+
 def test_verify_flips_reports_the_run_against_cpu_mujoco(mjwarp_run: Path,
                                                          tmp_path: Path) -> None:
     done = run_cli("verify", str(mjwarp_run / "tapes"), "--flips",

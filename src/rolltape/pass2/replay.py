@@ -368,9 +368,8 @@ class Replayer:
         key = json.dumps(["mjwarp", tape.env, device, 1], sort_keys=True)
         if key not in self._envs:
             self._envs[key] = mjwarp_worlds(tape, device, 1)
-        [(divergence, rewards)] = resim_worlds(
-            self._envs[key], [tape], [stop], req.rtol, req.atol,
-            None if emit is None else lambda world, index: emit(index))
+        [(divergence, rewards)] = resim_worlds(self._envs[key], [tape], [stop], req.rtol,
+                                               req.atol, emit)
         return divergence, rewards, mjwarp_checked(tape, device, req)
 
     def _restore(self, tape: Tape, env: Any, first: int, stop: int,
@@ -418,7 +417,7 @@ def mjwarp_checked(tape: Tape, device: str, req: RenderOptions) -> str:
 
 
 def resim_worlds(sim: Any, tapes: Sequence[Tape], stops: Sequence[int], rtol: float,
-                 atol: float, emit: Callable[[int, int], None] | None = None
+                 atol: float, stepped: Callable[[int], None] | None = None
                  ) -> list[tuple[Divergence | None, list[float]]]:
     """(divergence, rewards) of each of ``tapes`` (MuJoCo Warp tapes of one env, actions of
     one dtype) re-simulated as world i of ``sim`` (an MJWarpEnv of ``len(tapes)`` worlds),
@@ -426,79 +425,120 @@ def resim_worlds(sim: Any, tapes: Sequence[Tape], stops: Sequence[int], rtol: fl
     :func:`compare_step` judges them (the time limit from the tape's env), and, without a
     tolerance, each observation's digest and each state (qpos, qvel), exactly. A world that
     diverged or ended steps on with zero actions, unjudged: worlds do not touch each other.
-    ``emit(i, index)`` hears of each frame of tape i re-simulated."""
-    from rolltape.envs.digests import obs_digest
+    Every world is judged at once, step by step (a batch's worlds cost one comparison, not
+    one each); :func:`compare_step` and :func:`first_wrong_state` say how a world that
+    differs differs. ``stepped(index)`` hears of each frame re-simulated."""
+    from rolltape.envs.digests import obs_digests
     from rolltape.envs.mjwarp import time_limit
 
-    exact = rtol == 0 and atol == 0
+    n, exact = len(tapes), rtol == 0 and atol == 0
+    judged = np.asarray(stops) - 1  # steps each tape is judged on
+    longest = int(judged.max())
+    actions = _stacked([t.actions for t in tapes], longest)
+    expected = _stacked([t.rewards for t in tapes], longest)
+    ends = [_stacked([t.terminated for t in tapes], longest),
+            _stacked([t.truncated for t in tapes], longest)]
+    qpos, qvel = (_stacked([getattr(t, name) for t in tapes], longest + 1)
+                  for name in ("qpos", "qvel"))
+    has_digests = np.array([t.obs_digest is not None for t in tapes])
+    digests = _stacked([t.obs_digest if t.obs_digest is not None else
+                        np.zeros(len(t.rewards) + 1, np.uint64) for t in tapes], longest + 1)
+    limits = np.array([time_limit(t.env) for t in tapes])
+    divergences: list[Divergence | None] = [None] * n
+    wrong = np.zeros(n, dtype=bool)
+
+    def same(obs: np.ndarray, frame: int) -> np.ndarray:
+        """(n,) bool: each world's observation digest and state are the tape's, exactly."""
+        now = sim.current
+        return ((~has_digests | (obs_digests(obs) == digests[frame]))
+                & (now.qpos == qpos[frame]).all(axis=1) & (now.qvel == qvel[frame]).all(axis=1))
+
     obs = sim.reset([tape.seed for tape in tapes])
-    divergences: list[Divergence | None] = []
-    for i, tape in enumerate(tapes):
-        wrong = first_wrong_state(tape, 0, sim.current, i) if exact else None
-        if wrong is None and exact and tape.obs_digest is not None \
-                and obs_digest(obs[i]) != int(tape.obs_digest[0]):
-            wrong = Divergence(0, "reset observation", "pass-1 digest", "another digest")
-        divergences.append(wrong)
-        if emit is not None:
-            emit(i, 0)
-    rewards: list[list[float]] = [[] for _ in tapes]
-    limits = [time_limit(tape.env) for tape in tapes]
-    actions = np.zeros((len(tapes), sim.action_dim), dtype=tapes[0].actions.dtype)
-    for t in range(max(stops) - 1):
-        live = [i for i, tape in enumerate(tapes) if t < stops[i] - 1 and divergences[i] is None]
-        if not live:
+    if exact:
+        for i in np.flatnonzero(~same(obs, 0)).tolist():
+            divergences[i] = first_wrong_state(tapes[i], 0, sim.current, i) or \
+                Divergence(0, "reset observation", "pass-1 digest", "another digest")
+            wrong[i] = True
+    if stepped is not None:
+        stepped(0)
+    got = np.zeros((longest, n))
+    played = np.zeros(n, dtype=int)
+    for t in range(longest):
+        live = (t < judged) & ~wrong
+        if not live.any():
             break
-        actions[:] = 0
-        for i in live:
-            actions[i] = tapes[i].actions[t]
-        obs, reward, terminated = sim.step(actions)
-        for i in live:
-            tape, ended = tapes[i], bool(terminated[i])
-            rewards[i].append(float(reward[i]))
-            wrong = compare_step(tape, t, rewards[i][-1], ended, t + 1 == limits[i] and not ended,
-                                 obs[i], rtol, atol)
-            if wrong is None and exact:
-                wrong = first_wrong_state(tape, t + 1, sim.current, i)
-            divergences[i] = wrong
-            if emit is not None:
-                emit(i, t + 1)
-    return list(zip(divergences, rewards))
+        obs, reward, terminated = sim.step(actions[t] * live[:, None].astype(actions.dtype))
+        got[t] = reward
+        truncated = (t + 1 == limits) & ~terminated
+        if exact:
+            ok = (reward == expected[t]) | (np.isnan(reward) & np.isnan(expected[t]))
+        else:  # math.isclose, as compare_step judges it
+            ok = (reward == expected[t]) | (np.abs(reward - expected[t]) <= np.maximum(
+                rtol * np.maximum(np.abs(reward), np.abs(expected[t])), atol))
+        ok &= (terminated == ends[0][t]) & (truncated == ends[1][t])
+        if exact:
+            ok &= same(obs, t + 1)
+        for i in np.flatnonzero(live & ~ok).tolist():  # how it differs, in compare_step's words
+            divergences[i] = compare_step(
+                tapes[i], t, float(reward[i]), bool(terminated[i]), bool(truncated[i]), obs[i],
+                rtol, atol) or (first_wrong_state(tapes[i], t + 1, sim.current, i)
+                                if exact else None)
+            wrong[i] = divergences[i] is not None
+        played[live] = t + 1
+        if stepped is not None:
+            stepped(t + 1)
+    return [(divergences[i], got[:played[i], i].tolist()) for i in range(n)]
+
+
+def _stacked(arrays: Sequence[np.ndarray], length: int) -> np.ndarray:
+    """(length, len(arrays), ...): array i down column i, zeros past its end."""
+    out = np.zeros((length, len(arrays), *arrays[0].shape[1:]), dtype=arrays[0].dtype)
+    for i, a in enumerate(arrays):
+        out[:min(length, len(a)), i] = a[:length]
+    return out
 
 
 #: worlds of one MJWarp batch when ``verify`` re-simulates many tapes at once
 VERIFY_WORLDS = 1024
 
 
-def verify_mjwarp(requests: Sequence[RenderRequest],
-                  on_progress: Callable[[int, int], None] | None = None) -> list[RenderResult]:
+def verify_mjwarp(requests: Sequence[RenderRequest], tapes: Sequence[Tape] | None = None,
+                  on_progress: Callable[[int], None] | None = None) -> list[RenderResult]:
     """``rolltape verify`` of MuJoCo Warp tapes, many at once: the tapes of one env, device
     and action type re-simulated as the worlds of one batch (up to :data:`VERIFY_WORLDS`),
     each judged as :meth:`Replayer.resim_mjwarp` judges one. Nothing is drawn, so no GL
-    and no render process: it runs here. ``on_progress(i, frames)`` per request."""
+    and no render process: it runs here. ``tapes``: the requests' tapes, loaded already
+    (else loaded here); ``on_progress(frames)``: frames re-simulated so far, all tapes
+    together."""
     from rolltape.envs.build import mujoco_warnings
 
-    tapes = [Tape.load(r.tape) for r in requests]
+    tapes = list(tapes) if tapes is not None else [Tape.load(r.tape) for r in requests]
     groups: dict[str, list[int]] = {}
     for i, tape in enumerate(tapes):
         device = mjwarp_device(tape)
         key = json.dumps([tape.env, device, str(tape.actions.dtype)], sort_keys=True)
         groups.setdefault(key, []).append(i)
     results: list[RenderResult | None] = [None] * len(requests)
+    done = 0  # frames of the chunks finished
     for members in groups.values():
         for start in range(0, len(members), VERIFY_WORLDS):
             chunk = members[start:start + VERIFY_WORLDS]
             began = time.perf_counter()
             device = mjwarp_device(tapes[chunk[0]])
+            stops = np.array([tapes[i].frame_range[1] for i in chunk])
+
+            def stepped(index: int) -> None:
+                if on_progress is not None and (index % 10 == 0 or index == stops.max() - 1):
+                    on_progress(done + int(np.minimum(index + 1, stops).sum()))
+
             sim = mjwarp_worlds(tapes[chunk[0]], device, len(chunk))
             try:
-                judged = resim_worlds(
-                    sim, [tapes[i] for i in chunk],
-                    [tapes[i].frame_range[1] for i in chunk], requests[chunk[0]].rtol,
-                    requests[chunk[0]].atol,
-                    None if on_progress is None else
-                    lambda world, index: on_progress(chunk[world], index + 1))
+                judged = resim_worlds(sim, [tapes[i] for i in chunk], stops.tolist(),
+                                      requests[chunk[0]].rtol, requests[chunk[0]].atol,
+                                      stepped)
             finally:
                 sim.close()
+            done += int(stops.sum())
             seconds = (time.perf_counter() - began) / len(chunk)
             for i, (divergence, rewards) in zip(chunk, judged):
                 req, tape = requests[i], tapes[i]
