@@ -490,10 +490,11 @@ def replay_batch(job: RenderJob) -> BatchResult:
                          height=job.height, camera=job.cameras[0] if job.cameras else None,
                          depth=job.depth, segmentation=job.segmentation, fps=job.fps,
                          overlay=job.overlay, overwrite=job.overwrite)
-    total = sum(stop - first for first, stop in (Tape.load(t).frame_range for t in batch.tapes))
+    tapes = [Tape.load(t) for t in batch.tapes]  # read once: the bar's total, the drawing
+    total = sum(stop - first for first, stop in (tape.frame_range for tape in tapes))
     with Progress(not job.quiet) as bar:
         task = bar.add(f"batch-rendering {len(requests)} tape(s)", total, "frames")
-        done = render_batch(batch, on_progress=lambda frames: bar.update(task, frames))
+        done = render_batch(batch, lambda frames: bar.update(task, frames), tapes)
     written = tuple(_write_records(req, result)
                     for req, result in zip(requests, done.results))
     return replace(done, results=written)

@@ -290,17 +290,14 @@ def _check_renderer(to: str, renderer: str, cameras: Sequence[str]) -> None:
     """Refuse, before any worker starts, a --renderer no export can use: mjwarp draws one
     model camera's video, which only LeRobot stores (which camera the model has is checked
     where the model is built)."""
-    if renderer != "mjwarp":
-        BatchOptions(renderer=renderer).check_batch("full", "single", cameras)  # the choice
-        return
-    if to != "lerobot":
+    if renderer == "mjwarp" and to != "lerobot":
         raise UsageError("--renderer mjwarp draws camera videos, which only --to lerobot "
                          "stores; drop --renderer for Minari.")
-    if not cameras:
+    if renderer == "mjwarp" and not cameras:
         raise UsageError("--renderer mjwarp draws a model camera's frames, and no --camera "
                          "was given; name one of the env model's cameras (like 'track' on "
                          "HalfCheetah and Ant) with --camera.")
-    BatchOptions(renderer=renderer).check_batch("full", "single", cameras)  # one camera
+    BatchOptions(renderer=renderer).check_batch("full", "single", cameras)  # choice, cameras
 
 
 def _drawn_by(camera: str, drawn: Any) -> dict[str, Any]:

@@ -287,7 +287,7 @@ def _features(obs_space: Any, state_dim: int, action_dim: int, keys: list[str],
                          "names": ["height", "width", "channels"],
                          "info": {"video.height": height, "video.width": width,
                                   "video.fps": int(fps), **VIDEO_INFO,
-                                  **_drawn_by(renderer)}}
+                                  **_camera_origin(renderer)}}
     features.update({"timestamp": {"dtype": "float32", **scalar},
                      "frame_index": {"dtype": "int64", **scalar},
                      "episode_index": {"dtype": "int64", **scalar},
@@ -296,7 +296,7 @@ def _features(obs_space: Any, state_dim: int, action_dim: int, keys: list[str],
     return features
 
 
-def _drawn_by(renderer: dict[str, Any] | None) -> dict[str, str]:
+def _camera_origin(renderer: dict[str, Any] | None) -> dict[str, str]:
     """What a camera feature's info says drew its frames: ``rolltape.renderer``
     ('env.render()', or 'mujoco_warp': MuJoCo Warp's ray tracer) and, for the ray tracer,
     ``rolltape.images``, the sentence that says they are not env.render()'s."""

@@ -160,15 +160,15 @@ class _Loaded:
     fps: float
 
 
-def _load(req: BatchRequest) -> _Loaded:
-    """Load and check every tape before anything is built or written."""
+def _load(req: BatchRequest, given: Sequence[Tape] | None = None) -> _Loaded:
+    """Load (unless ``given``) and check every tape before anything is built or written."""
     from rolltape.envs.build import make_env
 
     if not req.tapes:
         raise UsageError("No tapes were given to draw; name one or more .npz tapes.")
     tapes, keys = [], []
     for i, path in enumerate(req.tapes):
-        tape = Tape.load(path)
+        tape = given[i] if given is not None else Tape.load(path)
         env_id = req.env_ids[i] if req.env_ids else None
         if env_id is None:
             check_tape_env_module(tape.env_id, path)  # a tape is data: it names no code
@@ -342,17 +342,18 @@ def _warp_device() -> str:
 Sink = Callable[[int, np.ndarray, "np.ndarray | None", "np.ndarray | None"], None]
 
 
-def render_batch(req: BatchRequest,
-                 on_progress: Callable[[int], None] | None = None) -> BatchResult:
+def render_batch(req: BatchRequest, on_progress: Callable[[int], None] | None = None,
+                 tapes: Sequence[Tape] | None = None) -> BatchResult:
     """Draw every tape of ``req`` on MuJoCo Warp's batch renderer and write its outputs;
-    ``on_progress(frames)``: frames drawn so far, all tapes together.
+    ``on_progress(frames)``: frames drawn so far, all tapes together; ``tapes``: the
+    request's tapes, loaded already (else loaded here).
 
     Every tape is loaded and checked, and every output opened (an existing one refused
     unless ``overwrite``), before anything is drawn. Tapes are drawn ``req.worlds`` at a
     time; each tape's outputs appear whole when its round ends, or not at all."""
     started = time.perf_counter()
     _quiet_warp()  # a missing extra is refused before anything else
-    loaded = _load(req)
+    loaded = _load(req, tapes)
     try:
         return _render(req, loaded, started, on_progress)
     finally:
