@@ -354,7 +354,7 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Execut
             raise UsageError(f"--simulator '{self.simulator}' is not one rolltape steps; "
                              "use env (the env's own, the default) or mjwarp (GL libraries "
                              "go in --backends).")
-        from rolltape.envs.mjwarp import SUPPORTED
+        from rolltape.envs.mjwarp import SUPPORTED, require_extra
 
         if self.env not in SUPPORTED:
             raise UsageError(f"--simulator mjwarp steps {', '.join(SUPPORTED)}, not "
@@ -369,11 +369,7 @@ class EvalConfig(Episodes, EnvOptions, SuiteOptions, Served, PolicyFiles, Execut
         if not self.runner.runs_workers:
             raise UsageError(f"--simulator mjwarp runs on this machine (the local executor); "
                              f"drop --executor {self.executor}.")
-        try:
-            import mujoco_warp  # noqa: F401  (the optional extra)
-        except ImportError:
-            raise UsageError("--simulator mjwarp needs MuJoCo Warp; install it with pip install "
-                             "'rolltape[mjwarp]'.") from None
+        require_extra("--simulator mjwarp")
         return [f"--simulator mjwarp: {self.episodes} worlds stepped at once in one process "
                 "(--workers is not used); MJWarp computes in float32, so its tapes verify on "
                 "MJWarp, and `rolltape verify --flips` says how CPU MuJoCo would differ."]

@@ -257,6 +257,24 @@ def test_verify_flips_reports_the_run_against_cpu_mujoco(mjwarp_run: Path,
     assert all(row["end"] == row["cpu_end"] == "truncated" for row in rows.values())
 
 
+def test_the_orchestrator_of_an_mjwarp_eval_loads_no_simulator_or_gl(tmp_path: Path) -> None:
+    """MuJoCo Warp (and the MuJoCo and GL it loads) is imported by the pass-1 worker only:
+    the process that checks the config, deals the work and writes the run loads none."""
+    import subprocess
+    import sys
+
+    code = (f"import json, sys, rolltape\n"
+            f"rolltape.evaluate('HalfCheetah-v5', episodes=2, max_episode_steps=5, "
+            f"simulator='mjwarp', report=False, out={str(tmp_path / 'run')!r})\n"
+            "heavy = ('torch', 'OpenGL', 'mujoco', 'glfw', 'warp', 'mujoco_warp')\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    assert len(list((tmp_path / "run" / "tapes").glob("*.npz"))) == 2
+
+
 def test_env_kwargs_reach_the_worlds_and_their_verification(tmp_path: Path) -> None:
     """Ant with a tuple kwarg (kept apart from a list in the tape) and another reset noise:
     the worlds are that env (its healthy range ends episodes early), and verify rebuilds it."""

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import gymnasium
-import mujoco
 import numpy as np
 
 from rolltape.errors import UsageError
@@ -86,6 +85,8 @@ def terms_of(env: Any) -> Terms:
                    ctrl_cost_weight=float(base._ctrl_cost_weight), skipped_qpos=skipped)
     if env_id == "HalfCheetah-v5":
         return common
+    import mujoco  # here: the orchestrator reads SUPPORTED and time_limit, and never loads it
+
     body = base._main_body  # Ant-v5: an id or a name
     main_body = (body if isinstance(body, int)
                  else mujoco.mj_name2id(base.model, mujoco.mjtObj.mjOBJ_BODY, body))
@@ -180,6 +181,21 @@ def score(terms: Terms, before: Physics, after: Physics,
         rewards = (forward + is_healthy * terms.healthy_reward) - (ctrl_cost + contact_cost)
     terminated = ~is_healthy & terms.terminate_when_unhealthy
     return np.asarray(rewards, dtype=np.float64), terminated
+
+
+def missing_extra(option: str) -> str:
+    """The sentence that refuses ``option`` where the mjwarp extra is not installed."""
+    return (f"{option} needs MuJoCo Warp, which is not installed; "
+            "pip install 'rolltape[mjwarp]'.")
+
+
+def require_extra(option: str) -> None:
+    """Refuse ``option`` in one sentence where the mjwarp extra is not installed, without
+    importing it (Warp and MuJoCo Warp load MuJoCo and GL: an orchestrator may ask)."""
+    from importlib.util import find_spec
+
+    if find_spec("mujoco_warp") is None or find_spec("warp") is None:
+        raise UsageError(missing_extra(option))
 
 
 def quiet_warp() -> Any:

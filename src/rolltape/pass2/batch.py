@@ -61,6 +61,7 @@ from typing import IO, Any
 import numpy as np
 
 from rolltape.envs.ids import check_tape_env_module
+from rolltape.envs.mjwarp import missing_extra, quiet_warp, require_extra
 from rolltape.errors import UsageError
 from rolltape.files import atomic_file
 from rolltape.limits import check_frame_size
@@ -307,29 +308,19 @@ class _Batch:
 
 
 #: The refusal where the optional extra is missing (render's and export's).
-MISSING_EXTRA = ("--renderer mjwarp needs MuJoCo Warp, which is not installed; "
-                 "pip install 'rolltape[mjwarp]'.")
+MISSING_EXTRA = missing_extra("--renderer mjwarp")
 
 
 def check_installed() -> None:
     """Refuse, without importing Warp (a process that only orchestrates may ask), where
     the mjwarp extra is not installed."""
-    from importlib.util import find_spec
-
-    if find_spec("mujoco_warp") is None or find_spec("warp") is None:
-        raise UsageError(MISSING_EXTRA)
+    require_extra("--renderer mjwarp")
 
 
 def _quiet_warp() -> Any:
     """Warp, initialized and quiet (:func:`rolltape.envs.mjwarp.quiet_warp`), or a
     one-sentence refusal where the optional extra is not installed."""
-    try:
-        import mujoco_warp  # noqa: F401  (the optional extra: is it there?)
-        import warp  # noqa: F401
-    except ImportError:
-        raise UsageError(MISSING_EXTRA) from None
-    from rolltape.envs.mjwarp import quiet_warp
-
+    check_installed()
     return quiet_warp()
 
 
