@@ -446,6 +446,9 @@ def replay_tapes(job: RenderJob) -> list[RenderResult | None]:
     # Loading every tape first also reports a bad one before any work or progress bar.
     tapes = [Tape.load(r.tape) for r in requests]
     totals = [stop - first for first, stop in (tape.frame_range for tape in tapes)]
+    backends = job.backends if job.draw else DEFAULT_ORDER
+    workers = per_core(job.workers or 0)
+    check_requests(requests, backends, workers)  # a tape's env code too, before any work
     if not job.draw and tapes and all(t.meta.get("backend") == MJWARP for t in tapes):
         # MuJoCo Warp tapes: verified many at once as the worlds of one batch, no GL
         from rolltape.pass2.replay import verify_mjwarp
@@ -453,9 +456,6 @@ def replay_tapes(job: RenderJob) -> list[RenderResult | None]:
         with Progress(not job.quiet) as bar:
             task = bar.add(f"verifying {len(requests)} MJWarp tape(s)", sum(totals), "frames")
             return list(verify_mjwarp(requests, tapes, lambda n: bar.update(task, n)))
-    backends = job.backends if job.draw else DEFAULT_ORDER
-    workers = per_core(job.workers or 0)
-    check_requests(requests, backends, workers)
     finished: list[int] = []
     with Progress(not job.quiet) as bar:
         on_progress, on_result = bar.frames(f"replaying {len(requests)} tape(s)", totals)

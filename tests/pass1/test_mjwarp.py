@@ -212,6 +212,26 @@ def test_verify_re_simulates_mjwarp_tapes_on_mjwarp_exactly(mjwarp_run: Path,
     assert f"DIVERGED {edited}: first at step 9: qpos was 'pass-1 state'" in done.stdout
 
 
+def test_an_mjwarp_tape_naming_code_runs_none_of_it(mjwarp_run: Path, tmp_path: Path) -> None:
+    """A tape is data: one that says MJWarp made it and names a module beside it (which
+    writes a marker when imported) is refused in one sentence by verify's batch path, as
+    by every replay, and nothing is imported."""
+    import dataclasses
+
+    (tmp_path / "markermod.py").write_text(
+        f"open({str(tmp_path / 'marker')!r}, 'w').write('ran')\n")
+    tape = Tape.load(sorted((mjwarp_run / "tapes").glob("*.npz"))[0])
+    evil = dataclasses.replace(tape, env={**tape.env, "id": "markermod:X-v0",
+                                          "max_episode_steps": None})
+    evil.save(tmp_path / "evil.npz")
+    for args in (("evil.npz",), ("evil.npz", "--flips"),
+                 ("evil.npz", "--renderer", "mjwarp", "--out", "frames/")):
+        done = run_cli("render" if "--renderer" in args else "verify", *args, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert "names the env code 'markermod', which is not an installed package" in done.stderr
+    assert not (tmp_path / "marker").exists()
+
+
 @pytest.mark.parametrize("rtol", [0.0, 1e-6])
 def test_a_batch_judges_each_tape_as_a_render_worker_judges_it_alone(
         mjwarp_run: Path, tmp_path: Path, rtol: float) -> None:

@@ -45,6 +45,8 @@ from typing import Any, NoReturn
 import gymnasium
 import numpy as np
 
+from rolltape.envs.build import make_env
+from rolltape.envs.ids import env_spec
 from rolltape.errors import UsageError
 
 #: The Gymnasium envs whose rewards, observations and terminations :func:`score` and
@@ -256,8 +258,9 @@ class MJWarpEnv:
         self._wp, self._mjwarp = wp, mjwarp
         # the host: Gymnasium's own env, the one definition of model, terms and reset noise
         self.env_id, self.kwargs = env_id, dict(kwargs)
-        # (its time limit too, so that the facts read from it are the run's)
-        self.host = gymnasium.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        # (its time limit too, so that the facts read from it are the run's), built as every
+        # env of a run is: kwargs it does not take are one sentence
+        self.host = make_env(env_spec(env_id, kwargs, max_episode_steps))
         base: Any = self.host.unwrapped  # a MujocoEnv: its model and frame_skip
         self.terms = terms_of(self.host)
         self.num_worlds = num_worlds

@@ -358,16 +358,16 @@ class Replayer:
             divergence = pending.flush()
         return divergence, rewards
 
-    def resim_mjwarp(self, tape: Tape, req: RenderOptions, stop: int,
+    def resim_mjwarp(self, tape: Tape, req: RenderRequest, stop: int,
                      emit: Callable[[int], None] | None = None
                      ) -> tuple[Divergence | None, list[float], str]:
         """(divergence, rewards, what was compared) of a MuJoCo Warp tape re-simulated on
         MJWarp as one world (:func:`resim_worlds`) up to frame ``stop - 1``; ``emit(index)``
         hears of each frame re-simulated (progress, when nothing is drawn)."""
-        device = mjwarp_device(tape)
-        key = json.dumps(["mjwarp", tape.env, device, 1], sort_keys=True)
+        device, spec = mjwarp_device(tape), mjwarp_spec(tape, req)
+        key = json.dumps(["mjwarp", spec, device, 1], sort_keys=True)
         if key not in self._envs:
-            self._envs[key] = mjwarp_worlds(tape, device, 1)
+            self._envs[key] = mjwarp_worlds(spec, device, 1)
         [(divergence, rewards)] = resim_worlds(self._envs[key], [tape], [stop], req.rtol,
                                                req.atol, emit)
         return divergence, rewards, mjwarp_checked(tape, device, req)
@@ -402,11 +402,16 @@ def mjwarp_device(tape: Tape) -> str:
     return warp_device(recorded if isinstance(recorded, str) else None)
 
 
-def mjwarp_worlds(tape: Tape, device: str, worlds: int) -> Any:
-    """An :class:`rolltape.envs.mjwarp.MJWarpEnv` of ``worlds`` worlds of ``tape``'s env."""
+def mjwarp_spec(tape: Tape, req: RenderRequest) -> dict[str, Any]:
+    """The env an MJWarp ``tape`` is re-simulated on: its own, or ``--env``'s id."""
+    return tape.env if req.env_id is None else {**tape.env, "id": req.env_id}
+
+
+def mjwarp_worlds(spec: dict[str, Any], device: str, worlds: int) -> Any:
+    """An :class:`rolltape.envs.mjwarp.MJWarpEnv` of ``worlds`` worlds of the env ``spec``."""
     from rolltape.envs.mjwarp import MJWarpEnv
 
-    return MJWarpEnv.of(tape.env, worlds, device=device)
+    return MJWarpEnv.of(spec, worlds, device=device)
 
 
 def mjwarp_checked(tape: Tape, device: str, req: RenderOptions) -> str:
@@ -514,9 +519,10 @@ def verify_mjwarp(requests: Sequence[RenderRequest], tapes: Sequence[Tape] | Non
 
     tapes = list(tapes) if tapes is not None else [Tape.load(r.tape) for r in requests]
     groups: dict[str, list[int]] = {}
+    specs = [mjwarp_spec(tape, req) for tape, req in zip(tapes, requests)]
     for i, tape in enumerate(tapes):
         device = mjwarp_device(tape)
-        key = json.dumps([tape.env, device, str(tape.actions.dtype)], sort_keys=True)
+        key = json.dumps([specs[i], device, str(tape.actions.dtype)], sort_keys=True)
         groups.setdefault(key, []).append(i)
     results: list[RenderResult | None] = [None] * len(requests)
     done = 0  # frames of the chunks finished
@@ -531,7 +537,7 @@ def verify_mjwarp(requests: Sequence[RenderRequest], tapes: Sequence[Tape] | Non
                 if on_progress is not None and (index % 10 == 0 or index == stops.max() - 1):
                     on_progress(done + int(np.minimum(index + 1, stops).sum()))
 
-            sim = mjwarp_worlds(tapes[chunk[0]], device, len(chunk))
+            sim = mjwarp_worlds(specs[chunk[0]], device, len(chunk))
             try:
                 judged = resim_worlds(sim, [tapes[i] for i in chunk], stops.tolist(),
                                       requests[chunk[0]].rtol, requests[chunk[0]].atol,
