@@ -171,7 +171,7 @@ def mjwarp_run(tmp_path_factory: pytest.TempPathFactory,
 
 
 def test_eval_on_mjwarp_writes_a_tape_per_episode_and_numbers_from_them(
-        mjwarp_run: Path) -> None:
+        mjwarp_run: Path, tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (mjwarp_run / "episodes.jsonl").read_text().splitlines()]
     assert sorted((r["role"], r["seed"]) for r in rows) == sorted(
         (role, seed) for role in ("policy", "baseline") for seed in range(6))
@@ -182,6 +182,10 @@ def test_eval_on_mjwarp_writes_a_tape_per_episode_and_numbers_from_them(
         assert row["return"] == pytest.approx(tape.total_return, rel=0, abs=0)
         assert tape.length == 30 and tape.truncated[-1] and tape.qpos.shape == (31, 9)
         assert "mujoco_warp" in tape.env["versions"]
+    from rolltape.outputs.report import build_report
+
+    page = build_report(mjwarp_run, out=tmp_path / "report.html").read_text()
+    assert "simulated on MuJoCo Warp (float32 worlds" in page  # the headline says so
     card = json.loads((mjwarp_run / "protocol.json").read_text())  # what rolltape diff reads
     assert card["simulator"] == "mjwarp" and card["execution"]["batch_size"] == 6
     assert card["envs"]["env"]["horizon"] == 30  # the run's time limit, not the env's 1000

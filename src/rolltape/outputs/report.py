@@ -585,6 +585,7 @@ def build_report(run: Run | str | os.PathLike[str], *,
         "seeds": f"{seeds[0]}–{seeds[-1]}" + (" per task" if results.is_suite else "")
         if len(seeds) > 1 else str(seeds[0]) if seeds else "none (no episode finished)",
         "has_baseline": bool(results.baseline),
+        "mjwarp": config.get("simulator") == "mjwarp",
         "summary": summary_rows,
         "any_success": any(r["success_known"] for r in summary_rows),
         "success_rule": success_rule_text(results.success_rule),
