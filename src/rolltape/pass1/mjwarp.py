@@ -14,7 +14,6 @@ Example (not run: it compiles Warp kernels):
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -65,59 +64,78 @@ def play(env: MJWarpEnv, act: Callable[[np.ndarray], np.ndarray], seeds: Iterabl
     obs = env.reset(seeds)
     n = env.num_worlds
     start = env.current
-    qpos, qvel = [start.qpos], [start.qvel]
-    digests = [obs_digests(np.ascontiguousarray(obs))]
-    actions, rewards, terminated = [], [], []
+    # every step's row written in place (a list of rows, then a stack, held both at once)
+    qpos = np.empty((max_steps + 1, *start.qpos.shape))
+    qvel = np.empty((max_steps + 1, *start.qvel.shape))
+    digests = np.empty((max_steps + 1, n), dtype=np.uint64)
+    rewards = np.empty((max_steps, n))
+    terminated = np.empty((max_steps, n), dtype=bool)
+    actions: np.ndarray | None = None  # its dtype and shape: the policy's first answer
+    qpos[0], qvel[0], digests[0] = start.qpos, start.qvel, obs_digests(obs)
     lengths = np.full(n, max_steps)
     done = np.zeros(n, dtype=bool)
+    steps = 0
     for t in range(max_steps):
         action = np.asarray(act(obs))
+        if actions is None:
+            actions = np.empty((max_steps, *action.shape), dtype=action.dtype)
         obs, reward, ended = env.step(action)
         now = env.current
-        actions.append(action)
-        rewards.append(reward)
-        terminated.append(ended)
-        qpos.append(now.qpos)
-        qvel.append(now.qvel)
-        digests.append(obs_digests(np.ascontiguousarray(obs)))
+        actions[t], rewards[t], terminated[t] = action, reward, ended
+        qpos[t + 1], qvel[t + 1], digests[t + 1] = now.qpos, now.qvel, obs_digests(obs)
         newly = ended & ~done
         lengths[newly] = t + 1
         done |= ended
-        if stepped is not None and (t + 1) % HEARTBEAT == 0:
-            stepped(t + 1)
+        steps = t + 1
+        if stepped is not None and steps % HEARTBEAT == 0:
+            stepped(steps)
         if done.all():
             break
-    return Steps(seeds, np.stack(actions), np.stack(rewards), np.stack(terminated),
-                 np.stack(qpos), np.stack(qvel), np.stack(digests), lengths)
+    assert actions is not None  # max_steps >= 1: a time limit is at least one step
+    return Steps(seeds, actions[:steps], rewards[:steps], terminated[:steps],
+                 qpos[:steps + 1], qvel[:steps + 1], digests[:steps + 1], lengths)
 
 
 def world_tapes(env: MJWarpEnv, steps: Steps, max_steps: int,
                 spec: dict[str, Any] | None = None, policy: dict[str, Any] | None = None,
                 wall_s: float = 0.0) -> list[Tape]:
-    """One ordinary tape per world of what :func:`play` recorded: world i's seed, its
-    actions, rewards and flags up to its last step (truncated there when it reached
-    ``max_steps`` alive, as Gymnasium's TimeLimit), its qpos/qvel per frame and observation
-    digests. ``spec``: the env as the run names it (default: the env's id and kwargs);
-    MJWarp's and Warp's versions are added. ``meta["backend"]`` says MJWarp made it:
-    replayed on CPU MuJoCo it is close, not equal. ``wall_s``: the batch's seconds, each
-    world's share of them."""
+    """One ordinary tape per world of what :func:`play` recorded (:func:`world_tape`)."""
+    spec = tape_spec(env, max_steps, spec)
+    return [world_tape(env, steps, world, max_steps, spec, policy, wall_s)
+            for world in range(env.num_worlds)]
+
+
+def tape_spec(env: MJWarpEnv, max_steps: int, spec: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """The env a world's tape names: ``spec`` (the env as the run names it; default: the
+    env's id and kwargs) with MJWarp's and Warp's versions added."""
     spec = dict(spec or env_spec(env.env_id, env.kwargs, max_episode_steps=max_steps))
     spec["versions"] = {**spec.get("versions", {}),
                         "mujoco_warp": package_version("mujoco-warp"),
                         "warp": package_version("warp-lang")}
-    tapes = []
-    for world, length in enumerate(steps.lengths.tolist()):
-        terminated = steps.terminated[:length, world].copy()
-        truncated = np.zeros(length, dtype=bool)
-        truncated[-1] = length == max_steps and not terminated[-1]
-        tapes.append(Tape(
-            env=spec, seed=steps.seeds[world], actions=steps.actions[:length, world].copy(),
-            rewards=steps.rewards[:length, world].copy(), terminated=terminated,
-            truncated=truncated, obs_digest=steps.obs_digest[:length + 1, world].copy(),
-            qpos=steps.qpos[:length + 1, world].copy(), qvel=steps.qvel[:length + 1, world].copy(),
-            policy=dict(policy or {}), wall_s=wall_s / env.num_worlds,
-            meta={"backend": MJWARP, "world": world, "device": env.device}))
-    return tapes
+    return spec
+
+
+def world_tape(env: MJWarpEnv, steps: Steps, world: int, max_steps: int,
+               spec: dict[str, Any], policy: dict[str, Any] | None = None,
+               wall_s: float = 0.0, meta: dict[str, Any] | None = None) -> Tape:
+    """World ``world``'s tape of what :func:`play` recorded: its seed, its actions, rewards
+    and flags up to its last step (truncated there when it reached ``max_steps`` alive, as
+    Gymnasium's TimeLimit), its qpos/qvel per frame and observation digests, the env
+    ``spec`` (:func:`tape_spec`). ``meta["backend"]`` says MJWarp made it (beside
+    ``meta``): replayed on CPU MuJoCo it is close, not equal. ``wall_s``: the batch's
+    seconds, each world's share of them."""
+    length = int(steps.lengths[world])
+    terminated = steps.terminated[:length, world].copy()
+    truncated = np.zeros(length, dtype=bool)
+    truncated[-1] = length == max_steps and not terminated[-1]
+    return Tape(
+        env=spec, seed=steps.seeds[world], actions=steps.actions[:length, world].copy(),
+        rewards=steps.rewards[:length, world].copy(), terminated=terminated,
+        truncated=truncated, obs_digest=steps.obs_digest[:length + 1, world].copy(),
+        qpos=steps.qpos[:length + 1, world].copy(), qvel=steps.qvel[:length + 1, world].copy(),
+        policy=dict(policy or {}), wall_s=wall_s / env.num_worlds,
+        meta={**(meta or {}), "backend": MJWARP, "world": world, "device": env.device})
 
 
 def run_mjwarp_job(job: PolicyJob, send: Callable[[Any], None]) -> None:
@@ -147,10 +165,10 @@ def run_mjwarp_job(job: PolicyJob, send: Callable[[Any], None]) -> None:
         start = time.perf_counter()
         steps = play(env, act, [ep.seed for ep in episodes], max_steps,
                      stepped=lambda t: send(("stepped", HEARTBEAT)))
-        tapes = world_tapes(env, steps, max_steps, spec=job.env, policy=description,
-                            wall_s=time.perf_counter() - start)
-        for tape, ep in zip(tapes, episodes):
-            tape = dataclasses.replace(tape, meta={**job.episode_meta(ep), **tape.meta})
+        wall_s, spec = time.perf_counter() - start, tape_spec(env, max_steps, job.env)
+        for world, ep in enumerate(episodes):  # one world's tape at a time: saved, dropped
+            tape = world_tape(env, steps, world, max_steps, spec, description, wall_s,
+                              job.episode_meta(ep))
             tape.save(ep.tape_path)
             send(("episode", episode_row(tape, ep)))
     finally:
